@@ -1,0 +1,76 @@
+"""The `gguf2ov` command: one subcommand per pipeline stage, plus `run` for the whole job.
+
+Each stage module defines `configure_parser(parser)` and `cli(args) -> int`; the work itself is a
+plain library function in the same module. This is the only place that exits.
+"""
+
+import argparse
+import importlib
+import os
+import sys
+
+from . import __version__
+from .errors import Gguf2ovError
+
+# (subcommand, module, one-line help). Modules keep heavy imports (torch, openvino) inside
+# functions so that `gguf2ov inspect` starts fast.
+COMMANDS = [
+    ("inspect", "inspect", "show a GGUF's architecture, metadata, tensors and the map that applies"),
+    ("convert", "convert", "convert a GGUF into a Hugging Face checkpoint (config.json + safetensors)"),
+    ("check", "check", "correlate a GGUF or checkpoint against reference weights, with a diagnosis"),
+    ("export", "export", "export a stateful DFlash draft IR through optimum-intel and verify it"),
+    ("verify", "verify", "check an exported draft IR against the DFlash contract"),
+    ("drift", "drift", "requantize a draft in several variants and report size and drift"),
+    ("accept", "accept", "acceptance run in OpenVINO GenAI: target alone vs target + draft"),
+    ("run", "pipeline", "the whole job: convert, check, export, verify, requantize, drift, accept, report"),
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gguf2ov",
+        description="Convert speculative-decoding drafts published as GGUF into verified OpenVINO IR drafts.",
+    )
+    parser.add_argument("--version", action="version", version=f"gguf2ov {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module, help_text in COMMANDS:
+        try:
+            mod = importlib.import_module(f".{module}", __package__)
+        except ModuleNotFoundError as e:
+            if e.name != f"{__package__}.{module}":
+                raise
+            continue  # stage not available in this build
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        mod.configure_parser(p)
+        p.set_defaults(func=mod.cli)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return 2
+    debug = args.debug or os.environ.get("GGUF2OV_DEBUG") == "1"
+    try:
+        code = args.func(args)
+    except Gguf2ovError as e:
+        if debug:
+            raise
+        print(f"error: {e.message}", file=sys.stderr)
+        if e.hint:
+            print(f"hint: {e.hint}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("error: interrupted; no partial output was left in place", file=sys.stderr)
+        return 130
+    except MemoryError:
+        print("error: out of memory", file=sys.stderr)
+        return 1
+    return int(code or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,16 @@
+"""The one exception type users see.
+
+Raise `Gguf2ovError` where the user can act on it: name the file, key or tensor, say what was
+expected, and put the next step in `hint`. `cli.main()` prints it as one line (plus the hint)
+and exits non-zero; anything else is a bug and keeps its traceback under `--debug`.
+"""
+
+
+class Gguf2ovError(Exception):
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message if not self.hint else f"{self.message} ({self.hint})"

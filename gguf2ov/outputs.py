@@ -1,0 +1,60 @@
+"""Writing outputs so that a failed or interrupted run leaves nothing half-written.
+
+Everything is written into a temporary sibling first and renamed into place only when complete.
+"""
+
+import contextlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from .errors import Gguf2ovError
+
+
+def check_output_dir(path: Path, overwrite: bool) -> None:
+    path = Path(path)
+    if path.exists() and not overwrite and (not path.is_dir() or any(path.iterdir())):
+        raise Gguf2ovError(
+            f"output {path} already exists",
+            hint="choose a new output path or pass --overwrite",
+        )
+
+
+@contextlib.contextmanager
+def atomic_dir(path, overwrite: bool = False):
+    """Yield a temporary directory that becomes `path` when the block finishes without error."""
+    path = Path(path)
+    check_output_dir(path, overwrite)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.partial-", dir=path.parent))
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if path.exists():
+        old = path.with_name(f".{path.name}.old-{os.getpid()}")
+        path.rename(old)
+        tmp.rename(path)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        tmp.rename(path)
+
+
+def atomic_write_bytes(path, data: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))

@@ -1,0 +1,130 @@
+"""One report layer: every result renders as a terminal table, JSON or Markdown.
+
+A result is a dataclass that may define:
+- `tables() -> list[Table]`: what a person reads (built once, formatted three ways);
+- `summary() -> list[str]`: a few lines shown above the tables (verdicts, totals).
+JSON is the dataclass itself (`dataclasses.asdict`), so every field reaches the JSON file.
+"""
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .outputs import atomic_write_text
+
+
+@dataclass
+class Table:
+    title: str
+    headers: list[str]
+    rows: list[list]
+    note: str = ""
+
+
+def fmt_cell(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (float, np.floating)):
+        v = float(value)
+        if math.isnan(v):
+            return "nan"
+        if v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e6):
+            return f"{v:.3e}"
+        return f"{v:.4f}" if abs(v) < 10 else f"{v:.2f}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(fmt_cell(v) for v in value) + "]"
+    return str(value)
+
+
+def human_bytes(n: int | float | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _text_table(t: Table) -> str:
+    cells = [[fmt_cell(c) for c in row] for row in t.rows]
+    widths = [len(h) for h in t.headers]
+    for row in cells:
+        for i, c in enumerate(row):
+            widths[i] = max(widths[i], len(c))
+    numeric = [all(_looks_numeric(r[i]) for r in cells) if cells else False for i in range(len(t.headers))]
+
+    def line(row):
+        return "  ".join(c.rjust(w) if numeric[i] else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+
+    out = [t.title, line(t.headers), "  ".join("-" * w for w in widths)]
+    out += [line(r) for r in cells]
+    if t.note:
+        out.append(t.note)
+    return "\n".join(out)
+
+
+def _looks_numeric(s: str) -> bool:
+    try:
+        float(s.split()[0])
+        return True
+    except (ValueError, IndexError):
+        return s == "-"
+
+
+def _md_table(t: Table) -> str:
+    esc = lambda s: fmt_cell(s).replace("|", "\\|")  # noqa: E731
+    out = [f"### {t.title}", "", "| " + " | ".join(t.headers) + " |", "|" + "---|" * len(t.headers)]
+    out += ["| " + " | ".join(esc(c) for c in row) + " |" for row in t.rows]
+    if t.note:
+        out += ["", t.note]
+    return "\n".join(out)
+
+
+def to_jsonable(obj):
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def render(result, fmt: str = "text", title: str | None = None) -> str:
+    tables = result.tables() if hasattr(result, "tables") else []
+    summary = result.summary() if hasattr(result, "summary") else []
+    if fmt == "json":
+        return json.dumps(to_jsonable(result), indent=2) + "\n"
+    if fmt == "markdown":
+        parts = [f"## {title}"] if title else []
+        if summary:
+            parts.append("\n".join(f"- {s}" for s in summary))
+        parts += [_md_table(t) for t in tables]
+        return "\n\n".join(parts) + "\n"
+    if fmt == "text":
+        parts = [title] if title else []
+        parts += [_text_table(t) for t in tables]
+        if summary:
+            parts.append("\n".join(summary))
+        return "\n\n".join(parts) + "\n"
+    raise ValueError(f"unknown report format {fmt!r}")
+
+
+def write_reports(result, json_path=None, markdown_path=None, title: str | None = None) -> None:
+    if json_path:
+        atomic_write_text(json_path, render(result, "json"))
+    if markdown_path:
+        atomic_write_text(markdown_path, render(result, "markdown", title=title))

@@ -1,0 +1,1 @@
+"""Per-architecture GGUF -> Hugging Face maps (YAML), shipped as package data."""
