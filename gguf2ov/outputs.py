@@ -28,6 +28,9 @@ def atomic_dir(path, overwrite: bool = False):
     check_output_dir(path, overwrite)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.partial-", dir=path.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp.chmod(0o777 & ~umask)  # mkdtemp makes it private; the finished folder gets the usual mode
     try:
         yield tmp
     except BaseException:

@@ -1,0 +1,140 @@
+"""`gguf2ov convert`: a GGUF draft -> a Hugging Face checkpoint folder, through the arch's map."""
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from gguf import GGMLQuantizationType
+
+from .check import add_convert_arguments, check_after_convert
+from .errors import Gguf2ovError
+from .maps import map_for
+from .outputs import check_output_dir
+from .progress import step
+from .read import open_gguf
+from .report import Table, human_bytes, write_reports
+from .write import DEFAULT_MAX_SHARD_SIZE, DTYPES, TensorSpec, write_checkpoint
+
+_INTEGER_TYPES = {GGMLQuantizationType.I8: "I8", GGMLQuantizationType.I16: "I16",
+                  GGMLQuantizationType.I32: "I32", GGMLQuantizationType.I64: "I64"}
+
+
+@dataclass(frozen=True)
+class TensorRow:
+    hf_name: str | None
+    gguf_name: str
+    gguf_type: str
+    shape: list[int]
+    ops: list[str]
+
+
+@dataclass(frozen=True)
+class ConvertResult:
+    gguf_path: str
+    out_dir: str
+    arch: str
+    map_path: str
+    dtype: str
+    files: list[str]
+    n_tensors: int
+    n_bytes: int
+    config: dict
+    target_layer_key: str | None            # GGUF key holding target layer ids (dflash)
+    target_layer_ids_declared: list[int] | None
+    target_layer_ids_written: list[int] | None
+    target_layer_offset: int | None         # the flag, when given
+    seconds: float
+    warnings: list[str]
+    tensors: list[TensorRow]
+
+    def tables(self) -> list[Table]:
+        rows = [[t.hf_name or "(not written)", t.gguf_name, t.gguf_type, t.shape, ", ".join(t.ops) or "-"]
+                for t in self.tensors]
+        return [Table("Tensors", ["HF name", "GGUF name", "GGUF type", "shape", "ops"], rows)]
+
+    def summary(self) -> list[str]:
+        lines = [f"converted {self.gguf_path} ({self.arch}, map {self.map_path}) -> {self.out_dir}: "
+                 f"{self.n_tensors} tensors, {human_bytes(self.n_bytes)} as {self.dtype}, {self.seconds:.1f} s"]
+        if self.target_layer_key:
+            how = "from --target-layer-offset" if self.target_layer_offset is not None else "from the map"
+            lines.append(f"target layers: the file declares {self.target_layer_key} = "
+                         f"{self.target_layer_ids_declared}; written dflash_config.target_layer_ids = {self.target_layer_ids_written} (offset {how})")
+        lines += [f"warning: {w}" for w in self.warnings]
+        return lines
+
+
+def convert(gguf_path, out_dir, map_path=None, dtype: str = "bf16", target_layer_offset: int | None = None,
+            overwrite: bool = False, progress: bool = True,
+            max_shard_size: int = DEFAULT_MAX_SHARD_SIZE) -> ConvertResult:
+    start = time.perf_counter()
+    if dtype not in DTYPES:
+        raise Gguf2ovError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    check_output_dir(Path(out_dir), overwrite)
+    gguf = open_gguf(gguf_path)
+    amap = map_for(gguf, map_path)
+    flagged = amap.flag_rule("target_layer_offset")
+    if target_layer_offset is not None and flagged is None:
+        raise Gguf2ovError(f"--target-layer-offset does not apply to {amap.arch}: its map ({amap.path}) has no "
+                           "target layer ids")
+    config = amap.hf_config(gguf, target_layer_offset=target_layer_offset)
+    plan = amap.plan(gguf, config)
+    dropped = [e.gguf_name for e in plan if e.hf_name is None]
+    warnings = [f"not written (the HF model has no such tensor): {', '.join(dropped)}"] if dropped else []
+    written = [e for e in plan if e.hf_name is not None]
+    specs = [TensorSpec(e.hf_name, e.shape, _INTEGER_TYPES.get(e.qtype, DTYPES[dtype][0])) for e in written]
+    step(f"{gguf.path.name}: {amap.arch}, {len(written)} tensors -> {out_dir}", enabled=progress)
+    result = write_checkpoint(
+        out_dir, config, specs,
+        ((name, x) for name, x, _, _ in amap.iter_tensors(gguf, plan, config)),
+        provenance=_provenance(gguf.path, map_path or amap.path, dtype, target_layer_offset),
+        max_shard_size=max_shard_size, overwrite=overwrite, progress=progress)
+    hf_key, gguf_key = flagged or (None, None)
+    return ConvertResult(
+        gguf_path=str(gguf.path), out_dir=str(out_dir), arch=amap.arch, map_path=str(amap.path), dtype=dtype,
+        files=result.files, n_tensors=result.n_tensors, n_bytes=result.n_bytes, config=config,
+        target_layer_key=gguf_key,
+        target_layer_ids_declared=gguf.get(gguf_key) if gguf_key else None,
+        target_layer_ids_written=_nested(config, hf_key) if hf_key else None,
+        target_layer_offset=target_layer_offset, seconds=time.perf_counter() - start, warnings=warnings,
+        tensors=[TensorRow(e.hf_name, e.gguf_name, e.qtype.name, list(e.shape),
+                           [f"{name} {arg}" for name, arg in e.ops]) for e in plan],
+    )
+
+
+def _provenance(gguf_path, map_path, dtype, target_layer_offset) -> dict:
+    from .provenance import provenance
+
+    return provenance(sources={"gguf": gguf_path},
+                      options={"map": str(map_path), "dtype": dtype, "target_layer_offset": target_layer_offset})
+
+
+def _nested(config: dict, dotted: str):
+    for part in dotted.split("."):
+        config = config.get(part, {}) if isinstance(config, dict) else None
+    return config
+
+
+def configure_parser(parser) -> None:
+    parser.add_argument("gguf", metavar="FILE.gguf", help="the GGUF file to convert")
+    parser.add_argument("-o", "--output", required=True, metavar="OUT_DIR", help="output checkpoint folder")
+    parser.add_argument("--map", metavar="FILE", help="tensor map YAML (default: the shipped map for the file's arch)")
+    parser.add_argument("--dtype", choices=list(DTYPES), default="bf16", help="tensor dtype in the checkpoint")
+    parser.add_argument("--target-layer-offset", type=int, metavar="N",
+                        help="dflash: HF target_layer_ids = GGUF dflash.target_layers + N (current llama.cpp: -1; "
+                             "its first DFlash converter: 0); required when the file looks like the old layout")
+    parser.add_argument("--max-shard-size", type=int, default=DEFAULT_MAX_SHARD_SIZE, metavar="BYTES",
+                        help="split safetensors files above this size (default 5e9, like transformers)")
+    parser.add_argument("--overwrite", action="store_true", help="replace OUT_DIR if it exists")
+    parser.add_argument("--json", metavar="FILE", help="also write the report as JSON")
+    parser.add_argument("--quiet", action="store_true", help="no progress and no report on stdout")
+    add_convert_arguments(parser)  # --reference REF_DIR [--min-corr R]: check the result afterwards
+
+
+def cli(args) -> int:
+    result = convert(args.gguf, args.output, map_path=args.map, dtype=args.dtype,
+                     target_layer_offset=args.target_layer_offset, overwrite=args.overwrite,
+                     progress=not args.quiet, max_shard_size=args.max_shard_size)
+    write_reports(result, json_path=args.json)
+    if not args.quiet:
+        print("\n".join(result.summary()))
+    return check_after_convert(args, result.out_dir)

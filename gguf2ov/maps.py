@@ -1,0 +1,517 @@
+"""Per-architecture maps between llama.cpp GGUF files and Hugging Face checkpoints.
+
+The architecture knowledge lives in `tensor_maps/<arch>.yaml` (shipped as `gguf2ov.tensor_maps`);
+this module holds the mechanism: loading and validating a map, building the HF config from GGUF
+metadata (and back), matching tensor names strictly, and the ops that undo what llama.cpp did to
+a tensor, each with its reverse so a map can also write GGUF.
+
+Map sections:
+- `arch`: equals `general.architecture`; `extends`: a skeleton map merged underneath.
+- `hf`: fixed config fields (architectures, model_type, ...).
+- `config`: HF key (dotted keys nest) -> GGUF key, or a rule `{from: key | [keys] (first present
+  wins), add, default, optional, len, map, constant, min, flag, ambiguous_when, choices}`.
+  `{arch}` in a key is the map's arch. Writing GGUF: `write_also` lists more GGUF keys written with
+  the value; `hf_aliases` lists other HF keys that may hold it (transformers 5 nests some).
+- `tensors`: GGUF name template (`{N}` = block index) -> HF template, or `{to:, ops: [...]}`.
+- `optional`: like `tensors`, copied when present; `null` accepts a tensor but does not write it.
+- `groups`: named sets of tensors that are present all together or not at all.
+- `shapes`: HF template -> expected PyTorch shape, as expressions over config keys.
+- `legacy`: config rules an older converter used (only used to write GGUF in the old layout).
+"""
+
+import ast
+import copy
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from .errors import Gguf2ovError
+
+TOP_LEVEL_KEYS = {"arch", "extends", "hf", "config", "tensors", "optional", "groups", "shapes", "legacy"}
+RULE_KEYS = {"from", "tensor_absent", "add", "default", "optional", "len", "map", "constant", "min", "flag",
+             "ambiguous_when", "choices", "write_also", "hf_aliases"}
+FLAGS = {"target_layer_offset": "--target-layer-offset"}
+_PLACEHOLDER = re.compile(r"\{(\w*)\}")
+
+
+# --- ops: one per llama.cpp transform, with its reverse ------------------------------------------
+
+def _add(x, value, config, reverse=False):
+    # Runs in fp32 on purpose: the file holds these tensors as F32, so w + 1 - 1 is exact enough
+    # to reproduce the checkpoint the converter read (up to the fp32 rounding it did itself).
+    x = np.asarray(x, dtype=np.float32)
+    return x - np.float32(value) if reverse else x + np.float32(value)
+
+
+def _unpermute_qk(x, args, config, reverse=False):
+    # llama.cpp's LlamaModel.permute interleaves the two rotary halves of each head so its
+    # NORM-style RoPE can rotate adjacent pairs: reshape(n_head, 2, head_dim/2, in).swapaxes(1, 2).
+    # Undoing it swaps the same axes back; permuting again is the reverse.
+    n_head = _config_get(config, args["heads"])
+    if n_head is None or x.shape[0] % (2 * n_head):
+        raise Gguf2ovError(f"unpermute_qk: {x.shape[0]} rows do not split into {n_head} heads of rotary pairs")
+    rows = x.shape[0] // n_head
+    halves = (n_head, 2, rows // 2) if reverse else (n_head, rows // 2, 2)
+    return x.reshape(*halves, *x.shape[1:]).swapaxes(1, 2).reshape(x.shape)
+
+
+def _check_add(arg):
+    return isinstance(arg, (int, float)) and not isinstance(arg, bool)
+
+
+def _check_heads(arg):
+    return isinstance(arg, dict) and set(arg) == {"heads"} and isinstance(arg["heads"], str)
+
+
+OPS = {
+    "add": (_add, _check_add, "a number, e.g. add: -1.0"),
+    "unpermute_qk": (_unpermute_qk, _check_heads, "{heads: <config key>}"),
+}
+
+
+def apply_ops(ops, x, config, reverse=False):
+    for name, arg in (reversed(ops) if reverse else ops):
+        x = OPS[name][0](x, arg, config, reverse=reverse)
+    return x
+
+
+# --- the map --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TensorRule:
+    gguf: str                 # template, may contain {N}
+    hf: str | None            # None: accepted but not written
+    ops: tuple = ()
+    required: bool = True
+    group: str | None = None
+    gguf_re: re.Pattern = field(default=None, compare=False, repr=False)
+    hf_re: re.Pattern = field(default=None, compare=False, repr=False)
+
+    def gguf_name(self, n=None) -> str:
+        return self.gguf.replace("{N}", str(n))
+
+    def hf_name(self, n=None) -> str | None:
+        return None if self.hf is None else self.hf.replace("{N}", str(n))
+
+    @property
+    def per_layer(self) -> bool:
+        return "{N}" in self.gguf
+
+
+@dataclass(frozen=True)
+class PlanEntry:
+    gguf_name: str
+    hf_name: str | None       # None: dropped (see warnings)
+    qtype: object
+    shape: tuple[int, ...]    # PyTorch order
+    ops: tuple = ()
+
+
+@dataclass
+class ArchMap:
+    arch: str
+    path: str                 # where the map came from, for messages
+    hf: dict
+    config: dict
+    rules: list[TensorRule]
+    shapes: dict
+    legacy: dict
+
+    # -- config ------------------------------------------------------------------------------------
+
+    def hf_config(self, gguf, target_layer_offset=None, allow_ambiguous=False) -> dict:
+        """The full HF config.json content: fixed `hf` fields plus every key the file states."""
+        flags = {"target_layer_offset": target_layer_offset}
+        out = copy.deepcopy(self.hf)
+        missing = []
+        for hf_key, rule in self.config.items():
+            value = self._config_value(gguf, hf_key, rule, flags, allow_ambiguous)
+            if value is _MISSING:
+                missing.append(f"{hf_key} (from {' or '.join(rule['from'])})")
+            elif value is not _ABSENT:
+                _config_set(out, hf_key, value)
+        if missing:
+            raise Gguf2ovError(f"{gguf.path}: metadata needed by the {self.arch} map ({self.path}) is missing: "
+                               + ", ".join(missing))
+        return out
+
+    def flag_rule(self, flag: str):
+        """(hf_key, gguf_key) of the config rule a command-line flag overrides, or None."""
+        for hf_key, rule in self.config.items():
+            if rule.get("flag") == flag:
+                return hf_key, rule["from"][0]
+        return None
+
+    def _config_value(self, gguf, hf_key, rule, flags, allow_ambiguous):
+        if "tensor_absent" in rule:  # e.g. tied embeddings: llama.cpp then writes no output.weight
+            return rule["tensor_absent"] not in gguf.tensors
+        source = next((k for k in rule["from"] if k in gguf.metadata), None)
+        if source is None:
+            if "default" in rule:
+                return rule["default"]
+            return _ABSENT if rule.get("optional") else _MISSING
+        value = gguf.metadata[source]
+        if "constant" in rule:
+            return rule["constant"]
+        if rule.get("len") and isinstance(value, list):
+            return len(value)
+        flag = rule.get("flag")
+        offset = rule.get("add", 0)
+        if flag and flags.get(flag) is not None:
+            offset = flags[flag]
+        elif flag and not allow_ambiguous:
+            self._refuse_if_ambiguous(gguf, hf_key, rule, source, value)
+        items = value if isinstance(value, list) else [value]
+        if (offset or "min" in rule) and not all(_is_number(v) for v in items):
+            raise Gguf2ovError(f"{gguf.path}: {source} = {value!r} should be numeric")
+        if offset:
+            value = [v + offset for v in value] if isinstance(value, list) else value + offset
+        if "map" in rule:
+            if unknown := [v for v in items if v not in rule["map"]]:
+                raise Gguf2ovError(f"{gguf.path}: {source} holds {unknown[0]!r}; the {self.arch} map knows "
+                                   f"{sorted(rule['map'], key=str)}")
+            value = [rule["map"][v] for v in value] if isinstance(value, list) else rule["map"][value]
+        if "min" in rule:
+            low = [v for v in (value if isinstance(value, list) else [value]) if v < rule["min"]]
+            if low:
+                raise Gguf2ovError(
+                    f"{gguf.path}: {hf_key} would be {value} (from {source} = {gguf.metadata[source]}, offset "
+                    f"{offset:+}), below {rule['min']}", hint=self._choices_text(rule, gguf.metadata[source]))
+        return value
+
+    def _refuse_if_ambiguous(self, gguf, hf_key, rule, source, value):
+        reasons = []
+        for cond in rule.get("ambiguous_when", []):
+            if ("has" in cond and cond["has"] in gguf.metadata) or \
+               ("lacks" in cond and cond["lacks"] not in gguf.metadata) or \
+               ("contains" in cond and isinstance(value, list) and cond["contains"] in value):
+                reasons.append(cond["why"])
+        if reasons:
+            raise Gguf2ovError(
+                f"{gguf.path}: cannot tell how {source} = {value} was written ({'; '.join(reasons)}), so "
+                f"{hf_key} is not settled: {self._choices_text(rule, value)}",
+                hint=f"check the draft's original config, then pass {FLAGS[rule['flag']]} explicitly")
+
+    @staticmethod
+    def _choices_text(rule, value) -> str:
+        parts = []
+        for offset, meaning in rule.get("choices", {}).items():
+            ids = [v + offset for v in value] if isinstance(value, list) else value + offset
+            low = [i for i in (ids if isinstance(ids, list) else [ids]) if "min" in rule and i < rule["min"]]
+            bad = " (invalid)" if low else ""
+            parts.append(f"{FLAGS[rule['flag']]} {offset} if written by {meaning}: {ids}{bad}")
+        return "; ".join(parts)
+
+    def gguf_metadata(self, hf_config: dict, legacy: bool = False) -> dict:
+        """GGUF keys and values from an HF config: the `config` rules run backwards."""
+        rules = dict(self.config)
+        if legacy:
+            rules.update(self.legacy)
+        out = {}
+        for hf_key, rule in rules.items():
+            value = next((v for k in [hf_key, *rule.get("hf_aliases", [])]
+                          if (v := _config_get(hf_config, k)) is not None), None)
+            if value is None or "constant" in rule or rule.get("len") or not rule["from"]:
+                continue
+            if "map" in rule:
+                back = {v: k for k, v in rule["map"].items()}
+                value = [back[v] for v in value] if isinstance(value, list) else back[value]
+            if rule.get("add"):
+                value = [v - rule["add"] for v in value] if isinstance(value, list) else value - rule["add"]
+            for key in [rule["from"][0], *rule.get("write_also", [])]:
+                out[key.replace("{arch}", self.arch)] = value
+        return out
+
+    # -- tensors -----------------------------------------------------------------------------------
+
+    def match(self, gguf_name: str):
+        """[(rule, block index or None)] for every rule whose GGUF template matches the name."""
+        found = []
+        for rule in self.rules:
+            if m := rule.gguf_re.fullmatch(gguf_name):
+                found.append((rule, int(m.group(1)) if rule.per_layer else None))
+        return found
+
+    def problems(self, gguf, config: dict) -> list[str]:
+        """Everything that keeps this map from converting the file; empty when it fits."""
+        n_blocks = config.get("num_hidden_layers")
+        unmatched, ambiguous, beyond, mismatched, missing, partial = [], [], [], [], [], []
+        seen = {}
+        for name, info in gguf.tensors.items():
+            found = self.match(name)
+            if not found:
+                unmatched.append(name)
+            elif len(found) > 1:
+                ambiguous.append(f"{name} ({' / '.join(r.gguf for r, _ in found)})")
+            else:
+                rule, n = found[0]
+                if n is not None and (n_blocks is None or n >= n_blocks):
+                    beyond.append(name)
+                seen[name] = rule
+                expected = self._expected_shape(rule, n, config)
+                if expected is not None and tuple(expected) != tuple(info.shape):
+                    mismatched.append(f"{name} is {list(info.shape)}, expected {list(expected)} for {rule.hf_name(n)}")
+        groups_present = {r.group for r in seen.values() if r.group}
+        for rule in self.rules:
+            if not (rule.required or rule.group in groups_present):
+                continue
+            names = [rule.gguf_name(n) for n in range(n_blocks or 0)] if rule.per_layer else [rule.gguf]
+            absent = [n for n in names if n not in gguf.tensors]
+            (partial if rule.group else missing).extend(absent)
+        out = []
+        for label, names in (("tensors the map does not know", unmatched), ("tensors matched twice", ambiguous),
+                             ("missing tensors", missing),
+                             ("incomplete tensor group, missing", partial),
+                             (f"tensors beyond block_count {n_blocks}", beyond), ("wrong shapes", mismatched)):
+            if names:
+                out.append(f"{label}: {', '.join(names)}")
+        return out
+
+    def plan(self, gguf, config: dict | None = None) -> list[PlanEntry]:
+        """One entry per GGUF tensor, in file order; raises one error listing every breach."""
+        if config is None:
+            config = self.hf_config(gguf, allow_ambiguous=True)
+        if problems := self.problems(gguf, config):
+            raise Gguf2ovError(f"{gguf.path} does not fit the {self.arch} map ({self.path}): " + "; ".join(problems),
+                               hint="pass --map with a map that covers this file")
+        entries = []
+        for name, info in gguf.tensors.items():
+            rule, n = self.match(name)[0]
+            entries.append(PlanEntry(name, rule.hf_name(n), info.qtype, info.shape, rule.ops))
+        return entries
+
+    def iter_tensors(self, gguf, plan: list[PlanEntry], config: dict):
+        """Yield (hf_name, float32 array, gguf_name, qtype) tensor by tensor, ops applied."""
+        for entry in plan:
+            if entry.hf_name is None:
+                continue
+            x = gguf.load(entry.gguf_name)
+            if entry.ops:
+                x = apply_ops(entry.ops, x, config)
+            yield entry.hf_name, x, entry.gguf_name, entry.qtype
+
+    def _expected_shape(self, rule, n, config):
+        expr = self.shapes.get(rule.hf) if rule.hf else None
+        if expr is None:
+            return None
+        try:
+            return [_eval_shape(e, config) for e in expr]
+        except (KeyError, TypeError):
+            return None  # the file does not state a key the shape needs; transformers will check
+
+    # -- reverse: HF checkpoint -> GGUF ------------------------------------------------------------
+
+    def gguf_name_for(self, hf_name: str) -> tuple[str, tuple]:
+        """(GGUF name, ops to reverse) for an HF tensor name."""
+        for rule in self.rules:
+            if rule.hf and (m := rule.hf_re.fullmatch(hf_name)):
+                return rule.gguf_name(m.group(1) if rule.per_layer else None), rule.ops
+        raise Gguf2ovError(f"{hf_name}: no GGUF name for this tensor in the {self.arch} map ({self.path})")
+
+    def to_gguf(self, hf_name: str, x, config: dict):
+        """(GGUF name, array) with the map's ops reversed."""
+        gguf_name, ops = self.gguf_name_for(hf_name)
+        return gguf_name, apply_ops(ops, x, config, reverse=True)
+
+
+_MISSING = object()
+_ABSENT = object()
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _config_get(config: dict, dotted: str):
+    node = config
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _config_set(config: dict, dotted: str, value) -> None:
+    *parents, last = dotted.split(".")
+    node = config
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[last] = value
+
+
+# Shape expressions: config keys (dotted), integers, + - * //, and len().
+def _eval_shape(expr, config):
+    if isinstance(expr, int):
+        return expr
+    return _eval_node(ast.parse(str(expr), mode="eval").body, config)
+
+
+def _eval_node(node, config):
+    if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        return node.value
+    if isinstance(node, (ast.Name, ast.Attribute)):
+        value = _config_get(config, ast.unparse(node))
+        if value is None:
+            raise KeyError(ast.unparse(node))
+        return value
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len" and len(node.args) == 1:
+        return len(_eval_node(node.args[0], config))
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+        return _BINOPS[type(node.op)](_eval_node(node.left, config), _eval_node(node.right, config))
+    raise ValueError(f"unsupported shape expression {ast.unparse(node)!r}")
+
+
+def _valid_shape_expr(expr) -> bool:
+    if isinstance(expr, int):
+        return True
+    try:
+        tree = ast.parse(str(expr), mode="eval")
+    except SyntaxError:
+        return False
+    allowed = (ast.Expression, ast.Constant, ast.Name, ast.Attribute, ast.Load, ast.Call, ast.BinOp, *_BINOPS)
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    calls_ok = all(isinstance(n.func, ast.Name) and n.func.id == "len" for n in calls)
+    return calls_ok and all(isinstance(n, allowed) for n in ast.walk(tree))
+
+
+_BINOPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+           ast.FloorDiv: lambda a, b: a // b}
+
+
+# --- loading and validation ----------------------------------------------------------------------
+
+def _maps_dir():
+    return resources.files("gguf2ov.tensor_maps")
+
+
+def supported_arches() -> list[str]:
+    return sorted(p.name[:-5] for p in _maps_dir().iterdir() if p.name.endswith(".yaml") and not p.name.startswith("_"))
+
+
+def load_map(arch: str | None = None, path=None) -> ArchMap:
+    if path is not None:
+        return _build(_read_yaml(Path(path)), str(path))
+    if arch is None:
+        raise Gguf2ovError("the file names no architecture (general.architecture is missing)",
+                           hint=f"pass --map; shipped maps: {', '.join(supported_arches())}")
+    resource = _maps_dir() / f"{arch}.yaml"
+    if arch.startswith("_") or not resource.is_file():
+        raise Gguf2ovError(f"no map for architecture {arch!r}; supported: {', '.join(supported_arches())}",
+                           hint="write a tensor map YAML for it and pass --map")
+    return _build(_read_yaml(resource), f"tensor_maps/{arch}.yaml")
+
+
+def map_for(gguf, path=None) -> ArchMap:
+    """The map for a file: `path` if given (its arch must match), else the shipped one."""
+    amap = load_map(gguf.arch, path)
+    if amap.arch != gguf.arch:
+        raise Gguf2ovError(f"{gguf.path} is {gguf.arch!r} but the map {amap.path} is for {amap.arch!r}")
+    return amap
+
+
+def _read_yaml(resource, seen=()) -> dict:
+    name = str(resource)
+    try:
+        data = yaml.safe_load(resource.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as e:
+        raise Gguf2ovError(f"cannot read tensor map {name}: {' '.join(str(e).split())}") from e
+    if not isinstance(data, dict):
+        raise Gguf2ovError(f"tensor map {name} is not a mapping")
+    if unknown := set(data) - TOP_LEVEL_KEYS:
+        raise Gguf2ovError(f"tensor map {name}: unknown sections {sorted(unknown)}; allowed: {sorted(TOP_LEVEL_KEYS)}")
+    if base_name := data.get("extends"):
+        base = resource.parent / base_name if (resource.parent / base_name).is_file() else _maps_dir() / base_name
+        if str(base) in seen:
+            raise Gguf2ovError(f"tensor map {name}: extends loop through {base_name}")
+        data = _merge(_read_yaml(base, seen + (str(base),)), {k: v for k, v in data.items() if k != "extends"})
+    return data
+
+
+def _merge(base: dict, child: dict) -> dict:
+    out = dict(base)
+    for key, value in child.items():
+        out[key] = _merge(base[key], value) if isinstance(value, dict) and isinstance(base.get(key), dict) else value
+    return out
+
+
+def _build(data: dict, name: str) -> ArchMap:
+    def bad(msg):
+        return Gguf2ovError(f"tensor map {name}: {msg}")
+
+    arch = data.get("arch")
+    if not isinstance(arch, str) or not arch:
+        raise bad("`arch` must name the general.architecture it maps")
+    config = {k: _rule(k, v, arch, bad) for k, v in (data.get("config") or {}).items()}
+    legacy = {k: _rule(k, v, arch, bad) for k, v in (data.get("legacy") or {}).items()}
+    rules = [_tensor_rule(g, v, True, None, bad) for g, v in (data.get("tensors") or {}).items()]
+    rules += [_tensor_rule(g, v, False, None, bad) for g, v in (data.get("optional") or {}).items() if g]
+    for group, body in (data.get("groups") or {}).items():
+        if not isinstance(body, dict):
+            raise bad(f"group {group} must be a mapping of tensors")
+        rules += [_tensor_rule(g, v, False, group, bad) for g, v in body.items()]
+    hf_templates = [r.hf for r in rules if r.hf]
+    if dup := sorted({h for h in hf_templates if hf_templates.count(h) > 1}):
+        raise bad(f"HF names produced twice: {dup}")
+    shapes = data.get("shapes") or {}
+    for hf, expr in shapes.items():
+        if hf not in hf_templates:
+            raise bad(f"shape given for {hf}, which no tensor entry produces")
+        if not isinstance(expr, list):
+            raise bad(f"shape of {hf} must be a list")
+        for e in expr:
+            if not _valid_shape_expr(e):
+                raise bad(f"shape of {hf}: {e!r} is not an expression of config keys, integers, + - * // and len()")
+    return ArchMap(arch, name, dict(data.get("hf") or {}), config, rules, shapes, legacy)
+
+
+def _rule(hf_key, rule, arch, bad) -> dict:
+    if isinstance(rule, str):
+        rule = {"from": rule}
+    if not isinstance(rule, dict) or ("from" in rule) == ("tensor_absent" in rule):
+        raise bad(f"config {hf_key}: expected a GGUF key or a mapping with `from:` (or `tensor_absent:`)")
+    if unknown := set(rule) - RULE_KEYS:
+        raise bad(f"config {hf_key}: unknown rule keys {sorted(unknown)}; allowed: {sorted(RULE_KEYS)}")
+    sources = rule.get("from", [])
+    sources = sources if isinstance(sources, list) else [sources]
+    rule = dict(rule, **{"from": [s.replace("{arch}", arch) for s in sources]})
+    if "add" in rule and not _check_add(rule["add"]):
+        raise bad(f"config {hf_key}: add must be a number")
+    if "flag" in rule and rule["flag"] not in FLAGS:
+        raise bad(f"config {hf_key}: unknown flag {rule['flag']!r}; known: {sorted(FLAGS)}")
+    for cond in rule.get("ambiguous_when", []):
+        if not isinstance(cond, dict) or len(set(cond) & {"has", "lacks", "contains"}) != 1 or "why" not in cond:
+            raise bad(f"config {hf_key}: each ambiguous_when entry needs one of has/lacks/contains and a why")
+    return rule
+
+
+def _tensor_rule(gguf, value, required, group, bad) -> TensorRule:
+    if value is None or isinstance(value, str):
+        hf, ops = value, []
+    elif isinstance(value, dict) and set(value) <= {"to", "ops"} and "to" in value:
+        hf, ops = value["to"], value.get("ops") or []
+    else:
+        raise bad(f"tensor {gguf}: expected an HF name, null, or {{to:, ops:}}")
+    for template in (gguf, hf or ""):
+        if any(p != "N" for p in _PLACEHOLDER.findall(template)) or template.count("{") != template.count("}"):
+            raise bad(f"tensor {gguf}: bad template {template!r} (the only placeholder is {{N}})")
+    if hf is not None and ("{N}" in gguf) != ("{N}" in hf):
+        raise bad(f"tensor {gguf}: {{N}} must appear in both the GGUF and the HF name")
+    parsed = []
+    for op in ops:
+        if not isinstance(op, dict) or len(op) != 1:
+            raise bad(f"tensor {gguf}: each op is a one-key mapping like `add: -1.0`")
+        (op_name, arg), = op.items()
+        if op_name not in OPS:
+            raise bad(f"tensor {gguf}: unknown op {op_name!r}; known: {sorted(OPS)}")
+        if not OPS[op_name][1](arg):
+            raise bad(f"tensor {gguf}: op {op_name} takes {OPS[op_name][2]}, got {arg!r}")
+        parsed.append((op_name, arg))
+    return TensorRule(gguf, hf, tuple(parsed), required, group, _template_re(gguf), _template_re(hf) if hf else None)
+
+
+def _template_re(template: str) -> re.Pattern:
+    return re.compile(re.escape(template).replace(r"\{N\}", r"(\d+)"))

@@ -1,0 +1,151 @@
+import json
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType, TokenType
+from safetensors.numpy import load_file as load_numpy
+from safetensors.torch import save_file
+
+from gguf2ov.cli import main
+from gguf2ov.convert import convert
+from gguf2ov.gguf_writer import tensor_type, use_more_bits, write_dflash_gguf
+from gguf2ov.maps import load_map
+from gguf2ov.read import open_gguf
+
+Q = GGMLQuantizationType
+# hidden 256 so that K-quants apply; o_proj's 128 inputs exercise the Q4_K -> Q5_0 fallback.
+HIDDEN, HEADS, KV_HEADS, HEAD_DIM, FFN, LAYERS, TARGET_IDS, MASK = 256, 2, 1, 64, 256, 5, [1, 9, 17], 300
+
+
+def _checkpoint(path, layers=LAYERS, seed=0, vocab_size=None):
+    rng = np.random.default_rng(seed)
+    config = {
+        "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "tie_word_embeddings": False,
+        "hidden_size": HIDDEN, "num_hidden_layers": layers, "intermediate_size": FFN,
+        "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM,
+        "rms_norm_eps": 1e-6, "max_position_embeddings": 40960,
+        # as transformers 5 saves it; z-lab configs have a top-level rope_theta instead
+        "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"},
+        "dflash_config": {"block_size": 16, "mask_token_id": MASK, "target_layer_ids": TARGET_IDS},
+    }
+    if vocab_size:
+        config["vocab_size"] = vocab_size
+    amap = load_map("dflash")
+    state = {}
+    for rule in amap.rules:
+        if not rule.required or rule.hf is None:
+            continue
+        for n in range(layers) if rule.per_layer else [None]:
+            hf = rule.hf_name(n)
+            shape = amap._expected_shape(rule, n, config)
+            state[hf] = torch.from_numpy(rng.standard_normal(shape).astype(np.float32) * 0.05)
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps(config))
+    save_file({k: v.to(torch.bfloat16) for k, v in state.items()}, path / "model.safetensors")
+    return config, {k: v.to(torch.bfloat16).float().numpy() for k, v in state.items()}
+
+
+def test_use_more_bits_matches_llama_cpp_examples():
+    assert [i for i in range(5) if use_more_bits(i, 5)] == [2, 4]
+    assert [i for i in range(2) if use_more_bits(i, 2)] == [1]
+    assert [i for i in range(4) if use_more_bits(i, 4)] == [2, 3]
+
+
+def test_tensor_type_rules():
+    assert tensor_type("output.weight", (1000, 256), "Q4_K_M", 5) == Q.Q6_K
+    assert tensor_type("blk.2.attn_v.weight", (64, 256), "Q4_K_M", 5) == Q.Q6_K
+    assert tensor_type("blk.1.attn_v.weight", (64, 256), "Q4_K_M", 5) == Q.Q4_K
+    assert tensor_type("blk.4.ffn_down.weight", (256, 96), "Q4_K_M", 5) == Q.Q8_0   # Q6_K fallback
+    assert tensor_type("blk.0.attn_output.weight", (256, 128), "Q4_K_M", 5) == Q.Q5_0  # Q4_K fallback
+    assert tensor_type("blk.0.attn_norm.weight", (256,), "Q4_K_M", 5) == Q.F32
+    assert tensor_type("blk.0.attn_conv_base", (2, 3, 256), "Q4_K_M", 5) == Q.F32
+    assert tensor_type("fc.weight", (256, 100), "Q4_K_M", 5) == Q.F16  # not even 32-divisible
+
+
+def test_round_trip_q4_k_m(tmp_path):
+    config, state = _checkpoint(tmp_path / "ckpt")
+    gguf_path = tmp_path / "draft.gguf"
+    result = write_dflash_gguf(tmp_path / "ckpt", gguf_path)
+    gguf = open_gguf(gguf_path)
+    assert gguf.arch == "dflash" and gguf.metadata["general.file_type"] == 15
+    assert gguf.metadata["dflash.target_layers"] == [i + 1 for i in TARGET_IDS]
+    assert gguf.metadata["tokenizer.ggml.mask_token_id"] == MASK
+    assert gguf.metadata["dflash.attention.value_length"] == HEAD_DIM
+    types = {name: t.type_name for name, t in gguf.tensors.items()}
+    assert types["blk.2.attn_v.weight"] == types["blk.4.ffn_down.weight"] == "Q6_K"
+    assert types["blk.1.attn_v.weight"] == types["blk.0.ffn_down.weight"] == types["fc.weight"] == "Q4_K"
+    assert types["blk.0.attn_output.weight"] == "Q5_0" and types["blk.0.attn_norm.weight"] == "F32"
+    assert result.n_tensors == len(state) == 58
+
+    out = tmp_path / "back"
+    back = convert(gguf_path, out, dtype="f32", progress=False)
+    assert back.target_layer_ids_written == TARGET_IDS
+    tensors = load_numpy(out / "model.safetensors")
+    for hf_name, original in state.items():
+        gguf_name = load_map("dflash").gguf_name_for(hf_name)[0]
+        np.testing.assert_array_equal(tensors[hf_name], gguf.load(gguf_name))
+        assert np.corrcoef(tensors[hf_name].ravel(), original.ravel())[0, 1] > 0.99, hf_name
+    written = json.loads((out / "config.json").read_text())
+    for key, value in config.items():
+        if key != "rope_parameters":
+            assert written[key] == value, key
+    from transformers import AutoConfig
+
+    assert AutoConfig.from_pretrained(out).rope_parameters == config["rope_parameters"]
+
+
+def test_legacy_layout_needs_the_offset_flag(tmp_path, capsys):
+    _checkpoint(tmp_path / "ckpt", layers=2)
+    gguf_path = tmp_path / "old.gguf"
+    write_dflash_gguf(tmp_path / "ckpt", gguf_path, mix="F32", legacy=True)
+    gguf = open_gguf(gguf_path)
+    assert gguf.metadata["dflash.target_layers"] == TARGET_IDS and gguf.metadata["dflash.mask_token_id"] == MASK
+    assert "tokenizer.ggml.mask_token_id" not in gguf.metadata
+    assert main(["convert", str(gguf_path), "-o", str(tmp_path / "x")]) == 1
+    assert "dflash.mask_token_id" in capsys.readouterr().err
+    result = convert(gguf_path, tmp_path / "x", target_layer_offset=0, progress=False)
+    assert result.config["dflash_config"] == {"block_size": 16, "mask_token_id": MASK, "target_layer_ids": TARGET_IDS}
+
+
+def _tokenizer(path):
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(["hello world, the quick brown fox jumps over the lazy dog"] * 20, vocab_size=300,
+                            min_frequency=1, special_tokens=["<|endoftext|>"])
+    tok = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, eos_token="<|endoftext|>")
+    tok.add_special_tokens({"additional_special_tokens": ["<|mask|>"]})
+    tok.add_tokens(["customword"])
+    tok.save_pretrained(path)
+    return tok
+
+
+def test_tokenizer_is_written_like_llama_cpp(tmp_path):
+    tok = _tokenizer(tmp_path / "tok")
+    vocab_size = len(tok) + 3  # ids past the tokenizer's are padded, as llama.cpp does
+    _checkpoint(tmp_path / "ckpt", layers=2, vocab_size=vocab_size)
+    gguf_path = tmp_path / "draft.gguf"
+    write_dflash_gguf(tmp_path / "ckpt", gguf_path, tokenizer_dir=tmp_path / "tok", mix="F16")
+    m = open_gguf(gguf_path).metadata
+    assert m["tokenizer.ggml.model"] == "gpt2" and m["tokenizer.ggml.pre"] == "qwen2"
+    tokens, types = m["tokenizer.ggml.tokens"], m["tokenizer.ggml.token_type"]
+    assert len(tokens) == len(types) == vocab_size and tokens[-1] == f"[PAD{vocab_size - 1}]"
+    assert types[-1] == TokenType.UNUSED
+    eos = tok.convert_tokens_to_ids("<|endoftext|>")
+    assert tokens[eos] == "<|endoftext|>" and types[eos] == TokenType.CONTROL
+    assert m["tokenizer.ggml.eos_token_id"] == eos
+    assert types[tok.convert_tokens_to_ids("<|mask|>")] == TokenType.CONTROL
+    assert types[tok.convert_tokens_to_ids("customword")] == TokenType.USER_DEFINED
+    normal = next(i for t, i in tok.get_vocab().items() if t not in tok.get_added_vocab())
+    assert types[normal] == TokenType.NORMAL and tokens[normal] == tok.convert_ids_to_tokens(normal)
+    assert len(m["tokenizer.ggml.merges"]) > 0
+    assert m["tokenizer.ggml.mask_token_id"] == MASK and m["general.file_type"] == 1
+
+
+def test_unknown_mix(tmp_path):
+    from gguf2ov.errors import Gguf2ovError
+
+    with pytest.raises(Gguf2ovError, match="unknown type mix"):
+        write_dflash_gguf(tmp_path, tmp_path / "x.gguf", mix="Q3_K_S")

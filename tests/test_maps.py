@@ -1,0 +1,254 @@
+import numpy as np
+import pytest
+from gguf import GGUFValueType
+
+from gguf2ov.errors import Gguf2ovError
+from gguf2ov.maps import OPS, apply_ops, load_map, map_for, supported_arches
+from gguf2ov.read import open_gguf
+from ggufs import DRAFT, decoder_kv, decoder_tensors, write_dflash, write_gguf
+
+DECODER = ["attn_norm", "ffn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"]
+LAYER_NAMES = {
+    "qwen3": DECODER + ["attn_q_norm", "attn_k_norm"],
+    "llama": DECODER,
+    "gemma3": DECODER + ["attn_q_norm", "attn_k_norm", "post_attention_norm", "post_ffw_norm"],
+}
+
+
+def llama_cpp_permute(w, n_head):
+    # llama.cpp convert_hf_to_gguf.py LlamaModel.permute
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+@pytest.fixture
+def draft(tmp_path):
+    path = tmp_path / "draft.gguf"
+    tensors = write_dflash(path)
+    return open_gguf(path), tensors
+
+
+def test_supported_arches():
+    assert supported_arches() == ["dflash", "gemma3", "llama", "qwen3"]
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "llama", "gemma3"])
+def test_decoder_maps_map_a_synthetic_file(tmp_path, arch):
+    rng = np.random.default_rng(1)
+    path = tmp_path / f"{arch}.gguf"
+    tensors = decoder_tensors(rng, LAYER_NAMES[arch])
+    write_gguf(path, arch, decoder_kv(arch), tensors)
+    gguf = open_gguf(path)
+    amap = map_for(gguf)
+    config = amap.hf_config(gguf)
+    assert config["num_hidden_layers"] == 2 and config["vocab_size"] == 40 and config["tie_word_embeddings"]
+    plan = amap.plan(gguf, config)
+    assert len(plan) == len(tensors) and all(e.hf_name.startswith("model.") for e in plan)
+    out = {hf: x for hf, x, _, _ in amap.iter_tensors(gguf, plan, config)}
+    if arch == "gemma3":  # llama.cpp stored Gemma norms as w + 1
+        np.testing.assert_array_equal(out["model.layers.1.pre_feedforward_layernorm.weight"],
+                                      tensors["blk.1.ffn_norm.weight"].astype(np.float32) - 1)
+    if arch == "llama":
+        q = tensors["blk.0.attn_q.weight"].astype(np.float32)
+        np.testing.assert_array_equal(llama_cpp_permute(out["model.layers.0.self_attn.q_proj.weight"], 4), q)
+        k = tensors["blk.0.attn_k.weight"].astype(np.float32)
+        np.testing.assert_array_equal(llama_cpp_permute(out["model.layers.0.self_attn.k_proj.weight"], 2), k)
+
+
+def test_dflash_config(draft):
+    gguf, _ = draft
+    config = load_map("dflash").hf_config(gguf)
+    assert config["architectures"] == ["DFlashDraftModel"] and config["model_type"] == "qwen3"
+    assert config["dflash_config"] == {"block_size": 16, "mask_token_id": 151669,
+                                       "target_layer_ids": DRAFT["target_layers"]}
+    assert config["tie_word_embeddings"] is False
+    assert config["head_dim"] == 16 and config["rms_norm_eps"] == 1e-6 and config["rope_theta"] == 1e6
+    assert "sliding_window" not in config and "layer_types" not in config
+
+
+def test_dflash_sliding_window_and_block_size_default(tmp_path):
+    path = tmp_path / "swa.gguf"
+    kv = {"dflash.attention.sliding_window": 128,
+          "dflash.attention.sliding_window_pattern": ([True, False], GGUFValueType.ARRAY)}
+    write_dflash(path, kv_extra=kv)
+    gguf = open_gguf(path)
+    del gguf.metadata["dflash.block_size"]
+    config = load_map("dflash").hf_config(gguf)
+    assert config["sliding_window"] == 128 and config["use_sliding_window"] is True
+    assert config["layer_types"] == ["sliding_attention", "full_attention"]
+    assert config["dflash_config"]["block_size"] == 16
+
+
+def test_dflash_mask_token_first_key_wins(tmp_path):
+    path = tmp_path / "both.gguf"
+    write_dflash(path, kv_extra={"dflash.mask_token_id": 7})
+    gguf = open_gguf(path)
+    config = load_map("dflash").hf_config(gguf, target_layer_offset=-1)
+    assert config["dflash_config"]["mask_token_id"] == 151669
+
+
+@pytest.mark.parametrize("case", ["legacy", "zero_layer", "both_mask_keys"])
+def test_old_layout_signs_need_the_flag(tmp_path, case):
+    path = tmp_path / f"{case}.gguf"
+    if case == "legacy":
+        write_dflash(path, legacy=True)
+    elif case == "zero_layer":
+        write_dflash(path, target_layers=[-1, 4])  # the file then says [0, 5]
+    else:
+        write_dflash(path, kv_extra={"dflash.mask_token_id": 151669})
+    gguf = open_gguf(path)
+    amap = load_map("dflash")
+    with pytest.raises(Gguf2ovError) as e:
+        amap.hf_config(gguf)
+    message = e.value.message
+    assert "--target-layer-offset -1" in message and "--target-layer-offset 0" in message
+    assert "--target-layer-offset" in e.value.hint
+    declared = gguf.metadata["dflash.target_layers"]
+    assert amap.hf_config(gguf, target_layer_offset=0)["dflash_config"]["target_layer_ids"] == declared
+
+
+def test_negative_layer_id_is_refused(tmp_path):
+    path = tmp_path / "zero.gguf"
+    write_dflash(path, target_layers=[-1, 4])
+    with pytest.raises(Gguf2ovError, match="below 0"):
+        load_map("dflash").hf_config(open_gguf(path), target_layer_offset=-1)
+
+
+def test_dflash2_group_and_optional(tmp_path):
+    rng = np.random.default_rng(3)
+    h, kernel, rank, vocab = DRAFT["hidden"], 3, 8, 50
+    extra = {"selector_predecessor.weight": (rng.standard_normal((vocab, rank)), None),
+             "selector_successor.weight": (rng.standard_normal((vocab, rank)), None),
+             "selector_hidden.weight": (rng.standard_normal((rank, h)), None),
+             "token_embd.weight": (rng.standard_normal((vocab, h)), None)}
+    for n in range(DRAFT["layers"]):
+        for part in ("attn", "ffn"):
+            extra[f"blk.{n}.{part}_conv_base"] = (rng.standard_normal((2, kernel, h)), None)
+            extra[f"blk.{n}.{part}_conv_proj.weight"] = (rng.standard_normal((kernel, h)), None)
+    path = tmp_path / "v2.gguf"
+    write_dflash(path, tensors_extra=extra, kv_extra={"dflash.conv_kernel_size": kernel})
+    gguf = open_gguf(path)
+    amap = load_map("dflash")
+    assert gguf.tensors["blk.0.attn_conv_base"].ne == (h, kernel, 2)
+    config = amap.hf_config(gguf)
+    plan = {e.gguf_name: e for e in amap.plan(gguf, config)}
+    assert plan["blk.1.ffn_conv_base"].hf_name == "layers.1.mlp_conv.base_kernel"
+    assert plan["blk.1.ffn_conv_base"].shape == (2, kernel, h)
+    assert plan["selector_successor.weight"].hf_name == "candidate_selector.successor_codebook"
+    assert plan["selector_successor.weight"].shape == (vocab, rank)
+    assert plan["token_embd.weight"].hf_name is None  # accepted, not written
+    # the group is all or none
+    del gguf.tensors["blk.1.attn_conv_base"]
+    with pytest.raises(Gguf2ovError, match=r"incomplete tensor group, missing: blk\.1\.attn_conv_base"):
+        amap.plan(gguf, config)
+
+
+def test_plan_lists_every_breach_in_one_error(tmp_path):
+    rng = np.random.default_rng(2)
+    path = tmp_path / "bad.gguf"
+    write_dflash(path, drop=["blk.1.ffn_up.weight", "output_norm.weight"],
+                 tensors_extra={"blk.0.mystery.weight": (rng.standard_normal(4), None),
+                                "blk.5.attn_q.weight": (rng.standard_normal((64, 64)), None),
+                                "blk.0.attn_k.weight": (rng.standard_normal((8, 64)), None)})
+    gguf = open_gguf(path)
+    with pytest.raises(Gguf2ovError) as e:
+        load_map("dflash").plan(gguf)
+    message = e.value.message
+    assert str(path) in message and "tensor_maps/dflash.yaml" in message
+    for needle in ("tensors the map does not know: blk.0.mystery.weight",
+                   "missing tensors: output_norm.weight, blk.1.ffn_up.weight",
+                   "beyond block_count 2: blk.5.attn_q.weight",
+                   "blk.0.attn_k.weight is [8, 64], expected [32, 64]"):
+        assert needle in message
+
+
+def test_unknown_arch_lists_supported(tmp_path):
+    path = tmp_path / "mamba.gguf"
+    write_gguf(path, "mamba", {}, {"w": np.zeros(4, np.float32)})
+    with pytest.raises(Gguf2ovError, match="no map for architecture 'mamba'; supported: dflash, gemma3, llama, qwen3"):
+        map_for(open_gguf(path))
+
+
+def test_map_arch_must_match_the_file(draft, tmp_path):
+    gguf, _ = draft
+    other = tmp_path / "m.yaml"
+    other.write_text("arch: qwen3\ntensors: {a.weight: b.weight}\n")
+    with pytest.raises(Gguf2ovError, match="is 'dflash' but the map"):
+        map_for(gguf, other)
+
+
+@pytest.mark.parametrize("body, needle", [
+    ("arch: x\ntensors: {a.weight: {to: b.weight, ops: [frobnicate: 1]}}", "unknown op 'frobnicate'"),
+    ("arch: x\ntensors: {a.weight: {to: b.weight, ops: [add: yes]}}", "op add takes a number"),
+    ("arch: x\ntensors: {'blk.{M}.a': 'b.{M}'}", "bad template"),
+    ("arch: x\ntensors: {'blk.{N}.a': b.weight}", "{N} must appear in both"),
+    ("arch: x\nconfig: {hidden_size: {add: 1}}", "config hidden_size"),
+    ("arch: x\nconfig: {h: {from: k, frob: 1}}", "unknown rule keys ['frob']"),
+    ("arch: x\ntensorz: {}", "unknown sections"),
+    ("tensors: {}", "`arch` must name"),
+    ("arch: x\ntensors: {a.weight: b.weight}\nshapes: {b.weight: ['__import__(1)']}", "shape of b.weight"),
+    ("arch: x\ntensors: [", "cannot read tensor map"),
+])
+def test_invalid_maps_name_the_yaml_file(tmp_path, body, needle):
+    path = tmp_path / "bad.yaml"
+    path.write_text(body)
+    with pytest.raises(Gguf2ovError) as e:
+        load_map(path=path)
+    assert str(path) in e.value.message and needle in e.value.message
+
+
+def test_extends_merges_a_skeleton(tmp_path):
+    (tmp_path / "base.yaml").write_text("config: {hidden_size: x.h}\ntensors: {a.weight: b.weight}\n")
+    (tmp_path / "child.yaml").write_text("arch: x\nextends: base.yaml\ntensors: {c.weight: d.weight}\n")
+    amap = load_map(path=tmp_path / "child.yaml")
+    assert [r.gguf for r in amap.rules] == ["a.weight", "c.weight"] and "hidden_size" in amap.config
+
+
+@pytest.mark.parametrize("name, arg", [("add", -1.0), ("add", 0.5), ("unpermute_qk", {"heads": "n"})])
+def test_op_reverse_round_trips(name, arg):
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((4 * 8, 6)).astype(np.float32)
+    ops = ((name, arg),)
+    config = {"n": 4}
+    there = apply_ops(ops, x, config)
+    assert not np.array_equal(there, x)
+    np.testing.assert_allclose(apply_ops(ops, there, config, reverse=True), x, rtol=0, atol=1e-6)
+    assert set(OPS) == {"add", "unpermute_qk"}
+
+
+def test_unpermute_qk_undoes_llama_cpp_permute():
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((2 * 16, 24)).astype(np.float32)
+    permuted = llama_cpp_permute(w, 2)
+    np.testing.assert_array_equal(apply_ops((("unpermute_qk", {"heads": "h"}),), permuted, {"h": 2}), w)
+    np.testing.assert_array_equal(apply_ops((("unpermute_qk", {"heads": "h"}),), w, {"h": 2}, reverse=True), permuted)
+
+
+def test_reverse_names_and_metadata(draft):
+    gguf, _ = draft
+    amap = load_map("dflash")
+    config = amap.hf_config(gguf)
+    assert amap.gguf_name_for("layers.3.mlp.down_proj.weight") == ("blk.3.ffn_down.weight", ())
+    assert amap.gguf_name_for("hidden_norm.weight")[0] == "enc.output_norm.weight"
+    with pytest.raises(Gguf2ovError, match="lm_head.weight"):
+        amap.gguf_name_for("lm_head.weight")
+    back = amap.gguf_metadata(config)
+    for key, value in back.items():
+        assert gguf.metadata[key] == value, key
+    assert set(gguf.metadata) - {"general.architecture"} <= set(back)
+    legacy = amap.gguf_metadata(config, legacy=True)
+    assert legacy["dflash.target_layers"] == DRAFT["target_layers"] and "dflash.mask_token_id" in legacy
+    assert "tokenizer.ggml.mask_token_id" not in legacy
+
+
+def test_metadata_of_the_wrong_kind_is_an_error(tmp_path):
+    path = tmp_path / "odd.gguf"
+    write_dflash(path, kv_extra={"dflash.target_layers": "3,6,9",
+                                 "dflash.attention.sliding_window": 64,
+                                 "dflash.attention.sliding_window_pattern": ([2, 3], GGUFValueType.ARRAY)})
+    gguf = open_gguf(path)
+    amap = load_map("dflash")
+    with pytest.raises(Gguf2ovError, match="sliding_window_pattern holds 2; the dflash map knows"):
+        amap.hf_config(gguf, target_layer_offset=-1)
+    del gguf.metadata["dflash.attention.sliding_window_pattern"]
+    with pytest.raises(Gguf2ovError, match="dflash.target_layers = '3,6,9' should be numeric"):
+        amap.hf_config(gguf, target_layer_offset=-1)

@@ -1,0 +1,151 @@
+import struct
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType
+from gguf.quants import dequantize as gguf_dequantize
+
+from gguf2ov.cli import main
+from gguf2ov.errors import Gguf2ovError
+from gguf2ov.read import open_gguf, summarise
+from ggufs import write_gguf
+
+Q = GGMLQuantizationType
+V = GGUFValueType
+
+METADATA = {
+    "t.u8": (200, V.UINT8), "t.i8": (-100, V.INT8), "t.u16": (60000, V.UINT16), "t.i16": (-30000, V.INT16),
+    "t.u32": (4_000_000_000, V.UINT32), "t.i32": (-2_000_000_000, V.INT32),
+    "t.u64": (2**63 + 5, V.UINT64), "t.i64": (-(2**62), V.INT64),
+    "t.f32": (1e-6, V.FLOAT32), "t.f64": (0.1, V.FLOAT64), "t.bool": (True, V.BOOL), "t.false": (False, V.BOOL),
+    "t.str": ("héllo", V.STRING),
+    "t.ints": ([1, -2, 3], V.ARRAY), "t.floats": ([0.5, -1.25], V.ARRAY),
+    "t.strs": (["a", "bc", ""], V.ARRAY), "t.bools": ([True, False, True], V.ARRAY),
+}
+
+
+@pytest.fixture
+def sample(tmp_path):
+    rng = np.random.default_rng(0)
+    tensors = {
+        "wide.weight": rng.standard_normal((3, 5)).astype(np.float32),           # Linear(5 -> 3)
+        "q8.weight": (rng.standard_normal((4, 64)).astype(np.float32), Q.Q8_0),  # Linear(64 -> 4)
+        "half.weight": (rng.standard_normal((2, 3, 32)).astype(np.float32), Q.F16),
+        "ids": (np.arange(6, dtype=np.int64), Q.I64),
+    }
+    path = tmp_path / "sample.gguf"
+    write_gguf(path, "testarch", METADATA, tensors)
+    return path, tensors
+
+
+def test_metadata_every_form(sample):
+    gguf = open_gguf(sample[0])
+    assert gguf.arch == "testarch"
+    for key, (value, _) in METADATA.items():
+        got = gguf.metadata[key]
+        assert got == value and type(got) is type(value), key
+    assert gguf.metadata["t.f32"] == 1e-6  # the float32 shown by its shortest decimal
+
+
+def test_metadata_agrees_with_gguf_reader(sample):
+    gguf, reader = open_gguf(sample[0]), GGUFReader(sample[0])
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF."):
+            continue
+        expected = field.contents()
+        got = gguf.metadata[name]
+        if field.types[-1] == V.FLOAT32:
+            np.testing.assert_allclose(got, expected, rtol=1e-7)
+        else:
+            assert got == expected, name
+    for t in reader.tensors:
+        info = gguf.tensors[t.name]
+        assert info.ne == tuple(int(d) for d in t.shape) and info.offset == t.data_offset
+        assert info.n_bytes == t.n_bytes and info.qtype == t.tensor_type
+        np.testing.assert_array_equal(gguf.raw(t.name), t.data)
+        assert gguf.raw(t.name).shape == t.data.shape
+
+
+def test_non_square_orientation_and_values(sample):
+    path, tensors = sample
+    gguf = open_gguf(path)
+    wide = gguf.tensors["wide.weight"]
+    assert wide.ne == (5, 3) and wide.shape == (3, 5)
+    np.testing.assert_array_equal(gguf.load("wide.weight"), tensors["wide.weight"])
+    q8 = gguf.load("q8.weight")
+    assert q8.shape == (4, 64) and q8.dtype == np.float32
+    np.testing.assert_array_equal(q8, gguf_dequantize(gguf.raw("q8.weight"), Q.Q8_0))
+    assert np.corrcoef(q8.ravel(), tensors["q8.weight"][0].ravel())[0, 1] > 0.999
+    np.testing.assert_array_equal(gguf.load("half.weight"), tensors["half.weight"][0].astype(np.float16))
+    assert gguf.load("ids").dtype == np.int64
+
+
+def test_summarise_long_arrays():
+    text = summarise([f"tok{i}" for i in range(262144)])
+    assert text.startswith("[262144 x str] first: 'tok0', 'tok1', 'tok2'")
+    assert summarise([1, 2]) == "[1, 2]"
+
+
+def _error(path) -> str:
+    with pytest.raises(Gguf2ovError) as e:
+        open_gguf(path)
+    assert str(path) in e.value.message
+    return e.value.message
+
+
+def test_bad_magic(tmp_path):
+    path = tmp_path / "x.gguf"
+    path.write_bytes(b"GGML" + bytes(100))
+    assert "not a GGUF file" in _error(path)
+
+
+def test_too_small_and_missing(tmp_path):
+    path = tmp_path / "small.gguf"
+    path.write_bytes(b"GGUF")
+    assert "only 4 bytes" in _error(path)
+    assert "no such file" in _error(tmp_path / "absent.gguf")
+
+
+def test_truncated_tensor_data_names_the_tensor(sample):
+    path, _ = sample
+    data = path.read_bytes()
+    gguf = open_gguf(path)
+    last = max(gguf.tensors.values(), key=lambda t: t.offset)
+    path.write_bytes(data[: last.offset + 3])
+    message = _error(path)
+    assert "truncated" in message and last.gguf_name in message
+
+
+def test_truncated_header(sample):
+    path, _ = sample
+    path.write_bytes(path.read_bytes()[:200])
+    assert "needs" in _error(path)
+
+
+def test_absurd_array_length_is_refused_before_allocating(tmp_path):
+    path = tmp_path / "huge.gguf"
+    write_gguf(path, "testarch", {"t.ints": ([1, 2, 3], V.ARRAY)}, {"w": np.zeros(4, np.float32)})
+    data = bytearray(path.read_bytes())
+    key = b"t.ints"
+    at = data.index(key) + len(key) + 4 + 4  # after the key, the value type and the item type
+    struct.pack_into("<Q", data, at, 2**60)
+    path.write_bytes(bytes(data))
+    assert "t.ints" in _error(path)
+
+
+def test_absurd_tensor_count(tmp_path):
+    path = tmp_path / "count.gguf"
+    write_gguf(path, "testarch", {}, {"w": np.zeros(4, np.float32)})
+    data = bytearray(path.read_bytes())
+    struct.pack_into("<Q", data, 8, 2**62)
+    path.write_bytes(bytes(data))
+    assert "tensor infos" in _error(path)
+
+
+def test_corrupt_file_via_cli(tmp_path, capsys):
+    path = tmp_path / "bad.gguf"
+    path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 1, 1) + b"\xff" * 20)
+    assert main(["inspect", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}") and "Traceback" not in err
+    assert len([line for line in err.splitlines() if line.startswith("error:")]) == 1
