@@ -1,0 +1,367 @@
+"""Drift of requantized draft variants: size, weight error, and what the draft proposes.
+
+For each variant (fp32 baseline, NNCF int8/int4 at several group sizes, the GGUF-grid transcode)
+it measures, against the fp32 export and against the values the GGUF held:
+- weights: relative error ||w - w_ref|| / ||w_ref|| and cosine, over all weights and per tensor;
+- outputs: on blocks built from the target's own hidden states (or synthetic ones without a
+  target), the draft's proposals through the target's lm_head compared with the fp32 draft's:
+  top-1 agreement (llama.cpp's "same top p") and mean KL divergence (fp32 || variant).
+"""
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .accept import DEFAULT_PROMPTS
+from .errors import Gguf2ovError
+from .report import Table, human_bytes
+
+
+
+@dataclass(frozen=True)
+class TensorDrift:
+    name: str
+    rel_err: float
+    cosine: float
+    rel_err_gguf: float | None
+    cosine_gguf: float | None
+
+
+@dataclass(frozen=True)
+class VariantDrift:
+    name: str
+    path: str
+    size_bytes: int
+    rel_err: float
+    cosine: float
+    rel_err_gguf: float | None
+    cosine_gguf: float | None
+    top1_agreement: float | None
+    kld: float | None
+    output_cosine: float
+    verified: bool | None
+    verify_failures: list[str]
+    acceptance: dict | None = None
+    tensors: list[TensorDrift] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class DriftResult:
+    source: str
+    out_dir: str
+    contexts: str            # "target" or "synthetic"
+    n_blocks: int
+    n_rows: int
+    variants: list[VariantDrift]
+    plot: str | None
+    seconds: float
+    provenance: dict
+
+    def tables(self) -> list[Table]:
+        grid = any(v.rel_err_gguf is not None for v in self.variants)
+        acc = any(v.acceptance for v in self.variants)
+        headers = ["variant", "size", "rel err", "cosine"]
+        headers += ["rel err vs GGUF", "cosine vs GGUF"] if grid else []
+        headers += ["same top-1", "mean KLD", "out cosine", "verify"]
+        headers += ["acceptance", "tok/s"] if acc else []
+        rows = []
+        for v in self.variants:
+            row = [v.name, human_bytes(v.size_bytes), _pct(v.rel_err), f"{v.cosine:.6f}"]
+            if grid:
+                row += [_pct(v.rel_err_gguf), None if v.cosine_gguf is None else f"{v.cosine_gguf:.6f}"]
+            row += [_pct(v.top1_agreement), v.kld, f"{v.output_cosine:.6f}",
+                    "-" if v.verified is None else ("pass" if v.verified else "FAIL")]
+            if acc:
+                a = v.acceptance or {}
+                row += [_pct(a.get("acceptance_rate")), a.get("tok_s_draft")]
+            rows.append(row)
+        note = (f"weights against the fp32 export{' and the dequantized GGUF grid' if grid else ''}; outputs over "
+                f"{self.n_rows} proposals in {self.n_blocks} blocks ({self.contexts} contexts)")
+        return [Table("Drift per variant", headers, rows, note)]
+
+    def summary(self) -> list[str]:
+        lines = [f"{len(self.variants)} variants under {self.out_dir} in {self.seconds:.1f} s"]
+        if self.plot:
+            lines.append(f"plot: {self.plot}")
+        bad = [v.name for v in self.variants if v.verified is False]
+        if bad:
+            lines.append(f"verify FAILED for: {', '.join(bad)}")
+        return lines
+
+
+def _pct(x) -> str | None:
+    if x is None:
+        return None
+    return f"{100 * x:.2e}%" if 0 < abs(x) < 1e-5 else f"{100 * x:.3f}%"
+
+
+# -- weight drift ---------------------------------------------------------------------------------
+
+class _Accumulator:
+    """Sums for a global relative error and cosine over many tensors."""
+
+    def __init__(self):
+        self.diff2 = self.ref2 = self.val2 = self.dot = 0.0
+
+    def add(self, value: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
+        v, r = value.astype(np.float64).ravel(), ref.astype(np.float64).ravel()
+        d2, r2, v2, dot = float(np.sum((v - r) ** 2)), float(r @ r), float(v @ v), float(v @ r)
+        self.diff2, self.ref2, self.val2, self.dot = self.diff2 + d2, self.ref2 + r2, self.val2 + v2, self.dot + dot
+        return _rel_cos(d2, r2, v2, dot)
+
+    def result(self) -> tuple[float, float]:
+        return _rel_cos(self.diff2, self.ref2, self.val2, self.dot)
+
+
+def _rel_cos(d2, r2, v2, dot) -> tuple[float, float]:
+    rel = float(np.sqrt(d2 / r2)) if r2 > 0 else float(np.sqrt(d2))
+    cos = dot / np.sqrt(v2 * r2) if v2 > 0 and r2 > 0 else float(v2 == r2)
+    return rel, float(cos)
+
+
+def weight_drift(weights: dict, baseline: dict, grid: dict | None):
+    """Per-tensor and overall drift of `weights` against the fp32 baseline and the GGUF grid."""
+    missing = sorted(set(baseline) - set(weights))
+    if missing:
+        raise Gguf2ovError(f"the variant lost weights the fp32 draft has: {', '.join(missing)}")
+    overall, overall_grid = _Accumulator(), _Accumulator()
+    tensors = []
+    for name in sorted(baseline):
+        rel, cos = overall.add(weights[name], baseline[name])
+        rel_g = cos_g = None
+        if grid and name in grid:
+            rel_g, cos_g = overall_grid.add(weights[name], grid[name])
+        tensors.append(TensorDrift(name, rel, cos, rel_g, cos_g))
+    rel, cos = overall.result()
+    rel_g, cos_g = overall_grid.result() if grid else (None, None)
+    return tensors, rel, cos, rel_g, cos_g
+
+
+def gguf_grid_values(gguf_path, map_path=None) -> dict[str, np.ndarray]:
+    """The dequantized GGUF values (float32) of every 2-D weight, under HF names."""
+    from .maps import map_for
+    from .read import open_gguf
+
+    gguf = open_gguf(gguf_path)
+    amap = map_for(gguf, map_path)
+    config = amap.hf_config(gguf, allow_ambiguous=True)  # target ids do not matter for weights
+    plan = amap.plan(gguf, config)
+    return {hf: x for hf, x, _, _ in amap.iter_tensors(gguf, plan, config) if x.ndim == 2}
+
+
+# -- output drift ---------------------------------------------------------------------------------
+
+@dataclass
+class Blocks:
+    """Draft inputs for a set of blocks, and the lm_head that scores the outputs (None: no target)."""
+    embeds: list[np.ndarray]
+    contexts: list[np.ndarray]
+    lm_head: np.ndarray | None
+    kind: str
+
+
+def target_blocks(target_dir, draft_config: dict, prompts, block_size: int, max_blocks: int = 48) -> Blocks:
+    from .target import Target
+
+    target = Target.open(target_dir)
+    dflash = draft_config.get("dflash_config", {})
+    ids, mask = dflash.get("target_layer_ids"), dflash.get("mask_token_id")
+    if ids is None or mask is None:
+        raise Gguf2ovError("the draft's config.json has no dflash_config.target_layer_ids / mask_token_id")
+    embeds, contexts = [], []
+    per_prompt = max(1, max_blocks // max(1, len(prompts)))
+    for text in prompts:
+        tokens = target.tokenize(text)
+        if len(tokens) < 2:
+            continue
+        hidden = target.hidden_states(tokens, ids)
+        anchors = np.unique(np.linspace(1, len(tokens) - 1, num=min(per_prompt, len(tokens) - 1)).astype(int))
+        for p in anchors:
+            block = np.full(block_size, mask, dtype=np.int64)
+            block[0] = tokens[p]  # the seed: the last token the target committed
+            embeds.append(target.embedding[block])
+            contexts.append(hidden[:p])
+    if not embeds:
+        raise Gguf2ovError("the prompts gave no tokens to build draft blocks from")
+    return Blocks(embeds, contexts, target.lm_head, "target")
+
+
+def synthetic_blocks(draft_config: dict, block_size: int, n_blocks: int = 16, seed: int = 0) -> Blocks:
+    rng = np.random.default_rng(seed)
+    h = draft_config["hidden_size"]
+    n_ids = len(draft_config.get("dflash_config", {}).get("target_layer_ids", [])) or 1
+    embeds = [rng.normal(0, 0.05, (block_size, h)).astype(np.float32) for _ in range(n_blocks)]
+    contexts = [rng.normal(0, 1.0, (int(rng.integers(4, 32)), n_ids * h)).astype(np.float32) for _ in range(n_blocks)]
+    return Blocks(embeds, contexts, None, "synthetic")
+
+
+def draft_outputs(draft_dir, blocks: Blocks) -> list[np.ndarray]:
+    from .draft_ir import DraftIR
+
+    draft = DraftIR(draft_dir)
+    return [draft.run_block(e, c) for e, c in zip(blocks.embeds, blocks.contexts)]
+
+
+def output_drift(outputs: list, baseline: list, lm_head: np.ndarray | None):
+    """(top-1 agreement, mean KLD, cosine) of a variant's outputs against the fp32 draft's."""
+    out, ref = np.concatenate(outputs).astype(np.float64), np.concatenate(baseline).astype(np.float64)
+    cosine = float(np.sum(out * ref) / np.sqrt(np.sum(out * out) * np.sum(ref * ref)))
+    if lm_head is None:
+        return None, None, cosine
+    head = lm_head.astype(np.float64)
+    logp_out, logp_ref = _log_softmax(out @ head.T), _log_softmax(ref @ head.T)
+    top1 = float(np.mean(logp_out.argmax(-1) == logp_ref.argmax(-1)))
+    kld = float(np.mean(np.sum(np.exp(logp_ref) * (logp_ref - logp_out), axis=-1)))
+    return top1, max(kld, 0.0), cosine
+
+
+def _log_softmax(x: np.ndarray) -> np.ndarray:
+    x = x - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+# -- the stage ------------------------------------------------------------------------------------
+
+def plot_drift(variants: list[VariantDrift], path) -> str | None:
+    """Size against weight error, one labelled point per variant."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+    for v in variants:
+        x, y = v.size_bytes / 2**20, 100 * v.rel_err
+        ax.scatter([x], [y], s=40, color="tab:orange" if v.name == "gguf" else "tab:blue", zorder=3)
+        label = v.name if v.top1_agreement is None else f"{v.name} (top-1 {100 * v.top1_agreement:.1f}%)"
+        ax.annotate(label, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    ax.set_xlabel("size on disk (MiB)")
+    ax.set_ylabel("weight relative error vs fp32 (%)")
+    ax.set_title("Draft variants: size against weight drift")
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return str(path)
+
+
+def drift(source, out_dir, variants=None, target_dir=None, prompts=None, map_path=None,
+          target_layer_offset=None, accept_options: dict | None = None, overwrite: bool = False,
+          progress: bool = True) -> DriftResult:
+    """Build every variant of the draft under `out_dir`, verify each, and measure its drift."""
+    from .export import export_draft, is_gguf
+    from .outputs import atomic_dir
+    from .progress import step
+    from .provenance import provenance
+    from .report import write_reports
+    from .requantize import DEFAULT_DRIFT_VARIANTS, parse_variant, requantize_draft, ir_size
+    from .verify import verify_draft
+    from .irweights import matmul_weights
+
+    start = time.monotonic()
+    out_dir = Path(out_dir)
+    names = list(variants or DEFAULT_DRIFT_VARIANTS)
+    parsed = [parse_variant(n) for n in names]  # fail on a bad name before any work
+    source = Path(source)
+    gguf_path = source if is_gguf(source) else None
+    if gguf_path is None:
+        dropped = [v.name for v in parsed if v.weight_format == "gguf"]
+        if dropped and variants:
+            raise Gguf2ovError("the gguf variant needs a GGUF source, not a checkpoint folder")
+        parsed = [v for v in parsed if v.weight_format != "gguf"]
+    if not any(v.name == "fp32" for v in parsed):
+        parsed.insert(0, parse_variant("fp32"))  # every drift is measured against it
+    if target_dir is not None and accept_options is not None:
+        from .accept import run_acceptance  # noqa: F401  fail early when GenAI is missing
+
+    with atomic_dir(out_dir, overwrite=overwrite) as tmp:
+        step(f"exporting the fp32 baseline draft from {source}", progress)
+        export_draft(source, tmp / "fp32", weight_format="fp32", map_path=map_path,
+                     target_layer_offset=target_layer_offset, progress=progress, run_verify=False)
+        import json
+
+        draft_config = json.loads((tmp / "fp32" / "config.json").read_text())
+        block = int(draft_config.get("dflash_config", {}).get("block_size", 16))
+        if target_dir is not None:
+            blocks = target_blocks(target_dir, draft_config, prompts or DEFAULT_PROMPTS, block)
+        else:
+            blocks = synthetic_blocks(draft_config, block)
+        baseline_w = matmul_weights(tmp / "fp32")
+        baseline_out = draft_outputs(tmp / "fp32", blocks)
+        grid = gguf_grid_values(gguf_path, map_path) if gguf_path else None
+
+        results = []
+        for variant in parsed:
+            vdir = tmp / variant.name
+            if variant.name != "fp32":
+                step(f"building variant {variant.name}", progress)
+                requantize_draft(tmp / "fp32", vdir, variant, gguf_path=gguf_path, map_path=map_path)
+            step(f"measuring {variant.name}", progress)
+            vr = verify_draft(vdir, target_dir=target_dir)
+            tensors, rel, cos, rel_g, cos_g = weight_drift(matmul_weights(vdir), baseline_w, grid)
+            top1, kld, out_cos = output_drift(draft_outputs(vdir, blocks), baseline_out, blocks.lm_head)
+            acceptance = None
+            if target_dir is not None and accept_options is not None:
+                acceptance = _acceptance(target_dir, vdir, accept_options, progress)
+            results.append(VariantDrift(
+                name=variant.name, path=str(out_dir / variant.name), size_bytes=ir_size(vdir),
+                rel_err=rel, cosine=cos, rel_err_gguf=rel_g, cosine_gguf=cos_g,
+                top1_agreement=top1, kld=kld, output_cosine=out_cos,
+                verified=vr.ok, verify_failures=[c.name for c in vr.checks if c.status == "fail"],
+                acceptance=acceptance, tensors=tensors,
+            ))
+        plot = plot_drift(results, tmp / "drift.png")
+        result = DriftResult(
+            source=str(source), out_dir=str(out_dir), contexts=blocks.kind, n_blocks=len(blocks.embeds),
+            n_rows=int(sum(len(e) - 1 for e in blocks.embeds)), variants=results,
+            plot=str(out_dir / "drift.png") if plot else None, seconds=time.monotonic() - start,
+            provenance=provenance({"source": source}, {"variants": [v.name for v in parsed],
+                                                       "target": str(target_dir) if target_dir else None}),
+        )
+        write_reports(result, tmp / "drift.json", tmp / "drift.md", title="gguf2ov drift")
+    return result
+
+
+def _acceptance(target_dir, draft_dir, options: dict, progress: bool) -> dict:
+    from .accept import run_acceptance
+
+    r = run_acceptance(target_dir, draft_dir, progress=progress, **options)
+    return {k: getattr(r, k) for k in ("verdict", "identical", "acceptance_rate", "mean_acceptance_length",
+                                        "tok_s_target", "tok_s_draft", "speedup") if hasattr(r, k)}
+
+
+def configure_parser(p) -> None:
+    p.add_argument("source", help="a dflash GGUF or a converted checkpoint folder")
+    p.add_argument("-o", "--output", required=True, help="folder for the variants and drift.json/md/png")
+    p.add_argument("--variants", help="comma-separated, e.g. fp32,int8,int4_sym_g16,gguf (default: all of "
+                                      "fp32, int8, int4 sym/asym at group 16/32/128, gguf)")
+    p.add_argument("--target", help="OpenVINO target folder: contexts from its hidden states, proposals through its lm_head")
+    p.add_argument("--prompts", help="text file, one prompt per line, for the target contexts")
+    p.add_argument("--accept", action="store_true", help="with --target: also run an acceptance run per variant")
+    p.add_argument("--map", help="tensor map YAML to use instead of the shipped one")
+    p.add_argument("--target-layer-offset", type=int, help="see gguf2ov convert")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
+    p.add_argument("--json", help="also write the JSON report here")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+
+
+def cli(args) -> int:
+    from .accept import read_prompts
+    from .report import render, write_reports
+
+    if args.accept and not args.target:
+        raise Gguf2ovError("--accept needs --target")
+    variants = [v for v in args.variants.split(",") if v.strip()] if args.variants else None
+    prompts = read_prompts(args.prompts) if args.prompts else None
+    result = drift(args.source, args.output, variants=variants, target_dir=args.target,
+                   prompts=prompts, map_path=args.map, target_layer_offset=args.target_layer_offset,
+                   accept_options={"prompts": prompts or list(DEFAULT_PROMPTS)} if args.accept else None,
+                   overwrite=args.overwrite, progress=not args.quiet)
+    print(render(result, "text", title="gguf2ov drift"))
+    if args.json:
+        write_reports(result, json_path=args.json)
+    return 0 if all(v.verified is not False for v in result.variants) else 1

@@ -1,0 +1,76 @@
+"""Reading the weights of an OpenVINO IR back as float32, whatever compression they carry.
+
+Every MatMul whose weight input is a constant subgraph (a plain Constant, or NNCF's
+Convert -> Subtract -> Multiply -> Reshape decompression) is evaluated on its own, so an int4 IR
+yields the values the runtime actually multiplies with. Keys are the PyTorch parameter names
+(`layers.0.mlp.gate_proj.weight`), recovered from the exporter's node names.
+"""
+
+import re
+from pathlib import Path
+
+import numpy as np
+
+# optimum's PyTorch frontend names a Linear's MatMul "__module.<path>/aten::linear/MatMul" and an
+# Embedding's lookup "__module.<path>/aten::embedding/Gather"
+_MODULE_PATH = re.compile(r"__module\.(?P<path>[^/]+)/aten::(?:linear/MatMul|embedding/Gather)")
+_WEIGHT_INPUT = {"MatMul": 1, "Gather": 0}
+
+
+def read_model(model_or_path):
+    import openvino as ov
+
+    if isinstance(model_or_path, (str, Path)):
+        path = Path(model_or_path)
+        if path.is_dir():
+            path = path / "openvino_model.xml"
+        return ov.Core().read_model(str(path))
+    return model_or_path
+
+
+def _is_constant_subgraph(output) -> bool:
+    seen, stack = set(), [output.get_node()]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        kind = node.get_type_name()
+        if kind in ("Parameter", "ReadValue"):
+            return False
+        stack.extend(v.get_node() for v in node.input_values())
+    return True
+
+
+def weight_param_name(matmul) -> str | None:
+    m = _MODULE_PATH.fullmatch(matmul.get_friendly_name())
+    return f"{m['path']}.weight" if m else None
+
+
+def matmul_weights(model_or_path) -> dict[str, np.ndarray]:
+    """{parameter name: float32 [out, in] array} for every Linear of the IR."""
+    return ir_weights(model_or_path, kinds=("MatMul",))
+
+
+def ir_weights(model_or_path, kinds=("MatMul", "Gather")) -> dict[str, np.ndarray]:
+    """{parameter name: float32 array} for every Linear (MatMul) and Embedding (Gather) of the IR."""
+    import openvino as ov
+
+    model = read_model(model_or_path)
+    names, outputs = [], []
+    for op in model.get_ordered_ops():
+        if op.get_type_name() not in kinds:
+            continue
+        name = weight_param_name(op)
+        weight = op.input_value(_WEIGHT_INPUT[op.get_type_name()])
+        if name is None or name in names or not _is_constant_subgraph(weight):
+            continue
+        names.append(name)
+        outputs.append(weight)
+    if not outputs:
+        return {}
+    # A parameterless model of just the weight subgraphs; OpenVINO folds and evaluates it.
+    sub = ov.Model([ov.opset13.convert(o, "f32").output(0) for o in outputs], [], "weights")
+    compiled = ov.Core().compile_model(sub, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    result = compiled.create_infer_request().infer({})
+    return {name: np.asarray(result[compiled.output(i)], dtype=np.float32) for i, name in enumerate(names)}

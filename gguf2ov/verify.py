@@ -1,0 +1,501 @@
+"""Check an exported draft IR against the DFlash contract that OpenVINO GenAI relies on.
+
+Every defect caught here attaches to a target without a message in GenAI 2026.4 and keeps greedy
+output identical; only acceptance drops (FACTS §5: correct draft 229/300 accepted, no seed-row
+slice 23, stateless 12, random weights 1). So the checks look at the interface, run the IR on a
+synthetic block, compare it with PyTorch when the checkpoint is at hand, and check the draft's
+geometry against a target.
+"""
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import Gguf2ovError
+from .report import Table
+
+IR_XML = "openvino_model.xml"
+TARGET_XMLS = ("openvino_model.xml", "openvino_language_model.xml")
+DRAFT_INPUTS = ("inputs_embeds", "hidden_states", "position_ids", "attention_mask")
+
+# OV vs PyTorch max |diff| relative to max(1, max |reference|), by the IR's weight precision.
+# Measured on a tiny draft over two steps: f32 4.8e-7 (FACTS §4: ~1.7e-6), fp16 weights 1.5e-3 at a
+# reference scale of 4.1. Compressed integer weights are not held to a tolerance (`drift` is).
+TOLERANCE = {"f32": 1e-4, "f16": 1e-2}
+# A projection whose std is within this fraction of `initializer_range` looks freshly initialised.
+INIT_STD_MARGIN = 0.25
+# Synthetic run: two steps, so the second one exercises the KV state written by the first.
+CONTEXT_STEPS = (5, 3)
+SEED = 0
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    group: str  # interface | behaviour | target
+    status: str  # pass | fail | warn | skip
+    reason: str
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    draft_dir: str
+    target_dir: str | None
+    checkpoint_dir: str | None
+    checks: list[Check]
+    figures: dict = field(default_factory=dict)
+    ok: bool = field(init=False)  # a field, so that it reaches the JSON
+
+    def __post_init__(self):
+        object.__setattr__(self, "ok", not any(c.status == "fail" for c in self.checks))
+
+    def check(self, name: str) -> Check:
+        return next(c for c in self.checks if c.name == name)
+
+    def tables(self) -> list[Table]:
+        rows = [[c.group, c.name, c.status, c.reason] for c in self.checks]
+        return [Table("DFlash draft checks", ["group", "check", "status", "reason"], rows)]
+
+    def summary(self) -> list[str]:
+        counts = {s: sum(c.status == s for c in self.checks) for s in ("pass", "warn", "fail", "skip")}
+        verdict = "PASS" if self.ok else "FAIL"
+        line = f"verify {verdict}: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+        failed = [c.name for c in self.checks if c.status == "fail"]
+        return [line] + ([f"failed: {', '.join(failed)}"] if failed else [])
+
+
+@dataclass
+class _Draft:
+    """What the checks share about the draft (internal, filled step by step)."""
+
+    dir: Path
+    model: object  # ov.Model
+    config: dict | None
+    hidden: int | None = None
+    fc_in: int | None = None
+    layers: int | None = None
+    ids: list[int] | None = None
+    mask_token_id: int | None = None
+    stateful: bool = False
+
+
+def verify_draft(draft_dir, target_dir=None, checkpoint_dir=None) -> VerifyResult:
+    import openvino as ov
+
+    draft_dir = Path(draft_dir)
+    checks: list[Check] = []
+    figures: dict = {}
+    xml = draft_dir / IR_XML
+    if checkpoint_dir is None and (draft_dir / "model.safetensors").is_file() and (draft_dir / "config.json").is_file():
+        checkpoint_dir = draft_dir
+
+    def result():
+        return VerifyResult(str(draft_dir), str(target_dir) if target_dir else None,
+                            str(checkpoint_dir) if checkpoint_dir else None, checks, figures)
+
+    try:
+        model = ov.Core().read_model(str(xml))
+    except Exception as e:  # a missing or corrupt IR: nothing else can be checked
+        checks.append(Check("ir", "interface", "fail", f"cannot read {xml}: {str(e).splitlines()[0][:200]}"))
+        return result()
+    config = _read_json(draft_dir / "config.json")
+    d = _Draft(draft_dir, model, config)
+    checks.append(Check("ir", "interface", "pass", f"read {xml.name}" + (" and config.json" if config else "")))
+    checks += _interface_checks(d)
+    checks += _behaviour_checks(d, checkpoint_dir, figures)
+    if target_dir is not None:
+        checks += _target_checks(d, Path(target_dir))
+    return result()
+
+
+def _read_json(path: Path) -> dict | None:
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return None
+
+
+def _input(model, name: str):
+    return next((p for p in model.inputs if name in p.get_names()), None)
+
+
+def _last_dim(port) -> int | None:
+    shape = port.get_partial_shape()
+    if shape.rank.is_dynamic or not shape[len(shape) - 1].is_static:
+        return None
+    return shape[len(shape) - 1].get_length()
+
+
+# --- interface ----------------------------------------------------------------------------------
+
+
+def _interface_checks(d: _Draft) -> list[Check]:
+    m, cfg = d.model, d.config or {}
+    out = []
+    d.stateful = _input(m, "beam_idx") is not None
+    out.append(Check("stateful", "interface", "pass" if d.stateful else "fail",
+                     "beam_idx input present: the KV cache is kept as state" if d.stateful else
+                     "no beam_idx input: the draft is stateless, recomputes its context every step and "
+                     "its proposals are rejected (export with use_past_in_inputs=True, stateful=True)"))
+
+    missing = [n for n in DRAFT_INPUTS if _input(m, n) is None]
+    if _input(m, "inputs_embeds") is not None:
+        d.hidden = _last_dim(_input(m, "inputs_embeds"))
+    if _input(m, "hidden_states") is not None:
+        d.fc_in = _last_dim(_input(m, "hidden_states"))
+    if cfg.get("hidden_size") and d.hidden and cfg["hidden_size"] != d.hidden:
+        out.append(Check("inputs", "interface", "fail",
+                         f"inputs_embeds width {d.hidden} != config hidden_size {cfg['hidden_size']}"))
+    elif missing:
+        out.append(Check("inputs", "interface", "fail", f"missing input(s) {', '.join(missing)}: not a DFlash "
+                         "draft exported through Qwen3DFlashForCausalLM"))
+    else:
+        out.append(Check("inputs", "interface", "pass", f"inputs_embeds [.., {d.hidden}], hidden_states "
+                         f"[.., {d.fc_in}], position_ids, attention_mask"))
+
+    names = [sorted(o.get_names()) for o in m.outputs]
+    if len(names) == 1 and "last_hidden_state" in names[0]:
+        out.append(Check("output", "interface", "pass", "one output, last_hidden_state"))
+    else:
+        shown = ", ".join(n[0] if n else "?" for n in names[:4]) + (", ..." if len(names) > 4 else "")
+        out.append(Check("output", "interface", "fail", f"{len(names)} output(s) ({shown}); expected exactly "
+                         "one, last_hidden_state (present.* outputs mean the cache was not made stateful)"))
+
+    graph_layers = {int(x) for op in m.get_ops() for x in re.findall(r"__module\.layers\.(\d+)[./]", op.get_friendly_name())}
+    d.layers = cfg.get("num_hidden_layers") or (max(graph_layers) + 1 if graph_layers else None)
+    n_vars = len(m.get_variables())
+    if d.layers is None:
+        out.append(Check("state", "interface", "skip", f"{n_vars} state variables; layer count unknown"))
+    elif n_vars == 2 * d.layers:
+        out.append(Check("state", "interface", "pass", f"{n_vars} state variables = 2 x {d.layers} layers (K and V)"))
+    else:
+        out.append(Check("state", "interface", "fail", f"{n_vars} state variables for {d.layers} layers; expected "
+                         f"{2 * d.layers} (one K and one V per layer)"))
+    out.append(_rt_info_check(d))
+    return out
+
+
+def _rt_info_check(d: _Draft) -> Check:
+    m = d.model
+    dflash = (d.config or {}).get("dflash_config") or {}
+    # config.json's values stand in when the rt_info is broken, so the target checks still run
+    d.ids, d.mask_token_id = dflash.get("target_layer_ids"), dflash.get("mask_token_id")
+    keys = (("dflash_mode",), ("dflash", "mask_token_id"), ("dflash", "target_layer_ids"))
+    absent = ["/".join(k) for k in keys if not m.has_rt_info(list(k))]
+    if absent:
+        return Check("rt-info", "interface", "fail", f"rt_info {', '.join(absent)} missing: GenAI does not treat "
+                     "the model as a DFlash draft (set them with model.set_rt_info)")
+    mode = m.get_rt_info(["dflash_mode"]).astype(str)
+    try:
+        d.mask_token_id = int(m.get_rt_info(["dflash", "mask_token_id"]).astype(str))
+        d.ids = [int(x) for x in m.get_rt_info(["dflash", "target_layer_ids"]).astype(str).split(",")]
+    except ValueError as e:
+        return Check("rt-info", "interface", "fail", f"malformed dflash rt_info: {e}")
+    if mode.lower() != "true":
+        return Check("rt-info", "interface", "fail", f"dflash_mode is {mode!r}, GenAI needs 'True'")
+    wrong = [f"{k}: rt_info {got} != config {dflash[k]}" for k, got in
+             (("mask_token_id", d.mask_token_id), ("target_layer_ids", d.ids)) if k in dflash and dflash[k] != got]
+    if wrong:
+        return Check("rt-info", "interface", "fail", "; ".join(wrong))
+    if d.hidden and d.fc_in and d.fc_in != len(d.ids) * d.hidden:
+        return Check("rt-info", "interface", "fail", f"{len(d.ids)} target layer ids but hidden_states width "
+                     f"{d.fc_in} != {len(d.ids)} x {d.hidden}")
+    where = " (equal to config.json)" if dflash else ""
+    return Check("rt-info", "interface", "pass", f"dflash_mode True, mask_token_id {d.mask_token_id}, "
+                 f"target_layer_ids {d.ids}{where}")
+
+
+# --- behaviour ----------------------------------------------------------------------------------
+
+
+def synthetic_steps(hidden: int, fc_in: int, block: int, stateful: bool) -> list[dict]:
+    """Two draft calls as GenAI makes them: new target context + a block of `block` embeddings."""
+    import numpy as np
+
+    rng = np.random.default_rng(SEED)
+    steps, past = [], 0
+    for ctx in CONTEXT_STEPS if stateful else CONTEXT_STEPS[:1]:
+        steps.append({
+            "inputs_embeds": rng.standard_normal((1, block, hidden), dtype=np.float32),
+            "hidden_states": rng.standard_normal((1, ctx, fc_in), dtype=np.float32),
+            "position_ids": np.arange(past, past + ctx + block, dtype=np.int64)[None],
+            "attention_mask": np.ones((1, past + ctx + block), dtype=np.int64),
+            "beam_idx": np.zeros(1, dtype=np.int32),
+        })
+        past += ctx  # only the committed target context stays in the cache, not the block
+    return steps
+
+
+def run_ir(model, steps: list[dict]):
+    """Run the IR on the steps; returns (last_hidden_state per step, cache lengths per step)."""
+    import openvino as ov
+
+    # The CPU plugin defaults to bf16 where the CPU has it: compare in f32.
+    compiled = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    request = compiled.create_infer_request()
+    names = {n for p in compiled.inputs for n in p.get_names()}
+    out_port = next((o for o in compiled.outputs if "last_hidden_state" in o.get_names()), compiled.outputs[0])
+    outputs, cache = [], []
+    for feeds in steps:
+        request.infer({k: v.astype(_input(model, k).get_element_type().to_dtype()) for k, v in feeds.items() if k in names})
+        outputs.append(request.get_tensor(out_port).data.copy())
+        cache.append(sorted({s.state.shape[2] for s in request.query_state()}))
+    return outputs, cache
+
+
+def run_torch(checkpoint_dir, steps: list[dict]):
+    import torch
+
+    from .export import load_draft_model
+
+    _, model, _ = load_draft_model(checkpoint_dir)
+    outputs, past = [], None
+    with torch.no_grad():
+        for feeds in steps:
+            out = model(**{k: torch.from_numpy(feeds[k]) for k in DRAFT_INPUTS}, past_key_values=past, use_cache=True)
+            past = out.past_key_values
+            outputs.append(out.last_hidden_state.numpy())
+    return outputs
+
+
+def weight_precision(model) -> str:
+    """f32, f16 or int: the type the IR stores its MatMul weights in."""
+    types = set()
+    for op in model.get_ops():
+        if op.get_type_name() == "MatMul":
+            src = op.input_value(1).get_node()
+            while src.get_type_name() in ("Convert", "Multiply", "Subtract", "Reshape") and src.get_input_size():
+                src = src.input_value(0).get_node()
+            if src.get_type_name() == "Constant":
+                types.add(src.get_output_element_type(0))
+    if any(not t.is_real() for t in types):
+        return "int"
+    return "f16" if any(t.get_type_name() in ("f16", "bf16") for t in types) else "f32"
+
+
+def _behaviour_checks(d: _Draft, checkpoint_dir, figures: dict) -> list[Check]:
+    block = ((d.config or {}).get("dflash_config") or {}).get("block_size") or 16
+    out = []
+    if not (d.hidden and d.fc_in):
+        skip = "draft inputs unknown (see inputs)"
+        return [Check(n, "behaviour", "skip", skip) for n in ("block-rows", "kv-cache", "checkpoint-match")] + [_weights_check(d)]
+    steps = synthetic_steps(d.hidden, d.fc_in, block, d.stateful)
+    try:
+        ir_out, cache = run_ir(d.model, steps)
+    except Exception as e:
+        reason = f"OpenVINO failed on a {block}-token block: {str(e).splitlines()[0][:200]}"
+        return [Check("block-rows", "behaviour", "fail", reason), _weights_check(d)]
+    rows = ir_out[0].shape[1]
+    figures.update(block=block, rows=rows, context_steps=list(CONTEXT_STEPS[:len(steps)]))
+    if rows == block - 1:
+        out.append(Check("block-rows", "behaviour", "pass", f"{block}-token block -> {rows} rows (seed row dropped)"))
+    else:
+        out.append(Check("block-rows", "behaviour", "fail", f"{block}-token block -> {rows} rows, expected {block - 1}: "
+                         "the seed row is not dropped ([:, 1:]), every proposal is off by one position "
+                         "(export through Qwen3DFlashForCausalLM, not Qwen3DFlashDraftModel)"))
+
+    want = [sum(CONTEXT_STEPS[:i + 1]) for i in range(len(steps))]
+    got = [c[0] if len(c) == 1 else c for c in cache]
+    if not d.stateful:
+        out.append(Check("kv-cache", "behaviour", "skip", "stateless draft (see stateful)"))
+    elif got == want:
+        out.append(Check("kv-cache", "behaviour", "pass", f"state holds {want} context positions after each step"))
+    else:
+        out.append(Check("kv-cache", "behaviour", "fail", f"state lengths {got} after steps of {list(CONTEXT_STEPS)} "
+                         f"context tokens; expected {want}"))
+
+    out.append(_checkpoint_check(d, checkpoint_dir, steps, ir_out, figures))
+    out.append(_weights_check(d, figures))
+    return out
+
+
+def _checkpoint_check(d: _Draft, checkpoint_dir, steps, ir_out, figures: dict) -> Check:
+    import numpy as np
+
+    if checkpoint_dir is None:
+        return Check("checkpoint-match", "behaviour", "skip", "no checkpoint: pass --checkpoint to compare with PyTorch")
+    try:
+        ref = run_torch(checkpoint_dir, steps)
+    except Gguf2ovError as e:
+        return Check("checkpoint-match", "behaviour", "fail", f"checkpoint unusable: {e.message}")
+    if [r.shape for r in ref] != [o.shape for o in ir_out]:
+        return Check("checkpoint-match", "behaviour", "fail", f"IR output shapes {[o.shape for o in ir_out]} != "
+                     f"PyTorch {[r.shape for r in ref]}")
+    precision = weight_precision(d.model)
+    diff = max(float(np.abs(o - r).max()) for o, r in zip(ir_out, ref))
+    scale = max(1.0, max(float(np.abs(r).max()) for r in ref))
+    figures.update(max_abs_diff=diff, reference_max_abs=scale, weight_precision=precision)
+    tol = TOLERANCE.get(precision)
+    if tol is None:
+        return Check("checkpoint-match", "behaviour", "pass", f"max |OV - PyTorch| {diff:.3g} over {len(steps)} steps "
+                     f"with {precision} weights (not held to a tolerance; see `gguf2ov drift`)")
+    figures["tolerance"] = tol * scale
+    status = "pass" if diff <= tol * scale else "fail"
+    reason = f"max |OV - PyTorch| {diff:.3g} over {len(steps)} steps, tolerance {tol * scale:.3g} ({precision})"
+    if status == "fail":
+        reason += ": the IR does not compute the checkpoint's function (wrong or random weights?)"
+    return Check("checkpoint-match", "behaviour", status, reason)
+
+
+def _weights_check(d: _Draft, figures: dict | None = None) -> Check:
+    """Flag weights still at their initial values: every RMSNorm weight 1.0, projections N(0, 0.02).
+
+    Norm weights live in the IR as the constant of each norm's Multiply; a weight of all ones is
+    often folded away entirely, so a norm scope without such a constant counts as all ones.
+    """
+    import numpy as np
+
+    norms: dict[str, bool] = {}  # norm module -> weight differs from 1.0
+    stds = []
+    for op in d.model.get_ops():
+        name = op.get_friendly_name()
+        scope = re.match(r"__module\.([\w.]*norm)/", name)
+        if scope:
+            norms.setdefault(scope.group(1), False)
+            if op.get_type_name() == "Multiply":
+                for value in op.input_values():
+                    data = _constant(value.get_node())
+                    if data is not None and data.size > 1 and not np.all(data == 1):
+                        norms[scope.group(1)] = True
+        elif op.get_type_name() == "MatMul" and re.match(r"__module\.[\w.]*_proj/", name):
+            data = _constant(op.input_value(1).get_node())
+            if data is not None and data.ndim == 2:
+                stds.append(float(data.std()))
+    if not norms:
+        return Check("weights", "behaviour", "skip", "no RMSNorm scopes found in the IR")
+    init = float((d.config or {}).get("initializer_range", 0.02))
+    trained = sum(norms.values())
+    std = float(np.median(stds)) if stds else None
+    init_like = std is not None and abs(std / init - 1) < INIT_STD_MARGIN
+    if figures is not None:
+        figures.update(norms_trained=trained, norms=len(norms), projection_std=std)
+    std_text = f"projection std {std:.4f} (init {init})" if std is not None else "projection weights not readable"
+    if trained == 0:
+        return Check("weights", "behaviour", "warn", f"all {len(norms)} RMSNorm weights are exactly 1.0 (their initial "
+                     f"value), {std_text}{' like a fresh init' if init_like else ''}: the weights look untrained "
+                     "(e.g. loaded with strict=False under other names)")
+    return Check("weights", "behaviour", "pass", f"{trained}/{len(norms)} RMSNorm weights differ from 1.0, {std_text}")
+
+
+def _constant(node):
+    """The value of a weight constant, through the Convert that fp16 compression inserts."""
+    if node.get_type_name() == "Convert" and node.input_value(0).get_node().get_type_name() == "Constant":
+        node = node.input_value(0).get_node()
+    if node.get_type_name() != "Constant" or not node.get_output_element_type(0).is_real():
+        return None
+    return node.get_data().astype("float32")
+
+
+# --- target -------------------------------------------------------------------------------------
+
+
+def _target_checks(d: _Draft, target_dir: Path) -> list[Check]:
+    import openvino as ov
+
+    xml = next((target_dir / n for n in TARGET_XMLS if (target_dir / n).is_file()), None)
+    raw = _read_json(target_dir / "config.json")
+    if xml is None or raw is None:
+        missing = [n for n, ok in ((" or ".join(TARGET_XMLS), xml), ("config.json", raw)) if ok is None]
+        return [Check("target", "target", "fail", f"{target_dir} lacks {', '.join(missing)}")]
+    # VLM targets keep the language model's geometry under text_config.
+    cfg = raw.get("text_config") or raw if "num_hidden_layers" not in raw else raw
+    n_layers, hidden, vocab = cfg.get("num_hidden_layers"), cfg.get("hidden_size"), cfg.get("vocab_size")
+    target = ov.Core().read_model(str(xml))
+    out = [Check("target", "target", "pass", f"{xml.name}: {n_layers} layers, hidden {hidden}, vocab {vocab}")]
+    out.append(_locator_check(target, n_layers, d.ids))
+
+    if d.hidden is None or hidden is None:
+        out.append(Check("hidden-size", "target", "skip", "hidden size unknown"))
+    else:
+        out.append(Check("hidden-size", "target", "pass" if d.hidden == hidden else "fail",
+                         f"draft hidden {d.hidden} {'==' if d.hidden == hidden else '!='} target hidden {hidden}"))
+
+    ids = d.ids or []
+    bad = [i for i in ids if not (isinstance(n_layers, int) and 0 <= i < n_layers)]
+    out.append(Check("layer-ids", "target", "fail" if bad or not ids else "pass",
+                     f"target_layer_ids {ids} outside 0..{n_layers - 1 if n_layers else '?'}: {bad}" if bad else
+                     "no target_layer_ids (see rt-info)" if not ids else
+                     f"target_layer_ids {ids} within the target's {n_layers} layers"))
+
+    types = cfg.get("layer_types")
+    if not types or bad:
+        out.append(Check("layer-types", "target", "pass" if not types else "skip",
+                         "no layer_types in the target config: all layers share one type" if not types else
+                         "skipped: layer ids out of range"))
+    else:
+        picked = [types[i] for i in ids]
+        uniform = len(set(picked)) == 1
+        out.append(Check("layer-types", "target", "pass" if uniform else "fail",
+                         f"layers {ids} are all {picked[0]}" if uniform else
+                         f"layers {ids} mix types {picked}: a draft trained on a mixed set cannot work on this "
+                         "target (fc is sized for its own layer set; remapping ids cannot fix it)"))
+
+    if d.fc_in is None or hidden is None or not ids:
+        out.append(Check("fc-width", "target", "skip", "fc input width or layer ids unknown"))
+    else:
+        want = len(ids) * hidden
+        out.append(Check("fc-width", "target", "pass" if d.fc_in == want else "fail",
+                         f"fc input width {d.fc_in} {'==' if d.fc_in == want else '!='} {len(ids)} ids x {hidden}"))
+
+    if d.mask_token_id is None or vocab is None:
+        out.append(Check("mask-token", "target", "skip", "mask token id or target vocab size unknown"))
+    else:
+        ok = 0 <= d.mask_token_id < vocab
+        out.append(Check("mask-token", "target", "pass" if ok else "fail",
+                         f"mask token {d.mask_token_id} {'inside' if ok else 'outside'} the target vocabulary ({vocab})"))
+
+    tok, detok = (target_dir / "openvino_tokenizer.xml").is_file(), (target_dir / "openvino_detokenizer.xml").is_file()
+    out.append(Check("tokenizer", "target", "pass" if tok and detok else "warn" if tok else "fail",
+                     "openvino_tokenizer.xml and openvino_detokenizer.xml present" if tok and detok else
+                     "openvino_detokenizer.xml missing: GenAI cannot decode text" if tok else
+                     "openvino_tokenizer.xml missing: GenAI's LLMPipeline needs the target's tokenizer "
+                     "(openvino_tokenizers.convert_tokenizer)"))
+    return out
+
+
+def _locator_check(target, n_layers, ids) -> Check:
+    key = "hidden_states_decoder_layers"
+    if not target.has_rt_info(key):
+        return Check("target-locators", "target", "warn", f"no {key} rt_info: GenAI falls back to guessing the hidden "
+                     "states; re-export the target with optimum-intel >= 2.2 to be sure")
+    try:
+        layers = json.loads(target.get_rt_info(key).astype(str))["layers"]
+    except (ValueError, KeyError, TypeError) as e:
+        return Check("target-locators", "target", "fail", f"malformed {key} rt_info: {e}")
+    ops = {op.get_friendly_name(): op for op in target.get_ops()}
+    missing = [k for k, loc in layers.items() if loc.get("producer") not in ops
+               or int(loc.get("output_index", 0)) >= ops[loc["producer"]].get_output_size()]
+    problems = []
+    if n_layers is not None and len(layers) != n_layers:
+        problems.append(f"{len(layers)} locators for {n_layers} layers")
+    if missing:
+        problems.append(f"producer(s) of layer(s) {', '.join(missing[:6])} not in the target graph")
+    absent = [i for i in ids or [] if str(i) not in layers]
+    if absent:
+        problems.append(f"no locator for draft layer id(s) {absent}")
+    if problems:
+        return Check("target-locators", "target", "fail", "; ".join(problems))
+    return Check("target-locators", "target", "pass", f"{len(layers)} locators, every producer found in the graph")
+
+
+# --- command line ---------------------------------------------------------------------------------
+
+
+def configure_parser(parser) -> None:
+    parser.add_argument("draft_dir", help="folder with the draft's openvino_model.xml/.bin")
+    parser.add_argument("--target", metavar="TARGET_DIR", help="OpenVINO target folder to check the geometry against")
+    parser.add_argument("--checkpoint", metavar="HF_DIR", help="draft checkpoint to compare the IR with PyTorch")
+    parser.add_argument("--json", metavar="FILE", help="also write the result as JSON")
+    parser.add_argument("--markdown", metavar="FILE", help="also write the result as Markdown")
+
+
+def cli(args) -> int:
+    from .report import render, write_reports
+
+    result = verify_draft(args.draft_dir, target_dir=args.target, checkpoint_dir=args.checkpoint)
+    print(render(result, "text"), end="")
+    write_reports(result, json_path=args.json, markdown_path=args.markdown, title="DFlash draft verification")
+    return 0 if result.ok else 1

@@ -1,0 +1,167 @@
+"""`export` writes a stateful DFlash draft IR that passes `verify`, and refuses what cannot work."""
+
+import json
+
+import numpy as np
+import pytest
+
+import dflash_builders as b
+from gguf2ov import cli
+from gguf2ov.errors import Gguf2ovError
+from gguf2ov.export import export_draft
+from gguf2ov.report import render
+
+
+@pytest.fixture(scope="session")
+def checkpoint(tmp_path_factory):
+    return b.draft_checkpoint(tmp_path_factory)
+
+
+def no_leftovers(parent):
+    return not [p.name for p in parent.iterdir() if ".partial-" in p.name or ".old-" in p.name]
+
+
+@pytest.mark.slow
+def test_cli_export_writes_a_verified_draft(tmp_path, checkpoint):
+    out = tmp_path / "draft"
+    assert cli.main(["export", str(checkpoint), "-o", str(out), "--json", str(tmp_path / "export.json")]) == 0
+    assert {"openvino_model.xml", "openvino_model.bin", "config.json", "gguf2ov.json"} <= {p.name for p in out.iterdir()}
+    assert no_leftovers(tmp_path) and not (out / ".scratch").exists()
+
+    report = json.loads((tmp_path / "export.json").read_text())
+    assert report["verify"]["ok"] is True
+    assert report["verify"]["figures"]["max_abs_diff"] < 1e-4
+    config = json.loads((checkpoint / "config.json").read_text())["dflash_config"]
+    assert report["rt_info"] == {
+        "dflash_mode": "True",
+        "dflash/mask_token_id": str(config["mask_token_id"]),
+        "dflash/target_layer_ids": ",".join(map(str, config["target_layer_ids"])),
+    }
+    assert [i[0] for i in report["inputs"]] == ["inputs_embeds", "hidden_states", "position_ids", "attention_mask", "beam_idx"]
+    assert [o[0] for o in report["outputs"]] == ["last_hidden_state"]
+
+    prov = json.loads((out / "gguf2ov.json").read_text())
+    assert prov["options"]["weight_format"] == "fp32"
+    assert len(prov["sources"]["source"]["sha256"]) == 64
+    assert prov["packages"]["optimum-intel"] and prov["packages"]["openvino"]
+
+    # An existing output is kept unless --overwrite.
+    with pytest.raises(Gguf2ovError, match="already exists"):
+        export_draft(checkpoint, out, progress=False)
+
+
+@pytest.mark.slow
+def test_fp16_export_passes_verify_and_halves_the_weights(tmp_path, checkpoint):
+    result = export_draft(checkpoint, tmp_path / "fp16", weight_format="fp16", progress=False)
+    assert result.verify.ok, render(result.verify)
+    assert result.verify.figures["weight_precision"] == "f16"
+    assert result.verify.figures["max_abs_diff"] <= result.verify.figures["tolerance"]
+    from safetensors import safe_open
+
+    with safe_open(str(checkpoint / "model.safetensors"), framework="np") as f:
+        params = sum(int(np.prod(f.get_slice(k).get_shape())) for k in f.keys())
+    assert result.files["openvino_model.bin"] < 0.6 * 4 * params
+    for fmt in ("text", "json", "markdown"):
+        assert "checkpoint-match" in render(result, fmt)
+
+
+@pytest.mark.slow
+def test_genai_runs_the_fp16_draft(tmp_path_factory, checkpoint):
+    import openvino_genai as genai
+
+    draft = tmp_path_factory.mktemp("genai") / "draft"
+    export_draft(checkpoint, draft, weight_format="fp16", progress=False, run_verify=False)
+    scheduler = genai.SchedulerConfig()
+    scheduler.enable_prefix_caching = False  # DFlash on PA refuses prefix caching
+    pipe = genai.LLMPipeline(str(b.target_dir(tmp_path_factory)), "CPU", scheduler_config=scheduler,
+                             draft_model=genai.draft_model(str(draft), "CPU"), INFERENCE_PRECISION_HINT="f32")
+    config = genai.GenerationConfig()
+    config.max_new_tokens, config.num_assistant_tokens = 6, 3
+    result = pipe.generate(["hello world"], config)
+    assert len(result.texts) == 1
+
+
+def test_model_prefix_is_refused_before_export(tmp_path, checkpoint):
+    prefixed = b.prefixed_checkpoint(checkpoint, tmp_path / "prefixed")
+    with pytest.raises(Gguf2ovError, match=r"'model\.' prefix .*strict=False") as e:
+        export_draft(prefixed, tmp_path / "out", progress=False)
+    assert "model.fc.weight" in e.value.message and "strip" in e.value.hint
+    assert not (tmp_path / "out").exists() and no_leftovers(tmp_path)
+
+
+def test_wrong_fc_width_is_refused(tmp_path):
+    ckpt = b.write_checkpoint(tmp_path / "ckpt")
+    config = json.loads((ckpt / "config.json").read_text())
+    config["dflash_config"]["target_layer_ids"] = [0, 1, 2]  # fc was trained for two layers
+    (ckpt / "config.json").write_text(json.dumps(config))
+    with pytest.raises(Gguf2ovError, match=r"fc\.weight \(64, 128\) != \(64, 192\)") as e:
+        export_draft(ckpt, tmp_path / "out", progress=False)
+    assert "target_layer_ids" in e.value.hint
+
+
+@pytest.mark.parametrize("where", ["tensors", "config"])
+def test_dflash2_is_refused(tmp_path, where):
+    import torch
+
+    if where == "tensors":
+        extra = {"candidate_selector.hidden_projection.weight": torch.zeros(8, 64)}
+        ckpt = b.write_checkpoint(tmp_path / "ckpt", extra=extra)
+    else:
+        config = json.loads(json.dumps(b.DRAFT_CONFIG))
+        config["dflash_config"]["conv_kernel_size"] = 4
+        ckpt = b.write_checkpoint(tmp_path / "ckpt", config=config)
+    with pytest.raises(Gguf2ovError, match="DFlash 2.*cannot run DFlash 2 yet") as e:
+        export_draft(ckpt, tmp_path / "out", progress=False)
+    assert "gguf2ov convert" in e.value.hint
+
+
+def test_bad_sources_are_refused(tmp_path):
+    with pytest.raises(Gguf2ovError, match="does not exist"):
+        export_draft(tmp_path / "nope", tmp_path / "out")
+    (tmp_path / "x.bin").write_bytes(b"not a gguf")
+    with pytest.raises(Gguf2ovError, match="neither a GGUF"):
+        export_draft(tmp_path / "x.bin", tmp_path / "out")
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text(json.dumps({"model_type": "qwen3", "hidden_size": 8}))
+    with pytest.raises(Gguf2ovError, match="no dflash_config"):
+        export_draft(tmp_path / "ckpt", tmp_path / "out")
+    with pytest.raises(Gguf2ovError, match="weight format"):
+        export_draft(tmp_path / "ckpt", tmp_path / "out", weight_format="int3")
+
+
+def test_interrupt_leaves_no_output(tmp_path, checkpoint, monkeypatch, capsys):
+    import gguf2ov.export as export
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(export, "build_draft_ir", interrupted)
+    assert cli.main(["export", str(checkpoint), "-o", str(tmp_path / "out")]) == 130
+    assert "no partial output" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists() and no_leftovers(tmp_path)
+
+
+@pytest.mark.slow
+def test_failed_verify_leaves_no_output(tmp_path, checkpoint, monkeypatch):
+    import gguf2ov.verify as verify
+
+    def broken(draft_dir, **kwargs):
+        return verify.VerifyResult(str(draft_dir), None, None, [verify.Check("block-rows", "behaviour", "fail", "x")])
+
+    monkeypatch.setattr(verify, "verify_draft", broken)
+    with pytest.raises(Gguf2ovError, match="fails verification: block-rows"):
+        export_draft(checkpoint, tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists() and no_leftovers(tmp_path)
+
+
+@pytest.mark.slow
+def test_export_from_gguf_passes_verify(tmp_path, tmp_path_factory):
+    pytest.importorskip("gguf2ov.convert")
+    result = export_draft(b.draft_gguf(tmp_path_factory), tmp_path / "draft", progress=False)
+    assert result.source_kind == "gguf" and result.verify.ok, render(result.verify)
+    # against the dequantized weights, converted to f32 in the export's scratch folder
+    assert result.verify.check("checkpoint-match").status == "pass"
+    from gguf2ov.verify import verify_draft
+
+    with_target = verify_draft(tmp_path / "draft", target_dir=b.target_dir(tmp_path_factory))
+    assert with_target.ok, render(with_target)
