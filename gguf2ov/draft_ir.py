@@ -37,14 +37,19 @@ class DraftIR:
 
     def run_block(self, block_embeds: np.ndarray, context_hidden: np.ndarray) -> np.ndarray:
         """block_embeds [B, H], context_hidden [C, n_ids*H] -> draft hidden states [rows, H]."""
-        b, c = len(block_embeds), len(context_hidden)
         request = self.request
         request.reset_state()  # each block is judged on its own context, with an empty cache
-        result = request.infer({
-            "inputs_embeds": block_embeds[None].astype(np.float32),
-            "hidden_states": context_hidden[None].astype(np.float32),
-            "position_ids": np.arange(c + b, dtype=np.int64)[None],
-            "attention_mask": np.ones((1, c + b), dtype=np.int64),
-            "beam_idx": np.zeros(1, dtype=np.int32),
-        })
+        result = request.infer(block_feeds(block_embeds, context_hidden))
         return np.asarray(result[request.model_outputs[0]])[0]
+
+
+def block_feeds(block_embeds: np.ndarray, context_hidden: np.ndarray, past: int = 0) -> dict[str, np.ndarray]:
+    """One draft call: `past` context positions already cached, new context, then the block."""
+    b, c = len(block_embeds), len(context_hidden)
+    return {
+        "inputs_embeds": block_embeds[None].astype(np.float32),
+        "hidden_states": context_hidden[None].astype(np.float32),
+        "position_ids": np.arange(past, past + c + b, dtype=np.int64)[None],
+        "attention_mask": np.ones((1, past + c + b), dtype=np.int64),
+        "beam_idx": np.zeros(1, dtype=np.int32),
+    }

@@ -215,16 +215,13 @@ def synthetic_steps(hidden: int, fc_in: int, block: int, stateful: bool) -> list
     """Two draft calls as GenAI makes them: new target context + a block of `block` embeddings."""
     import numpy as np
 
+    from .draft_ir import block_feeds
+
     rng = np.random.default_rng(SEED)
     steps, past = [], 0
     for ctx in CONTEXT_STEPS if stateful else CONTEXT_STEPS[:1]:
-        steps.append({
-            "inputs_embeds": rng.standard_normal((1, block, hidden), dtype=np.float32),
-            "hidden_states": rng.standard_normal((1, ctx, fc_in), dtype=np.float32),
-            "position_ids": np.arange(past, past + ctx + block, dtype=np.int64)[None],
-            "attention_mask": np.ones((1, past + ctx + block), dtype=np.int64),
-            "beam_idx": np.zeros(1, dtype=np.int32),
-        })
+        steps.append(block_feeds(rng.standard_normal((block, hidden), dtype=np.float32),
+                                 rng.standard_normal((ctx, fc_in), dtype=np.float32), past))
         past += ctx  # only the committed target context stays in the cache, not the block
     return steps
 
@@ -457,23 +454,24 @@ def _target_checks(d: _Draft, target_dir: Path) -> list[Check]:
 
 
 def _locator_check(target, n_layers, ids) -> Check:
-    key = "hidden_states_decoder_layers"
-    if not target.has_rt_info(key):
-        return Check("target-locators", "target", "warn", f"no {key} rt_info: GenAI falls back to guessing the hidden "
-                     "states; re-export the target with optimum-intel >= 2.2 to be sure")
+    from .target import LOCATORS_KEY, read_locators
+
     try:
-        layers = json.loads(target.get_rt_info(key).astype(str))["layers"]
-    except (ValueError, KeyError, TypeError) as e:
-        return Check("target-locators", "target", "fail", f"malformed {key} rt_info: {e}")
+        layers = read_locators(target)
+    except Gguf2ovError as e:
+        return Check("target-locators", "target", "fail", e.message)
+    if layers is None:
+        return Check("target-locators", "target", "warn", f"no {LOCATORS_KEY} rt_info: GenAI falls back to guessing "
+                     "the hidden states; re-export the target with optimum-intel >= 2.2 to be sure")
     ops = {op.get_friendly_name(): op for op in target.get_ops()}
-    missing = [k for k, loc in layers.items() if loc.get("producer") not in ops
+    missing = [str(k) for k, loc in layers.items() if loc.get("producer") not in ops
                or int(loc.get("output_index", 0)) >= ops[loc["producer"]].get_output_size()]
     problems = []
     if n_layers is not None and len(layers) != n_layers:
         problems.append(f"{len(layers)} locators for {n_layers} layers")
     if missing:
         problems.append(f"producer(s) of layer(s) {', '.join(missing[:6])} not in the target graph")
-    absent = [i for i in ids or [] if str(i) not in layers]
+    absent = [i for i in ids or [] if i not in layers]
     if absent:
         problems.append(f"no locator for draft layer id(s) {absent}")
     if problems:
