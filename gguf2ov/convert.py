@@ -86,7 +86,8 @@ def convert(gguf_path, out_dir, map_path=None, dtype: str = "bf16", target_layer
     result = write_checkpoint(
         out_dir, config, specs,
         ((name, x) for name, x, _, _ in amap.iter_tensors(gguf, plan, config)),
-        provenance=_provenance(gguf.path, map_path or amap.path, dtype, target_layer_offset),
+        provenance=_provenance(gguf.path, map_path or amap.path, dtype, target_layer_offset,
+                               {e.hf_name: e.qtype.name for e in written}),
         max_shard_size=max_shard_size, overwrite=overwrite, progress=progress)
     hf_key, gguf_key = flagged or (None, None)
     return ConvertResult(
@@ -101,11 +102,12 @@ def convert(gguf_path, out_dir, map_path=None, dtype: str = "bf16", target_layer
     )
 
 
-def _provenance(gguf_path, map_path, dtype, target_layer_offset) -> dict:
+def _provenance(gguf_path, map_path, dtype, target_layer_offset, qtypes: dict) -> dict:
     from .provenance import provenance
 
-    return provenance(sources={"gguf": gguf_path},
-                      options={"map": str(map_path), "dtype": dtype, "target_layer_offset": target_layer_offset})
+    record = provenance(sources={"gguf": gguf_path},
+                        options={"map": str(map_path), "dtype": dtype, "target_layer_offset": target_layer_offset})
+    return {**record, "qtypes": qtypes}  # lets `check` name the quant type of each tensor of the folder
 
 
 def _nested(config: dict, dotted: str):
