@@ -1,0 +1,355 @@
+"""Acceptance run in OpenVINO GenAI: the target alone vs the target with a DFlash draft attached.
+
+Greedy speculative decoding is exact, so the two texts must be byte-identical; what the draft adds
+is measured by how many of its proposals the target accepts. A draft can attach without a word
+and still propose nothing useful (wrong layer taps, missing seed-row slice, stateless export), so
+acceptance is the number that tells a working conversion from a broken one.
+
+Counting (GenAI 2026.4 DFlash path, where `get_num_draft_tokens()` returns 0):
+- accepted tokens   = extended_perf_metrics.get_num_accepted_tokens()
+- target steps      = len(main_model_metrics.raw_metrics.m_batch_sizes); each step emits the
+                      accepted tokens + 1 (the target's own token)
+- draft candidates  = sum(draft_model_metrics.raw_metrics.m_batch_sizes)
+Derived, with the vLLM names: acceptance rate = accepted / drafted, mean acceptance length =
+1 + accepted / target steps; and the share of generated tokens that came from the draft.
+"""
+
+import argparse
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import Gguf2ovError
+from .progress import progress as progress_bar
+from .progress import step
+from .report import Table, render, write_reports
+
+PRECISIONS = ("f32", "auto")
+
+# Used when no prompt file is given: plain English openings any text model can continue.
+DEFAULT_PROMPTS = [
+    "The history of the printing press begins",
+    "Here is a short story about a lighthouse keeper:",
+    "Water boils at a lower temperature on a mountain because",
+]
+
+
+@dataclass(frozen=True)
+class PromptAcceptance:
+    """One prompt (or the total over all prompts when `prompt` is None)."""
+
+    prompt: str | None
+    identical: bool
+    generated_tokens: int
+    accepted_tokens: int
+    draft_candidates: int
+    target_steps: int
+    acceptance_rate: float  # accepted / drafted
+    accepted_share: float  # accepted / generated
+    mean_acceptance_length: float  # 1 + accepted / target steps
+    tok_s_target: float
+    tok_s_draft: float
+    speedup: float
+    first_difference: int | None = None  # character offset where the texts part, if they do
+    text_target: str | None = None
+    text_draft: str | None = None
+
+
+@dataclass(frozen=True)
+class AcceptResult:
+    target_dir: str
+    draft_dir: str
+    device: str
+    precision: str
+    max_new_tokens: int
+    num_assistant_tokens: int
+    repeats: int
+    prompts: tuple[PromptAcceptance, ...]
+    overall: PromptAcceptance
+    properties: dict = field(default_factory=dict)
+
+    @property
+    def identical(self) -> bool:
+        return self.overall.identical
+
+    def tables(self) -> list[Table]:
+        headers = ["prompt", "identical", "generated", "accepted", "drafted", "target steps",
+                   "accept rate", "accepted share", "mean accept len", "tok/s target", "tok/s draft",
+                   "speedup"]
+
+        def row(label, p: PromptAcceptance):
+            return [label, p.identical, p.generated_tokens, p.accepted_tokens, p.draft_candidates,
+                    p.target_steps, p.acceptance_rate, p.accepted_share, p.mean_acceptance_length,
+                    p.tok_s_target, p.tok_s_draft, p.speedup]
+
+        rows = [row(str(i), p) for i, p in enumerate(self.prompts)]
+        rows.append(row("all", self.overall))
+        note = (f"K={self.num_assistant_tokens} assistant tokens, {self.max_new_tokens} new tokens, "
+                f"{self.device} {self.precision}, throughput = median of {self.repeats} run(s) after a warm-up")
+        return [Table("Acceptance: target alone vs target + DFlash draft", headers, rows, note)]
+
+    def summary(self) -> list[str]:
+        o = self.overall
+        lines = [
+            f"greedy text with the draft: {'identical to' if o.identical else 'DIFFERENT from'} the target alone"
+            + ("" if o.identical else f" ({sum(not p.identical for p in self.prompts)} of {len(self.prompts)} prompts)"),
+            f"accepted {o.accepted_tokens} of {o.generated_tokens} generated tokens ({o.accepted_share:.1%}); "
+            f"acceptance rate {o.acceptance_rate:.1%} of {o.draft_candidates} drafted; "
+            f"mean acceptance length {o.mean_acceptance_length:.2f} tokens per target step",
+            f"throughput {o.tok_s_target:.1f} tok/s alone, {o.tok_s_draft:.1f} tok/s with the draft "
+            f"(speedup {o.speedup:.2f}x)",
+        ]
+        return lines
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b else float("nan")
+
+
+def _first_difference(a: str, b: str) -> int | None:
+    if a == b:
+        return None
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)
+
+
+def _check_dirs(target_dir: Path, draft_dir: Path) -> None:
+    for what, d in (("target", target_dir), ("draft", draft_dir)):
+        if d.suffix.lower() == ".gguf":
+            # GenAI reads any path ending in .gguf as a GGUF file, even a folder of IR files.
+            raise Gguf2ovError(f"{what} path {d} ends in .gguf; OpenVINO GenAI would read it as a GGUF file",
+                               hint="pass the exported OpenVINO folder, renamed without the .gguf suffix")
+    if not target_dir.is_dir():
+        raise Gguf2ovError(f"target folder {target_dir} does not exist")
+    if not (target_dir / "openvino_model.xml").is_file():
+        raise Gguf2ovError(f"target folder {target_dir} has no openvino_model.xml",
+                           hint="export the target with optimum-intel (task text-generation-with-past)")
+    missing = [n for n in ("openvino_tokenizer.xml", "openvino_detokenizer.xml") if not (target_dir / n).is_file()]
+    if missing:
+        raise Gguf2ovError(f"target folder {target_dir} has no {' / '.join(missing)}",
+                           hint="convert the target's tokenizer with openvino_tokenizers.convert_tokenizer("
+                                "tok, with_detokenizer=True); GenAI takes the tokenizer from the target")
+    if not draft_dir.is_dir():
+        raise Gguf2ovError(f"draft folder {draft_dir} does not exist")
+    if not (draft_dir / "openvino_model.xml").is_file():
+        raise Gguf2ovError(f"draft folder {draft_dir} has no openvino_model.xml",
+                           hint="export the draft first (gguf2ov export)")
+
+
+def _properties(precision: str) -> dict:
+    if precision not in PRECISIONS:
+        raise Gguf2ovError(f"unknown precision {precision!r}", hint=f"use one of {', '.join(PRECISIONS)}")
+    # f32 keeps the target's verify pass and its single-token decode numerically identical; with the
+    # CPU's default bf16 the two can part for reasons that have nothing to do with the draft.
+    return {"INFERENCE_PRECISION_HINT": "f32"} if precision == "f32" else {}
+
+
+def _scheduler():
+    import openvino_genai as ov_genai
+
+    s = ov_genai.SchedulerConfig()
+    s.enable_prefix_caching = False  # DFlash with the paged-attention backend rejects it
+    return s
+
+
+def _generation_config(pipe, max_new_tokens: int, num_assistant_tokens: int | None, apply_chat_template: bool):
+    cfg = pipe.get_generation_config()
+    cfg.max_new_tokens = max_new_tokens
+    cfg.do_sample = False
+    cfg.num_beams = 1
+    cfg.num_return_sequences = 1
+    if hasattr(cfg, "apply_chat_template"):
+        cfg.apply_chat_template = apply_chat_template
+    if num_assistant_tokens is not None:
+        cfg.num_assistant_tokens = num_assistant_tokens
+        cfg.assistant_confidence_threshold = 0.0
+    return cfg
+
+
+@dataclass
+class _Run:
+    text: str
+    seconds: float
+    generated: int
+    accepted: int = 0
+    drafted: int = 0
+    steps: int = 0
+
+
+def _generate(pipe, prompt: str, cfg, speculative: bool) -> _Run:
+    t = time.perf_counter()
+    r = pipe.generate([prompt], cfg)  # a list gives DecodedResults with the metrics
+    seconds = time.perf_counter() - t
+    run = _Run(text=r.texts[0], seconds=seconds, generated=int(r.perf_metrics.get_num_generated_tokens()))
+    if speculative:
+        m = r.extended_perf_metrics
+        run.accepted = int(m.get_num_accepted_tokens())
+        run.steps = len(m.main_model_metrics.raw_metrics.m_batch_sizes)
+        run.drafted = int(sum(m.draft_model_metrics.raw_metrics.m_batch_sizes))
+    return run
+
+
+def _run_all(pipe, prompts, cfg, speculative: bool, repeats: int, label: str, show: bool) -> list[list[_Run]]:
+    # Warm-up: the first call compiles kernels and allocates the KV cache.
+    _generate(pipe, prompts[0], cfg, speculative)
+    runs: list[list[_Run]] = [[] for _ in prompts]
+    for _ in range(repeats):
+        for i, p in enumerate(progress_bar(prompts, desc=label, enabled=show, unit="prompt")):
+            runs[i].append(_generate(pipe, p, cfg, speculative))
+    return runs
+
+
+def run_acceptance(
+    target_dir,
+    draft_dir,
+    prompts: list[str],
+    max_new_tokens: int = 100,
+    num_assistant_tokens: int = 7,
+    device: str = "CPU",
+    precision: str = "f32",
+    repeats: int = 1,
+    progress: bool = True,
+    apply_chat_template: bool = False,
+) -> AcceptResult:
+    """Generate greedily with the target alone and with the draft attached; compare and count."""
+    target_dir, draft_dir = Path(target_dir), Path(draft_dir)
+    prompts = [p for p in prompts if p.strip()]
+    if not prompts:
+        raise Gguf2ovError("no prompts to run")
+    if repeats < 1 or max_new_tokens < 1 or num_assistant_tokens < 1:
+        raise Gguf2ovError("repeats, max_new_tokens and num_assistant_tokens must be at least 1")
+    _check_dirs(target_dir, draft_dir)
+    props = _properties(precision)
+
+    try:
+        import openvino_genai as ov_genai
+    except ImportError as e:  # pragma: no cover - part of the install
+        raise Gguf2ovError(f"openvino_genai cannot be imported: {e}") from e
+
+    try:
+        step(f"target alone: {len(prompts)} prompt(s) x {repeats}", progress)
+        pipe = ov_genai.LLMPipeline(str(target_dir), device, scheduler_config=_scheduler(), **props)
+        cfg = _generation_config(pipe, max_new_tokens, None, apply_chat_template)
+        base = _run_all(pipe, prompts, cfg, False, repeats, "target", progress)
+        del pipe
+
+        step(f"target + draft (K={num_assistant_tokens}): {len(prompts)} prompt(s) x {repeats}", progress)
+        draft = ov_genai.draft_model(str(draft_dir), device, **props)
+        pipe = ov_genai.LLMPipeline(str(target_dir), device, scheduler_config=_scheduler(), draft_model=draft, **props)
+        cfg = _generation_config(pipe, max_new_tokens, num_assistant_tokens, apply_chat_template)
+        spec = _run_all(pipe, prompts, cfg, True, repeats, "target+draft", progress)
+        del pipe, draft
+    except Gguf2ovError:
+        raise
+    except Exception as e:  # GenAI reports everything as RuntimeError with a C++ message
+        msg = str(e).strip().splitlines()
+        detail = next((line for line in msg if "Exception" not in line and line.strip()), msg[0] if msg else "")
+        raise Gguf2ovError(
+            f"OpenVINO GenAI failed on target {target_dir} with draft {draft_dir}: {detail.strip()}",
+            hint="check that the draft was exported for this target (gguf2ov verify) and that the target "
+                 "IR carries hidden_states_decoder_layers",
+        ) from e
+
+    per_prompt = []
+    for p, b_runs, s_runs in zip(prompts, base, spec):
+        b, s = b_runs[-1], s_runs[-1]
+        tok_s_t = statistics.median(r.generated / r.seconds for r in b_runs)
+        tok_s_d = statistics.median(r.generated / r.seconds for r in s_runs)
+        per_prompt.append(PromptAcceptance(
+            prompt=p,
+            identical=b.text == s.text,
+            generated_tokens=s.generated,
+            accepted_tokens=s.accepted,
+            draft_candidates=s.drafted,
+            target_steps=s.steps,
+            acceptance_rate=_ratio(s.accepted, s.drafted),
+            accepted_share=_ratio(s.accepted, s.generated),
+            mean_acceptance_length=1 + _ratio(s.accepted, s.steps),
+            tok_s_target=tok_s_t,
+            tok_s_draft=tok_s_d,
+            speedup=_ratio(tok_s_d, tok_s_t),
+            first_difference=_first_difference(b.text, s.text),
+            text_target=b.text,
+            text_draft=s.text,
+        ))
+
+    gen = sum(p.generated_tokens for p in per_prompt)
+    acc = sum(p.accepted_tokens for p in per_prompt)
+    drafted = sum(p.draft_candidates for p in per_prompt)
+    steps = sum(p.target_steps for p in per_prompt)
+    # Overall throughput: total tokens over total time, each prompt's time being its median run.
+    t_target = sum(statistics.median(r.seconds for r in runs) for runs in base)
+    t_draft = sum(statistics.median(r.seconds for r in runs) for runs in spec)
+    gen_target = sum(runs[-1].generated for runs in base)
+    tok_s_t = _ratio(gen_target, t_target)
+    tok_s_d = _ratio(gen, t_draft)
+    overall = PromptAcceptance(
+        prompt=None,
+        identical=all(p.identical for p in per_prompt),
+        generated_tokens=gen,
+        accepted_tokens=acc,
+        draft_candidates=drafted,
+        target_steps=steps,
+        acceptance_rate=_ratio(acc, drafted),
+        accepted_share=_ratio(acc, gen),
+        mean_acceptance_length=1 + _ratio(acc, steps),
+        tok_s_target=tok_s_t,
+        tok_s_draft=tok_s_d,
+        speedup=_ratio(tok_s_d, tok_s_t),
+    )
+    return AcceptResult(
+        target_dir=str(target_dir),
+        draft_dir=str(draft_dir),
+        device=device,
+        precision=precision,
+        max_new_tokens=max_new_tokens,
+        num_assistant_tokens=num_assistant_tokens,
+        repeats=repeats,
+        prompts=tuple(per_prompt),
+        overall=overall,
+        properties=props,
+    )
+
+
+def read_prompts(path) -> list[str]:
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        raise Gguf2ovError(f"cannot read prompts file {path}: {e.strerror}") from e
+    prompts = [line for line in lines if line.strip()]
+    if not prompts:
+        raise Gguf2ovError(f"prompts file {path} has no prompts", hint="write one prompt per line")
+    return prompts
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--target", required=True, type=Path, help="target OpenVINO folder (with its tokenizer)")
+    parser.add_argument("--draft", required=True, type=Path, help="draft OpenVINO folder")
+    parser.add_argument("--prompts", type=Path, help="text file, one prompt per line (default: 3 built-in prompts)")
+    parser.add_argument("--max-new-tokens", type=int, default=100)
+    parser.add_argument("--num-assistant-tokens", type=int, default=7, help="tokens the draft proposes per step (K)")
+    parser.add_argument("--device", default="CPU")
+    parser.add_argument("--precision", choices=PRECISIONS, default="f32",
+                        help="f32 (default) makes greedy output comparable byte for byte; auto = device default")
+    parser.add_argument("--repeats", type=int, default=1, help="timed runs per prompt (median is reported)")
+    parser.add_argument("--json", type=Path, help="write the result as JSON")
+    parser.add_argument("--markdown", type=Path, help="write the result as Markdown")
+
+
+def cli(args) -> int:
+    prompts = read_prompts(args.prompts) if args.prompts else list(DEFAULT_PROMPTS)
+    result = run_acceptance(
+        args.target,
+        args.draft,
+        prompts,
+        max_new_tokens=args.max_new_tokens,
+        num_assistant_tokens=args.num_assistant_tokens,
+        device=args.device,
+        precision=args.precision,
+        repeats=args.repeats,
+    )
+    print(render(result, "text"), end="")
+    write_reports(result, args.json, args.markdown, title="Acceptance")
+    return 0

@@ -1,0 +1,73 @@
+"""Argument and folder checks of the acceptance run (no GenAI run needed)."""
+
+import pytest
+
+from gguf2ov.accept import AcceptResult, PromptAcceptance, read_prompts, run_acceptance
+from gguf2ov.cli import build_parser
+from gguf2ov.errors import Gguf2ovError
+from gguf2ov.report import render
+
+
+def _ir_folder(path, tokenizer=True):
+    path.mkdir()
+    (path / "openvino_model.xml").write_text("<net/>")
+    if tokenizer:
+        (path / "openvino_tokenizer.xml").write_text("<net/>")
+        (path / "openvino_detokenizer.xml").write_text("<net/>")
+    return path
+
+
+def test_missing_target(tmp_path):
+    with pytest.raises(Gguf2ovError, match="does not exist"):
+        run_acceptance(tmp_path / "nope", tmp_path, ["a"])
+
+
+def test_target_without_tokenizer(tmp_path):
+    target = _ir_folder(tmp_path / "target", tokenizer=False)
+    draft = _ir_folder(tmp_path / "draft")
+    with pytest.raises(Gguf2ovError, match="openvino_tokenizer.xml"):
+        run_acceptance(target, draft, ["a"])
+
+
+def test_draft_without_ir(tmp_path):
+    target = _ir_folder(tmp_path / "target")
+    (tmp_path / "draft").mkdir()
+    with pytest.raises(Gguf2ovError, match="no openvino_model.xml"):
+        run_acceptance(target, tmp_path / "draft", ["a"])
+
+
+def test_gguf_suffix_refused(tmp_path):
+    target = _ir_folder(tmp_path / "target")
+    draft = _ir_folder(tmp_path / "draft.gguf")
+    with pytest.raises(Gguf2ovError, match="GGUF file"):
+        run_acceptance(target, draft, ["a"])
+
+
+def test_bad_precision_and_prompts(tmp_path):
+    target = _ir_folder(tmp_path / "target")
+    draft = _ir_folder(tmp_path / "draft")
+    with pytest.raises(Gguf2ovError, match="precision"):
+        run_acceptance(target, draft, ["a"], precision="bf16")
+    with pytest.raises(Gguf2ovError, match="no prompts"):
+        run_acceptance(target, draft, ["", "  "])
+    empty = tmp_path / "p.txt"
+    empty.write_text("\n\n")
+    with pytest.raises(Gguf2ovError, match="has no prompts"):
+        read_prompts(empty)
+
+
+def test_cli_parses():
+    args = build_parser().parse_args(["accept", "--target", "t", "--draft", "d", "--num-assistant-tokens", "5",
+                                      "--precision", "auto", "--repeats", "2"])
+    assert args.num_assistant_tokens == 5 and args.precision == "auto" and args.repeats == 2
+
+
+def test_result_renders():
+    p = PromptAcceptance(prompt="x", identical=True, generated_tokens=100, accepted_tokens=80, draft_candidates=90,
+                         target_steps=20, acceptance_rate=80 / 90, accepted_share=0.8, mean_acceptance_length=5.0,
+                         tok_s_target=100.0, tok_s_draft=200.0, speedup=2.0)
+    r = AcceptResult("t", "d", "CPU", "f32", 100, 7, 1, (p,), p)
+    text = render(r, "text")
+    assert "identical to the target alone" in text and "80 of 100" in text
+    assert '"accepted_tokens": 80' in render(r, "json")
+    assert "| all |" in render(r, "markdown")

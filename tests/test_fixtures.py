@@ -1,0 +1,136 @@
+"""The tiny DFlash fixture is what it claims: a trained pair whose draft GenAI actually uses.
+
+The slow tests export the reference draft exactly as the conversion path does and attach it in
+OpenVINO GenAI: greedy text must equal the target alone, and most generated tokens must come from
+the draft. A draft with random weights, same config, must get almost nothing accepted, which shows
+the acceptance numbers measure the draft and not the pipeline.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+MAX_FIXTURE_BYTES = 20 * 1024 * 1024
+K = 7  # num_assistant_tokens; the draft was trained on blocks of K+1
+MAX_NEW_TOKENS = 100
+
+
+def _size(p: Path) -> int:
+    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+
+
+def test_fixture_files(fixtures_dir):
+    import openvino as ov
+    from safetensors import safe_open
+
+    need = [
+        "prompts.txt",
+        "draft-Q4_K_M.gguf",
+        "draft-legacy-Q4_K_M.gguf",
+        "target/openvino_model.xml",
+        "target/openvino_model.bin",
+        "target/openvino_tokenizer.xml",
+        "target/openvino_detokenizer.xml",
+        "target/config.json",
+        "target-hf/config.json",
+        "target-hf/model.safetensors",
+        "target-hf/tokenizer.json",
+        "draft-ref/config.json",
+        "draft-ref/model.safetensors",
+    ]
+    missing = [n for n in need if not (fixtures_dir / n).is_file()]
+    assert not missing, f"fixture files missing: {missing}"
+    assert _size(fixtures_dir) < MAX_FIXTURE_BYTES
+
+    prompts = [p for p in (fixtures_dir / "prompts.txt").read_text().splitlines() if p.strip()]
+    assert 3 <= len(prompts) <= 8
+
+    target_cfg = json.loads((fixtures_dir / "target-hf/config.json").read_text())
+    rt = ov.Core().read_model(fixtures_dir / "target/openvino_model.xml").get_rt_info()
+    assert "hidden_states_decoder_layers" in rt
+    layers = json.loads(rt["hidden_states_decoder_layers"].value)["layers"]
+    assert sorted(map(int, layers)) == list(range(target_cfg["num_hidden_layers"]))
+
+    cfg = json.loads((fixtures_dir / "draft-ref/config.json").read_text())
+    assert cfg["architectures"] == ["DFlashDraftModel"]
+    assert cfg["model_type"] == "qwen3"
+    assert cfg["tie_word_embeddings"] is False
+    assert cfg["hidden_size"] == target_cfg["hidden_size"]
+    dc = cfg["dflash_config"]
+    assert set(dc) >= {"target_layer_ids", "mask_token_id", "block_size"}
+    assert all(0 <= i < target_cfg["num_hidden_layers"] for i in dc["target_layer_ids"])
+    tok = json.loads((fixtures_dir / "target-hf/tokenizer.json").read_text())
+    assert {t["content"]: t["id"] for t in tok["added_tokens"]}["<|mask|>"] == dc["mask_token_id"]
+
+    with safe_open(str(fixtures_dir / "draft-ref/model.safetensors"), "pt") as f:
+        keys = set(f.keys())
+        assert {str(f.get_slice(k).get_dtype()) for k in keys} == {"BF16"}
+    assert not any(k.startswith("model.") for k in keys)
+    assert keys == set(_draft_model(cfg).state_dict())
+
+
+def _draft_model(cfg_dict: dict):
+    from transformers import Qwen3Config
+
+    from optimum.exporters.openvino.model_patcher import Qwen3DFlashForCausalLM
+
+    cfg = Qwen3Config(**{k: v for k, v in cfg_dict.items() if k not in ("dtype", "torch_dtype")})
+    return Qwen3DFlashForCausalLM(cfg)
+
+
+def _export_draft(ckpt: Path, out_dir: Path) -> Path:
+    """Export like the conversion path: Qwen3DFlashForCausalLM, strict load, stateful IR."""
+    from gguf2ov.export import export_draft
+
+    export_draft(ckpt, out_dir, progress=False, run_verify=False)
+    return out_dir
+
+
+def _random_checkpoint(cfg_dict: dict, out_dir: Path, seed: int = 0) -> Path:
+    """The reference draft's config with the seeded random initialisation of its weights."""
+    import torch
+    from safetensors.torch import save_file
+
+    torch.manual_seed(seed)
+    sd = {k: v.contiguous() for k, v in _draft_model(cfg_dict).state_dict().items()}
+    out_dir.mkdir(parents=True)
+    save_file(sd, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    (out_dir / "config.json").write_text(json.dumps(cfg_dict, indent=2))
+    return out_dir
+
+
+def _accept(fixtures_dir, draft_dir):
+    from gguf2ov.accept import read_prompts, run_acceptance
+
+    return run_acceptance(
+        fixtures_dir / "target",
+        draft_dir,
+        read_prompts(fixtures_dir / "prompts.txt"),
+        max_new_tokens=MAX_NEW_TOKENS,
+        num_assistant_tokens=K,
+        precision="f32",
+        progress=False,
+    )
+
+
+@pytest.mark.slow
+def test_reference_draft_is_accepted(fixtures_dir, tmp_path):
+    draft = _export_draft(fixtures_dir / "draft-ref", tmp_path / "draft")
+    r = _accept(fixtures_dir, draft)
+    o = r.overall
+    assert o.identical, [p.first_difference for p in r.prompts]
+    assert o.generated_tokens > 0
+    assert o.accepted_tokens >= 0.6 * o.generated_tokens, r.summary()
+    assert o.draft_candidates > 0 and o.target_steps > 0
+
+
+@pytest.mark.slow
+def test_random_draft_is_rejected(fixtures_dir, tmp_path):
+    cfg = json.loads((fixtures_dir / "draft-ref/config.json").read_text())
+    ckpt = _random_checkpoint(cfg, tmp_path / "random-ckpt", seed=0)
+    draft = _export_draft(ckpt, tmp_path / "draft-random")
+    r = _accept(fixtures_dir, draft)
+    o = r.overall
+    assert o.identical, [p.first_difference for p in r.prompts]
+    assert o.accepted_tokens < 0.05 * o.generated_tokens, r.summary()
