@@ -67,11 +67,25 @@ class AcceptResult:
     repeats: int
     prompts: tuple[PromptAcceptance, ...]
     overall: PromptAcceptance
+    verdict: str                      # PASS | MISMATCH | BROKEN | SLOW
+    reasons: tuple[str, ...]
+    per_position_acceptance: tuple[float, ...]  # P(proposal i accepted | proposed), i = 1..K
     properties: dict = field(default_factory=dict)
+    # The overall figures again at the top level of the JSON, under their usual names.
+    identical: bool = field(init=False)
+    accepted_tokens: int = field(init=False)
+    draft_candidates: int = field(init=False)
+    target_steps: int = field(init=False)
+    acceptance_rate: float = field(init=False)
+    mean_acceptance_length: float = field(init=False)
+    tok_s_target: float = field(init=False)
+    tok_s_draft: float = field(init=False)
+    speedup: float = field(init=False)
 
-    @property
-    def identical(self) -> bool:
-        return self.overall.identical
+    def __post_init__(self):
+        for name in ("identical", "accepted_tokens", "draft_candidates", "target_steps", "acceptance_rate",
+                     "mean_acceptance_length", "tok_s_target", "tok_s_draft", "speedup"):
+            object.__setattr__(self, name, getattr(self.overall, name))
 
     def tables(self) -> list[Table]:
         headers = ["prompt", "identical", "generated", "accepted", "drafted", "target steps",
@@ -87,11 +101,15 @@ class AcceptResult:
         rows.append(row("all", self.overall))
         note = (f"K={self.num_assistant_tokens} assistant tokens, {self.max_new_tokens} new tokens, "
                 f"{self.device} {self.precision}, throughput = median of {self.repeats} run(s) after a warm-up")
-        return [Table("Acceptance: target alone vs target + DFlash draft", headers, rows, note)]
+        tables = [Table("Acceptance: target alone vs target + DFlash draft", headers, rows, note)]
+        if self.per_position_acceptance:
+            tables.append(Table("Acceptance per draft position", ["position", "accepted when proposed"],
+                                [[i + 1, p] for i, p in enumerate(self.per_position_acceptance)]))
+        return tables
 
     def summary(self) -> list[str]:
         o = self.overall
-        lines = [
+        lines = [f"verdict: {self.verdict}" + "".join(f"\n  - {r}" for r in self.reasons),
             f"greedy text with the draft: {'identical to' if o.identical else 'DIFFERENT from'} the target alone"
             + ("" if o.identical else f" ({sum(not p.identical for p in self.prompts)} of {len(self.prompts)} prompts)"),
             f"accepted {o.accepted_tokens} of {o.generated_tokens} generated tokens ({o.accepted_share:.1%}); "
@@ -175,6 +193,8 @@ class _Run:
     accepted: int = 0
     drafted: int = 0
     steps: int = 0
+    emitted_per_step: tuple[int, ...] = ()   # target: accepted + 1 per step (the first is the prefill)
+    drafted_per_call: tuple[int, ...] = ()   # draft: candidates per call, one call per later step
 
 
 def _generate(pipe, prompt: str, cfg, speculative: bool) -> _Run:
@@ -185,9 +205,64 @@ def _generate(pipe, prompt: str, cfg, speculative: bool) -> _Run:
     if speculative:
         m = r.extended_perf_metrics
         run.accepted = int(m.get_num_accepted_tokens())
-        run.steps = len(m.main_model_metrics.raw_metrics.m_batch_sizes)
-        run.drafted = int(sum(m.draft_model_metrics.raw_metrics.m_batch_sizes))
+        run.emitted_per_step = tuple(int(x) for x in m.main_model_metrics.raw_metrics.m_batch_sizes)
+        run.drafted_per_call = tuple(int(x) for x in m.draft_model_metrics.raw_metrics.m_batch_sizes)
+        run.steps = len(run.emitted_per_step)
+        run.drafted = sum(run.drafted_per_call)
     return run
+
+
+def per_position_acceptance(runs: list[_Run], k: int) -> tuple[float, ...]:
+    """P(the i-th proposal is accepted | it was proposed), from the per-step counts.
+
+    Each verify step after the prefill emits accepted + 1 tokens for the draft call before it; when
+    the counts do not line up that way (another GenAI version), nothing is derived.
+    """
+    accepted_at, proposed_at = [0] * k, [0] * k
+    for run in runs:
+        steps, calls = run.emitted_per_step[1:], run.drafted_per_call
+        if len(steps) != len(calls) or sum(e - 1 for e in steps) != run.accepted:
+            return ()
+        for emitted, drafted in zip(steps, calls):
+            for i in range(min(drafted, k)):
+                proposed_at[i] += 1
+                accepted_at[i] += i < emitted - 1
+    return tuple(a / p if p else float("nan") for a, p in zip(accepted_at, proposed_at))
+
+
+# An attached draft whose proposals the target takes less often than this is not working.
+BROKEN_BELOW = 0.05
+
+
+def judge(overall: PromptAcceptance, precision: str) -> tuple[str, list[str]]:
+    """The verdict on an acceptance run, and why."""
+    if not overall.identical and precision == "f32":
+        return "MISMATCH", ["greedy text with the draft differs from the target alone at f32: the pipeline "
+                            "accepted a token the target would not have produced"]
+    reasons = [] if overall.identical else [
+        "greedy text differs at the device's default precision (bf16 rounding in the multi-token verify "
+        "pass can do that); rerun with --precision f32 to compare byte for byte"]
+    if not overall.acceptance_rate >= BROKEN_BELOW:  # also NaN: nothing drafted
+        return "BROKEN", reasons + [f"the target accepted {overall.accepted_tokens} of {overall.draft_candidates} "
+                                    f"proposals ({overall.acceptance_rate:.1%}): the draft is attached but not working"]
+    if not overall.speedup >= 1.0:
+        return "SLOW", reasons + [f"proposals are accepted ({overall.acceptance_rate:.1%}) but generation is "
+                                  f"{overall.speedup:.2f}x the target alone: on this device the target is too light "
+                                  "for the draft's overhead to pay off"]
+    return "PASS", reasons
+
+
+def explain_broken(target_dir, draft_dir) -> list[str]:
+    """The `verify` checks that explain a draft that is never accepted."""
+    from .verify import verify_draft
+
+    result = verify_draft(draft_dir, target_dir=target_dir)
+    failed = [f"verify {c.name}: {c.reason}" for c in result.checks if c.status in ("fail", "warn")]
+    if failed:
+        return failed
+    return ["verify passes (interface, rt_info, seed-row slice, target geometry): the draft's weights do not "
+            "predict this target; compare the GGUF with its reference weights (gguf2ov check) and confirm the "
+            "target layer ids (--target-layer-offset) and that draft and target were trained together"]
 
 
 def _run_all(pipe, prompts, cfg, speculative: bool, repeats: int, label: str, show: bool) -> list[list[_Run]]:
@@ -298,7 +373,13 @@ def run_acceptance(
         tok_s_draft=tok_s_d,
         speedup=_ratio(tok_s_d, tok_s_t),
     )
+    verdict, reasons = judge(overall, precision)
+    if verdict == "BROKEN":
+        reasons += explain_broken(target_dir, draft_dir)
     return AcceptResult(
+        verdict=verdict,
+        reasons=tuple(reasons),
+        per_position_acceptance=per_position_acceptance([runs[-1] for runs in spec], num_assistant_tokens),
         target_dir=str(target_dir),
         draft_dir=str(draft_dir),
         device=device,
@@ -352,4 +433,4 @@ def cli(args) -> int:
     )
     print(render(result, "text"), end="")
     write_reports(result, args.json, args.markdown, title="Acceptance")
-    return 0
+    return 0 if result.verdict == "PASS" else 1

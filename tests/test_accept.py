@@ -1,8 +1,10 @@
 """Argument and folder checks of the acceptance run (no GenAI run needed)."""
 
+import json
+
 import pytest
 
-from gguf2ov.accept import AcceptResult, PromptAcceptance, read_prompts, run_acceptance
+from gguf2ov.accept import AcceptResult, PromptAcceptance, _Run, judge, per_position_acceptance, read_prompts, run_acceptance
 from gguf2ov.cli import build_parser
 from gguf2ov.errors import Gguf2ovError
 from gguf2ov.report import render
@@ -66,8 +68,42 @@ def test_result_renders():
     p = PromptAcceptance(prompt="x", identical=True, generated_tokens=100, accepted_tokens=80, draft_candidates=90,
                          target_steps=20, acceptance_rate=80 / 90, accepted_share=0.8, mean_acceptance_length=5.0,
                          tok_s_target=100.0, tok_s_draft=200.0, speedup=2.0)
-    r = AcceptResult("t", "d", "CPU", "f32", 100, 7, 1, (p,), p)
+    r = AcceptResult("t", "d", "CPU", "f32", 100, 7, 1, (p,), p, "PASS", (), (0.9, 0.8))
     text = render(r, "text")
-    assert "identical to the target alone" in text and "80 of 100" in text
-    assert '"accepted_tokens": 80' in render(r, "json")
+    assert "identical to the target alone" in text and "80 of 100" in text and "verdict: PASS" in text
+    report = json.loads(render(r, "json"))
+    for key in ("verdict", "identical", "accepted_tokens", "draft_candidates", "target_steps", "acceptance_rate",
+                "mean_acceptance_length", "tok_s_target", "tok_s_draft", "speedup"):
+        assert key in report, key
+    assert report["accepted_tokens"] == 80 and report["verdict"] == "PASS"
     assert "| all |" in render(r, "markdown")
+    assert "Acceptance per draft position" in text
+
+
+def _overall(**changes):
+    base = dict(prompt=None, identical=True, generated_tokens=100, accepted_tokens=80, draft_candidates=90,
+                target_steps=20, acceptance_rate=80 / 90, accepted_share=0.8, mean_acceptance_length=5.0,
+                tok_s_target=100.0, tok_s_draft=200.0, speedup=2.0)
+    return PromptAcceptance(**{**base, **changes})
+
+
+def test_verdicts():
+    assert judge(_overall(), "f32") == ("PASS", [])
+    assert judge(_overall(identical=False), "f32")[0] == "MISMATCH"
+    verdict, reasons = judge(_overall(identical=False), "auto")
+    assert verdict == "PASS" and "--precision f32" in reasons[0]
+    assert judge(_overall(accepted_tokens=1, acceptance_rate=1 / 600, draft_candidates=600), "f32")[0] == "BROKEN"
+    assert judge(_overall(accepted_tokens=0, acceptance_rate=float("nan"), draft_candidates=0), "f32")[0] == "BROKEN"
+    verdict, reasons = judge(_overall(speedup=0.8), "f32")
+    assert verdict == "SLOW" and "0.80x" in reasons[0]
+
+
+def test_per_position_acceptance_from_step_counts():
+    # measured shape: a prefill step emitting 1, then one draft call of K before each verify step
+    run = _Run(text="", seconds=1.0, generated=16, accepted=12, emitted_per_step=(1, 8, 4, 3),
+               drafted_per_call=(7, 7, 2))
+    rates = per_position_acceptance([run], 7)
+    # accepted 7, 3 and 2 of 7, 7 and 2 proposals
+    assert rates == (1.0, 1.0, 1.0, 0.5, 0.5, 0.5, 0.5)
+    inconsistent = _Run(text="", seconds=1.0, generated=5, accepted=9, emitted_per_step=(1, 4), drafted_per_call=(7,))
+    assert per_position_acceptance([inconsistent], 7) == ()

@@ -134,3 +134,6 @@ def test_random_draft_is_rejected(fixtures_dir, tmp_path):
     o = r.overall
     assert o.identical, [p.first_difference for p in r.prompts]
     assert o.accepted_tokens < 0.05 * o.generated_tokens, r.summary()
+    # attached, never accepted, and verify finds nothing wrong with the graph: the weights are the problem
+    assert r.verdict == "BROKEN"
+    assert any("weights" in reason for reason in r.reasons), r.reasons
