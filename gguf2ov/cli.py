@@ -23,6 +23,7 @@ COMMANDS = [
     ("drift", "drift", "requantize a draft in several variants and report size and drift"),
     ("accept", "accept", "acceptance run in OpenVINO GenAI: target alone vs target + draft"),
     ("run", "pipeline", "the whole job: convert, check, export, verify, requantize, drift, accept, report"),
+    ("widen-target", "heavy_target", "a heavier copy of a Qwen3 target computing the same function, for speed runs"),
 ]
 
 

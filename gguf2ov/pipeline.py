@@ -1,0 +1,196 @@
+"""`gguf2ov run`: the whole job on one GGUF draft, with one report.
+
+convert (HF checkpoint) -> check (against reference weights, when given) -> export + verify (fp32)
+-> requantize (int4 group 16 by default) -> drift (every variant) -> accept (unquantized and
+requantized draft on the target) -> OUT/report.md and OUT/report.json.
+A stage that fails stops the run: the report says which one and why, and the exit code is 1.
+"""
+
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import Gguf2ovError
+from .outputs import check_output_dir
+from .progress import step
+from .report import Table, render, write_reports
+
+DEFAULT_REQUANT = "int4_asym_g16"
+
+
+@dataclass(frozen=True)
+class StageOutcome:
+    name: str
+    status: str       # pass | fail | skip
+    seconds: float
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class RunResult:
+    source: str
+    target: str
+    out_dir: str
+    verdict: str                        # PASS, or the verdict/stage that stopped the run
+    stages: list[StageOutcome]
+    results: dict = field(default_factory=dict)   # stage name -> its result dataclass
+    provenance: dict = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "PASS"
+
+    def tables(self) -> list[Table]:
+        rows = [[s.name, s.status.upper(), f"{s.seconds:.1f} s", s.reason] for s in self.stages]
+        tables = [Table("Pipeline stages", ["stage", "status", "time", "result"], rows)]
+        accept_rows = []
+        for name, r in self.results.items():
+            if name.startswith("accept"):
+                o = r.overall
+                accept_rows.append([name.split(":", 1)[1], r.verdict, o.identical, f"{o.accepted_tokens}/{o.generated_tokens}",
+                                    o.acceptance_rate, o.mean_acceptance_length, o.tok_s_target, o.tok_s_draft, o.speedup])
+        if accept_rows:
+            tables.append(Table("Drafts on the target", ["draft", "verdict", "identical", "accepted/generated",
+                                                         "accept rate", "mean accept len", "tok/s target",
+                                                         "tok/s draft", "speedup"], accept_rows))
+        return tables
+
+    def summary(self) -> list[str]:
+        return [f"verdict: {self.verdict}", f"report: {Path(self.out_dir) / 'report.md'}"]
+
+
+def run(gguf_path, target_dir, out_dir, reference_dir=None, requant: str = DEFAULT_REQUANT, variants=None,
+        prompts=None, max_new_tokens: int = 100, num_assistant_tokens: int = 7, precision: str = "f32",
+        repeats: int = 1, map_path=None, target_layer_offset=None, overwrite: bool = False,
+        progress: bool = True) -> RunResult:
+    from .accept import DEFAULT_PROMPTS, run_acceptance
+    from .check import check
+    from .convert import convert
+    from .drift import drift
+    from .provenance import provenance
+    from .requantize import DEFAULT_DRIFT_VARIANTS, parse_variant
+    from .verify import verify_draft
+
+    gguf_path, target_dir, out_dir = Path(gguf_path), Path(target_dir), Path(out_dir)
+    requant = parse_variant(requant).name
+    variants = list(dict.fromkeys(["fp32", *(variants or DEFAULT_DRIFT_VARIANTS), requant]))
+    for v in variants:
+        parse_variant(v)
+    if not gguf_path.is_file():
+        raise Gguf2ovError(f"{gguf_path} does not exist")
+    if not target_dir.is_dir():
+        raise Gguf2ovError(f"target folder {target_dir} does not exist")
+    check_output_dir(out_dir, overwrite)
+    if out_dir.exists():
+        shutil.rmtree(out_dir)  # an old report must not sit beside a new run's outputs
+    prompts = list(prompts or DEFAULT_PROMPTS)
+
+    stages, results = [], {}
+    options = {"reference": str(reference_dir) if reference_dir else None, "requant": requant, "variants": variants,
+               "max_new_tokens": max_new_tokens, "num_assistant_tokens": num_assistant_tokens,
+               "precision": precision, "repeats": repeats, "target_layer_offset": target_layer_offset}
+
+    def finish(verdict: str) -> RunResult:
+        result = RunResult(str(gguf_path), str(target_dir), str(out_dir), verdict, stages, results,
+                           provenance({"gguf": gguf_path, "target": target_dir / "openvino_model.xml"}, options))
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_reports(result, out_dir / "report.json")
+        from .outputs import atomic_write_text
+
+        atomic_write_text(out_dir / "report.md", markdown_report(result))
+        return result
+
+    def stage(name: str, fn, ok=lambda r: (True, "")):
+        step(f"stage {name}", progress)
+        start = time.monotonic()
+        try:
+            r = fn()
+        except Gguf2ovError as e:
+            stages.append(StageOutcome(name, "fail", time.monotonic() - start, e.message))
+            raise _Stop(f"{name} failed") from e
+        passed, reason = ok(r)
+        results[name] = r
+        stages.append(StageOutcome(name, "pass" if passed else "fail", time.monotonic() - start, reason))
+        if not passed:
+            raise _Stop(f"{name} failed")
+        return r
+
+    try:
+        stage("convert", lambda: convert(gguf_path, out_dir / "checkpoint", map_path=map_path,
+                                         target_layer_offset=target_layer_offset, progress=progress),
+              lambda r: (True, f"{r.n_tensors} tensors, target layer ids {r.target_layer_ids_written}"))
+        if reference_dir:
+            stage("check", lambda: check(gguf_path, reference_dir, map_path=map_path,
+                                         target_layer_offset=target_layer_offset, progress=progress),
+                  lambda r: (r.passed, "; ".join(r.summary()[:2])))
+        else:
+            stages.append(StageOutcome("check", "skip", 0.0, "no --reference given"))
+        d = stage("drift", lambda: drift(gguf_path, out_dir / "drafts", variants=variants, target_dir=target_dir,
+                                         prompts=prompts, map_path=map_path, target_layer_offset=target_layer_offset,
+                                         progress=progress),
+                  lambda r: (all(v.verified for v in r.variants),
+                             f"{len(r.variants)} variants; " + ", ".join(
+                                 f"{v.name} {'verified' if v.verified else 'FAILED verify: ' + ', '.join(v.verify_failures)}"
+                                 for v in r.variants if v.name in ("fp32", requant))))
+        for name in ("fp32", requant):
+            draft = Path(next(v.path for v in d.variants if v.name == name))
+            stage(f"verify:{name}", lambda: verify_draft(draft, target_dir=target_dir),
+                  lambda r: (r.ok, "all checks pass" if r.ok else "; ".join(r.summary())))
+        for name in ("fp32", requant):
+            draft = Path(next(v.path for v in d.variants if v.name == name))
+            stage(f"accept:{name}", lambda: run_acceptance(
+                target_dir, draft, prompts, max_new_tokens=max_new_tokens,
+                num_assistant_tokens=num_assistant_tokens, precision=precision, repeats=repeats, progress=progress),
+                lambda r: (r.verdict == "PASS", f"{r.verdict}: {r.accepted_tokens}/{r.overall.generated_tokens} tokens "
+                                                 f"from the draft, {r.speedup:.2f}x" + "".join(f"; {x}" for x in r.reasons)))
+    except _Stop as e:
+        failed = stages[-1]
+        verdict = results[failed.name].verdict if failed.name.startswith("accept") and failed.name in results \
+            else f"FAILED at {failed.name}"
+        return finish(verdict)
+    return finish("PASS")
+
+
+class _Stop(Exception):
+    pass
+
+
+def markdown_report(result: RunResult) -> str:
+    parts = [render(result, "markdown", title="gguf2ov run")]
+    for name, r in result.results.items():
+        parts.append(render(r, "markdown", title=name))
+        if name == "drift" and r.plot:
+            parts.append(f"![size against weight drift]({Path(r.plot).relative_to(result.out_dir)})")
+    return "\n\n".join(parts)
+
+
+def configure_parser(p) -> None:
+    p.add_argument("gguf", help="the draft GGUF")
+    p.add_argument("--target", required=True, help="the target's OpenVINO folder (IR, tokenizer, config.json)")
+    p.add_argument("-o", "--output", required=True, help="output folder: checkpoint/, drafts/, report.md, report.json")
+    p.add_argument("--reference", help="reference HF checkpoint of the draft, for the correlation check")
+    p.add_argument("--requant", default=DEFAULT_REQUANT, help=f"the requantized draft to accept (default {DEFAULT_REQUANT})")
+    p.add_argument("--variants", help="comma-separated drift variants (default: the drift command's list)")
+    p.add_argument("--prompts", help="text file, one prompt per line")
+    p.add_argument("--max-new-tokens", type=int, default=100)
+    p.add_argument("--num-assistant-tokens", type=int, default=7)
+    p.add_argument("--precision", choices=("f32", "auto"), default="f32")
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--map", help="tensor map YAML to use instead of the shipped one")
+    p.add_argument("--target-layer-offset", type=int, help="see gguf2ov convert")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
+    p.add_argument("--quiet", action="store_true")
+
+
+def cli(args) -> int:
+    from .accept import read_prompts
+
+    result = run(args.gguf, args.target, args.output, reference_dir=args.reference, requant=args.requant,
+                 variants=[v for v in args.variants.split(",") if v.strip()] if args.variants else None,
+                 prompts=read_prompts(args.prompts) if args.prompts else None,
+                 max_new_tokens=args.max_new_tokens, num_assistant_tokens=args.num_assistant_tokens,
+                 precision=args.precision, repeats=args.repeats, map_path=args.map,
+                 target_layer_offset=args.target_layer_offset, overwrite=args.overwrite, progress=not args.quiet)
+    print(render(result, "text", title="gguf2ov run"))
+    return 0 if result.passed else 1

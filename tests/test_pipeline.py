@@ -1,0 +1,84 @@
+"""`gguf2ov run`: the whole job on the fixtures, as the README's demo runs it."""
+
+import json
+
+import pytest
+
+from gguf2ov import cli
+from gguf2ov.accept import read_prompts
+from gguf2ov.pipeline import run
+
+VARIANTS = ["fp32", "int4_asym_g16", "gguf"]
+
+
+@pytest.fixture(scope="module")
+def heavy_target(fixtures_dir, tmp_path_factory):
+    """The fixture target widened into one heavy enough for the draft to pay off (same function)."""
+    from gguf2ov.heavy_target import widen_target
+
+    out = tmp_path_factory.mktemp("heavy") / "target"
+    widen_target(fixtures_dir / "target-hf", out, progress=False)
+    return out
+
+
+@pytest.mark.slow
+def test_run_on_the_fixtures_passes_for_both_drafts(fixtures_dir, heavy_target, tmp_path):
+    out = tmp_path / "run"
+    code = cli.main(["run", str(fixtures_dir / "draft-Q4_K_M.gguf"), "--target", str(heavy_target),
+                     "--reference", str(fixtures_dir / "draft-ref"), "--prompts", str(fixtures_dir / "prompts.txt"),
+                     "--variants", ",".join(VARIANTS), "-o", str(out), "--quiet"])
+    report = json.loads((out / "report.json").read_text())
+    assert code == 0, report["stages"]
+    assert report["verdict"] == "PASS"
+    stages = {s["name"]: s["status"] for s in report["stages"]}
+    assert stages == {"convert": "pass", "check": "pass", "drift": "pass", "verify:fp32": "pass",
+                      "verify:int4_asym_g16": "pass", "accept:fp32": "pass", "accept:int4_asym_g16": "pass"}
+    for name in ("accept:fp32", "accept:int4_asym_g16"):
+        acc = report["results"][name]
+        assert acc["verdict"] == "PASS" and acc["identical"] and acc["speedup"] > 1
+        assert acc["accepted_tokens"] >= 0.6 * acc["overall"]["generated_tokens"]
+    md = (out / "report.md").read_text()
+    assert "verdict: PASS" in md and "![size against weight drift](drafts/drift.png)" in md
+    assert (out / "drafts" / "drift.png").is_file() and (out / "checkpoint" / "model.safetensors").is_file()
+    assert report["provenance"]["sources"]["gguf"]["sha256"]
+    assert report["provenance"]["packages"]["openvino-genai"]
+
+
+@pytest.mark.slow
+def test_run_calls_a_random_draft_broken(fixtures_dir, heavy_target, tmp_path):
+    from gguf2ov.gguf_writer import write_dflash_gguf
+
+    from test_fixtures import _random_checkpoint
+
+    cfg = json.loads((fixtures_dir / "draft-ref" / "config.json").read_text())
+    write_dflash_gguf(_random_checkpoint(cfg, tmp_path / "random"), tmp_path / "random-Q4_K_M.gguf",
+                             tokenizer_dir=fixtures_dir / "target-hf")
+    result = run(tmp_path / "random-Q4_K_M.gguf", heavy_target, tmp_path / "run", variants=["fp32"],
+                 prompts=read_prompts(fixtures_dir / "prompts.txt")[:2], max_new_tokens=40, progress=False)
+    assert result.verdict == "BROKEN"
+    assert [s.status for s in result.stages][-1] == "fail"
+    assert json.loads((tmp_path / "run" / "report.json").read_text())["verdict"] == "BROKEN"
+
+
+@pytest.mark.slow
+def test_a_failing_stage_stops_the_run_with_its_name(fixtures_dir, tmp_path, capsys):
+    # the older converter's layout needs --target-layer-offset: convert refuses, nothing else runs
+    code = cli.main(["run", str(fixtures_dir / "draft-legacy-Q4_K_M.gguf"), "--target", str(fixtures_dir / "target"),
+                     "-o", str(tmp_path / "run"), "--quiet"])
+    assert code == 1
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["verdict"] == "FAILED at convert"
+    assert [s["name"] for s in report["stages"]] == ["convert"]
+    assert "--target-layer-offset" in report["stages"][0]["reason"]
+    assert "FAILED at convert" in capsys.readouterr().out
+
+
+def test_bad_input_is_one_error_line_and_no_output(fixtures_dir, tmp_path, capsys):
+    code = cli.main(["run", str(fixtures_dir / "draft-Q4_K_M.gguf"), "--target", str(tmp_path / "nope"),
+                     "-o", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 1 and err.startswith("error: target folder") and "Traceback" not in err
+    assert not (tmp_path / "run").exists()
+    code = cli.main(["run", str(fixtures_dir / "draft-Q4_K_M.gguf"), "--target", str(fixtures_dir / "target"),
+                     "-o", str(tmp_path / "run"), "--requant", "int5"])
+    assert code == 1 and "unknown variant" in capsys.readouterr().err
