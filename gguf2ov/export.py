@@ -3,7 +3,7 @@
 The draft is traced through optimum-intel's `Qwen3DFlashForCausalLM`, the one class whose forward
 drops the seed row (`[:, 1:]`) so that the emitted hidden states line up with the candidate tokens
 GenAI scores with the target's lm_head. Every export pitfall measured with optimum-intel 2.2.0
-(FACTS §4) either cannot be reached from here or is turned into an error:
+either cannot be reached from here or is turned into an error:
 
 - `load_state_dict(strict=False)` silently keeps random weights for misnamed keys (a `model.`
   prefix): the keys and shapes are compared here first and any difference is an error;
@@ -34,10 +34,10 @@ IR_BIN = "openvino_model.bin"
 PROVENANCE_FILE = "gguf2ov.json"
 
 # Tensors a draft may carry that the OpenVINO draft does not use: GenAI feeds the target's
-# embeddings in and grafts the target's lm_head on `last_hidden_state` (FACTS §3, §4).
+# embeddings in and grafts the target's lm_head on `last_hidden_state`.
 IGNORED_KEYS = ("embed_tokens.weight", "lm_head.weight", "d2t", "t2d")
 
-# What only a DFlash 2 draft has (FACTS §3): per-layer convolutions and a candidate selector.
+# What only a DFlash 2 draft has: per-layer convolutions and a candidate selector.
 DFLASH2_KEY_MARKERS = ("candidate_selector.", ".attention_conv.", ".mlp_conv.")
 DFLASH2_CONFIG_KEYS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
 
@@ -193,7 +193,7 @@ def check_keys(expected: dict, found: dict, where) -> list[str]:
     if shapes:
         parts.append("shape mismatch (" + _some([f"{k} {tuple(found[k])} != {tuple(expected[k])}" for k in shapes]) + ")")
     if prefix:
-        # The silent failure of FACTS §4: strict=False ignores these and keeps random weights.
+        # The silent failure: strict=False ignores these and keeps random weights.
         raise Gguf2ovError(
             f"{where}: checkpoint tensor names carry an extra {prefix!r} prefix ({_some(unexpected)}); "
             "loading them with strict=False would silently keep random weights",
@@ -260,7 +260,7 @@ def load_draft_model(checkpoint_dir):
 
 
 def trace_draft(model, config, xml_path) -> None:
-    """optimum-intel's stateful export with past key values in the inputs (FACTS §4)."""
+    """optimum-intel's stateful export with past key values in the inputs."""
     import logging
 
     from optimum.exporters.openvino.convert import export

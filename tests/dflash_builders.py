@@ -2,7 +2,7 @@
 
 The committed fixtures (fixtures/tiny-dflash: a trained pair) are used when present; otherwise a
 tiny random draft and target are built in a temporary folder. The broken drafts reproduce the
-silent failures measured with GenAI (FACTS §5) by exporting the way a naive script would.
+silent failures measured with GenAI by exporting the way a naive script would.
 """
 
 import json
@@ -80,7 +80,7 @@ def no_slice_class():
 
 
 def naive_export(checkpoint: Path, out: Path, model_class=None, stateful: bool = True) -> Path:
-    """Export like the guide's script: strict=False loading, no key check, optimum's rt_info only."""
+    """Export like a naive conversion script: strict=False loading, no key check, optimum's rt_info only."""
     from optimum.exporters.openvino.convert import export
     from optimum.exporters.openvino.model_configs import Qwen3OpenVINOConfig
     from optimum.exporters.openvino.model_patcher import Qwen3DFlashForCausalLM
