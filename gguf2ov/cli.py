@@ -11,6 +11,7 @@ import sys
 
 from . import __version__
 from .errors import Gguf2ovError
+from .progress import quiet_third_party
 
 # (subcommand, module, one-line help). Modules keep heavy imports (torch, openvino) inside
 # functions so that `gguf2ov inspect` starts fast.
@@ -55,6 +56,8 @@ def main(argv=None) -> int:
         parser.print_help(sys.stderr)
         return 2
     debug = args.debug or os.environ.get("GGUF2OV_DEBUG") == "1"
+    if not debug:
+        quiet_third_party()
     try:
         code = args.func(args)
     except Gguf2ovError as e:

@@ -144,12 +144,16 @@ def run(gguf_path, target_dir, out_dir, reference_dir=None, requant: str = DEFAU
                 num_assistant_tokens=num_assistant_tokens, precision=precision, repeats=repeats, progress=progress),
                 lambda r: (r.verdict == "PASS", f"{r.verdict}: {r.accepted_tokens}/{r.overall.generated_tokens} tokens "
                                                  f"from the draft, {r.speedup:.2f}x" + "".join(f"; {x}" for x in r.reasons)))
-    except _Stop as e:
+        verdict = "PASS"
+    except _Stop:
         failed = stages[-1]
         verdict = results[failed.name].verdict if failed.name.startswith("accept") and failed.name in results \
             else f"FAILED at {failed.name}"
-        return finish(verdict)
-    return finish("PASS")
+    except BaseException:
+        # An interrupt or an unexpected error: no half-run folder where a finished report would be.
+        shutil.rmtree(out_dir, ignore_errors=True)
+        raise
+    return finish(verdict)
 
 
 class _Stop(Exception):
@@ -192,5 +196,7 @@ def cli(args) -> int:
                  max_new_tokens=args.max_new_tokens, num_assistant_tokens=args.num_assistant_tokens,
                  precision=args.precision, repeats=args.repeats, map_path=args.map,
                  target_layer_offset=args.target_layer_offset, overwrite=args.overwrite, progress=not args.quiet)
+    if "drift" in result.results:
+        print(render(result.results["drift"], "text"))
     print(render(result, "text", title="gguf2ov run"))
     return 0 if result.passed else 1

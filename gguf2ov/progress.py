@@ -1,6 +1,10 @@
 """Progress bars on stderr, only when a person is watching."""
 
+import contextlib
+import logging
+import os
 import sys
+import warnings
 
 from tqdm import tqdm
 
@@ -14,3 +18,31 @@ def step(message: str, enabled: bool = True) -> None:
     """One line per pipeline step, so that long runs show where they are even without a tty."""
     if enabled:
         print(f"[gguf2ov] {message}", file=sys.stderr, flush=True)
+
+
+_quiet = False
+
+
+def quiet_third_party() -> None:
+    """Keep the libraries' own chatter (tracer warnings, NNCF tables, loading bars) off the terminal.
+
+    gguf2ov reports what it measured itself; `--debug` leaves all of this on.
+    """
+    global _quiet
+    _quiet = True
+    warnings.filterwarnings("ignore", module=r"(torch|transformers|optimum|nncf|openvino)(\.|$)")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
+@contextlib.contextmanager
+def third_party_output():
+    """Around a library call that prints to stdout itself (NNCF's tables and progress bars)."""
+    if not _quiet:
+        yield
+        return
+    import nncf
+
+    nncf.set_log_level(logging.ERROR)
+    with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
+        yield

@@ -105,8 +105,11 @@ def compress(ov_model, variant: Variant):
         kwargs["ratio"] = variant.ratio if variant.ratio is not None else 1.0
     if variant.all_layers:
         kwargs["all_layers"] = True
+    from .progress import third_party_output
+
     try:
-        return nncf.compress_weights(ov_model, **kwargs)
+        with third_party_output():
+            return nncf.compress_weights(ov_model, **kwargs)
     except Exception as e:  # NNCF reports bad group sizes and shapes with its own exception types
         raise Gguf2ovError(f"NNCF could not compress the draft as {variant.name}: {e}") from e
 

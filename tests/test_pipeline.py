@@ -82,3 +82,16 @@ def test_bad_input_is_one_error_line_and_no_output(fixtures_dir, tmp_path, capsy
     code = cli.main(["run", str(fixtures_dir / "draft-Q4_K_M.gguf"), "--target", str(fixtures_dir / "target"),
                      "-o", str(tmp_path / "run"), "--requant", "int5"])
     assert code == 1 and "unknown variant" in capsys.readouterr().err
+
+
+def test_an_interrupted_run_leaves_no_output(fixtures_dir, tmp_path, monkeypatch, capsys):
+    import gguf2ov.drift as drift
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(drift, "drift", interrupted)
+    code = cli.main(["run", str(fixtures_dir / "draft-Q4_K_M.gguf"), "--target", str(fixtures_dir / "target"),
+                     "-o", str(tmp_path / "run"), "--quiet"])
+    assert code == 130 and "interrupted" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()  # the converted checkpoint went with it
