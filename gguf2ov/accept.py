@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import Gguf2ovError
+from .errors import Gguf2ovError, library_message
 from .progress import progress as progress_bar
 from .progress import step
 from .report import Table, render, write_reports
@@ -89,7 +89,7 @@ class AcceptResult:
 
     def tables(self) -> list[Table]:
         headers = ["prompt", "identical", "generated", "accepted", "drafted", "target steps",
-                   "accept rate", "accepted share", "mean accept len", "tok/s target", "tok/s draft",
+                   "accepted/drafted", "accepted/generated", "mean accept len", "tok/s target", "tok/s draft",
                    "speedup"]
 
         def row(label, p: PromptAcceptance):
@@ -132,12 +132,17 @@ def _first_difference(a: str, b: str) -> int | None:
     return next((i for i in range(n) if a[i] != b[i]), n)
 
 
-def _check_dirs(target_dir: Path, draft_dir: Path) -> None:
-    for what, d in (("target", target_dir), ("draft", draft_dir)):
-        if d.suffix.lower() == ".gguf":
-            # GenAI reads any path ending in .gguf as a GGUF file, even a folder of IR files.
-            raise Gguf2ovError(f"{what} path {d} ends in .gguf; OpenVINO GenAI would read it as a GGUF file",
-                               hint="pass the exported OpenVINO folder, renamed without the .gguf suffix")
+def _check_gguf_suffix(what: str, d: Path) -> None:
+    if d.suffix.lower() == ".gguf":
+        # GenAI reads any path ending in .gguf as a GGUF file, even a folder of IR files.
+        raise Gguf2ovError(f"{what} path {d} ends in .gguf; OpenVINO GenAI would read it as a GGUF file",
+                           hint="pass the exported OpenVINO folder, renamed without the .gguf suffix")
+
+
+def check_target_dir(target_dir) -> None:
+    """What GenAI needs of a target folder, checked before any work: the IR and its tokenizers."""
+    target_dir = Path(target_dir)
+    _check_gguf_suffix("target", target_dir)
     if not target_dir.is_dir():
         raise Gguf2ovError(f"target folder {target_dir} does not exist")
     if not (target_dir / "openvino_model.xml").is_file():
@@ -148,11 +153,22 @@ def _check_dirs(target_dir: Path, draft_dir: Path) -> None:
         raise Gguf2ovError(f"target folder {target_dir} has no {' / '.join(missing)}",
                            hint="convert the target's tokenizer with openvino_tokenizers.convert_tokenizer("
                                 "tok, with_detokenizer=True); GenAI takes the tokenizer from the target")
+
+
+def _check_dirs(target_dir: Path, draft_dir: Path) -> None:
+    check_target_dir(target_dir)
+    _check_gguf_suffix("draft", draft_dir)
     if not draft_dir.is_dir():
         raise Gguf2ovError(f"draft folder {draft_dir} does not exist")
     if not (draft_dir / "openvino_model.xml").is_file():
         raise Gguf2ovError(f"draft folder {draft_dir} has no openvino_model.xml",
                            hint="export the draft first (gguf2ov export)")
+
+
+def check_options(max_new_tokens: int, num_assistant_tokens: int, repeats: int, precision: str) -> None:
+    if repeats < 1 or max_new_tokens < 1 or num_assistant_tokens < 1:
+        raise Gguf2ovError("--repeats, --max-new-tokens and --num-assistant-tokens must be at least 1")
+    _properties(precision)
 
 
 def _properties(precision: str) -> dict:
@@ -292,8 +308,7 @@ def run_acceptance(
     prompts = [p for p in prompts if p.strip()]
     if not prompts:
         raise Gguf2ovError("no prompts to run")
-    if repeats < 1 or max_new_tokens < 1 or num_assistant_tokens < 1:
-        raise Gguf2ovError("repeats, max_new_tokens and num_assistant_tokens must be at least 1")
+    check_options(max_new_tokens, num_assistant_tokens, repeats, precision)
     _check_dirs(target_dir, draft_dir)
     props = _properties(precision)
 
@@ -318,10 +333,8 @@ def run_acceptance(
     except Gguf2ovError:
         raise
     except Exception as e:  # GenAI reports everything as RuntimeError with a C++ message
-        msg = str(e).strip().splitlines()
-        detail = next((line for line in msg if "Exception" not in line and line.strip()), msg[0] if msg else "")
         raise Gguf2ovError(
-            f"OpenVINO GenAI failed on target {target_dir} with draft {draft_dir}: {detail.strip()}",
+            f"OpenVINO GenAI failed on target {target_dir} with draft {draft_dir}: {library_message(e)}",
             hint="check that the draft was exported for this target (gguf2ov verify) and that the target "
                  "IR carries hidden_states_decoder_layers",
         ) from e

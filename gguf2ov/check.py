@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .checkpoint import INDEX, read_json_object, safetensors_files
 from .errors import Gguf2ovError
 
 # A converted tensor of any usable quant type correlates far above this with its reference; an
@@ -280,26 +281,14 @@ class Checkpoint:
         if not self.path.is_dir():
             raise Gguf2ovError(f"{self.path}: not a checkpoint folder",
                                hint="pass a folder with config.json and model.safetensors (or a sharded index)")
-        index = self.path / "model.safetensors.index.json"
-        if index.is_file():
-            try:
-                weight_map = json.loads(index.read_text())["weight_map"]
-            except (ValueError, KeyError) as e:
-                raise Gguf2ovError(f"{index}: not a safetensors index ({e})") from e
-            files = sorted(set(weight_map.values()))
-        else:
-            files = sorted(p.name for p in self.path.glob("*.safetensors"))
-            weight_map = None
-        if not files:
-            raise Gguf2ovError(f"{self.path}: no safetensors files",
-                               hint="a reference must be a Hugging Face checkpoint saved as safetensors")
+        files = safetensors_files(self.path)
+        index = read_json_object(self.path / INDEX, required=False)
+        weight_map = index["weight_map"] if index else None
         self._files = {}
         self.shapes: dict[str, tuple[int, ...]] = {}
         self._where: dict[str, str] = {}
-        for name in files:
-            file = self.path / name
-            if not file.is_file():
-                raise Gguf2ovError(f"{self.path}: the index names {name}, which is not there")
+        for file in files:
+            name = file.name
             try:
                 handle = safe_open(str(file), framework="pt")
             except Exception as e:  # safetensors raises its own SafetensorError
@@ -309,7 +298,7 @@ class Checkpoint:
                 if weight_map is None or weight_map.get(key) == name:
                     self.shapes[key] = tuple(handle.get_slice(key).get_shape())
                     self._where[key] = name
-        self.config = _read_json(self.path / "config.json")
+        self.config = read_json_object(self.path / "config.json", required=False)
 
     def load(self, name: str) -> np.ndarray:
         # Through torch: numpy has no bfloat16, the usual dtype of a reference checkpoint.
@@ -318,8 +307,10 @@ class Checkpoint:
 
     def provenance(self) -> dict:
         """What the converter recorded in gguf2ov.json (empty for a checkpoint it did not write)."""
-        data = _read_json(self.path / "gguf2ov.json", strict=False)
-        return data if isinstance(data, dict) else {}
+        try:
+            return read_json_object(self.path / "gguf2ov.json", required=False) or {}
+        except Gguf2ovError:  # a damaged record only costs the quant-type column
+            return {}
 
     def recorded_qtypes(self) -> dict[str, str]:
         """{hf_name: GGUF quant type}, when the converter recorded them (`qtypes`, at the top of
@@ -327,17 +318,6 @@ class Checkpoint:
         record = self.provenance()
         found = record.get("qtypes") or (record.get("options") or {}).get("qtypes")
         return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
-
-
-def _read_json(path: Path, strict: bool = True):
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError) as e:
-        if not strict:  # a damaged record only costs the quant-type column
-            return None
-        raise Gguf2ovError(f"{path}: not valid JSON ({e})") from e
 
 
 # --- sources ------------------------------------------------------------------------------------
@@ -444,6 +424,11 @@ def _diagnose(name, ours, ref_arr, s: Stats, ref: Checkpoint, config, min_corr, 
              or (search_swaps and _swapped(name, ours, ref, _score(s.pearson, s.cosine))))
     if found:
         return (status, *found)
+    own = _score(s.pearson, s.cosine)
+    if status == "fail" and own is not None and own >= MATCH:
+        # It is its own reference tensor, only noisier than --min-corr allows: quantization, not a mix-up.
+        return "fail", "below_threshold", (f"{name} correlates {own:.4f} with its reference, below --min-corr "
+                                           f"{min_corr}: quantization noise of its GGUF type, not a mapping error")
     if status == "shape_mismatch":
         return status, "shape_mismatch", (f"{name} has shape {list(ours.shape)} but the reference has "
                                           f"{list(ref_arr.shape)}, and matches no reference tensor of its shape: "

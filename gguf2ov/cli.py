@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
             continue  # stage not available in this build
         p = sub.add_parser(name, help=help_text, description=help_text)
         mod.configure_parser(p)
+        # accepted after the subcommand too; SUPPRESS keeps `gguf2ov --debug CMD` working
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                       help="show the traceback of an error (or set GGUF2OV_DEBUG=1)")
         p.set_defaults(func=mod.cli)
     return parser
 

@@ -6,7 +6,6 @@ block, an all-ones attention mask and beam_idx. The output has one row per block
 seed (the seed row is dropped), scored by the target's lm_head.
 """
 
-import json
 from functools import cached_property
 from pathlib import Path
 
@@ -26,7 +25,9 @@ class DraftIR:
     @cached_property
     def config(self) -> dict:
         p = self.path / "config.json"
-        return json.loads(p.read_text()) if p.is_file() else {}
+        from .checkpoint import read_json_object
+
+        return read_json_object(p, required=False) or {}
 
     @cached_property
     def request(self):

@@ -275,10 +275,12 @@ def drift(source, out_dir, variants=None, target_dir=None, prompts=None, map_pat
         parsed = [v for v in parsed if v.weight_format != "gguf"]
     if not any(v.name == "fp32" for v in parsed):
         parsed.insert(0, parse_variant("fp32"))  # every drift is measured against it
-    if target_dir is not None and accept_options is not None:
-        from .accept import run_acceptance  # noqa: F401  fail early when GenAI is missing
+    if target_dir is not None:
+        from .accept import check_target_dir
 
-    with atomic_dir(out_dir, overwrite=overwrite) as tmp:
+        check_target_dir(target_dir)  # before minutes of export, not after
+
+    with atomic_dir(out_dir, overwrite=overwrite, inputs=(source, target_dir, map_path)) as tmp:
         step(f"exporting the fp32 baseline draft from {source}", progress)
         export_draft(source, tmp / "fp32", weight_format="fp32", map_path=map_path,
                      target_layer_offset=target_layer_offset, progress=progress, run_verify=False)

@@ -14,3 +14,13 @@ class Gguf2ovError(Exception):
 
     def __str__(self) -> str:
         return self.message if not self.hint else f"{self.message} ({self.hint})"
+
+
+def library_message(error: Exception, limit: int = 300) -> str:
+    """The informative line of an OpenVINO / GenAI exception.
+
+    Their messages start with "Exception from src/...cpp:84:" lines that name only the C++ source.
+    """
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    useful = [line for line in lines if not line.startswith("Exception from") and not line.startswith("Check '")]
+    return ((useful or lines or [type(error).__name__])[0])[:limit]

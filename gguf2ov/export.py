@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .checkpoint import read_json_object
 from .errors import Gguf2ovError
 from .outputs import atomic_dir, atomic_write_text, check_output_dir
 from .progress import step
@@ -108,10 +109,7 @@ def read_draft_config(checkpoint_dir) -> DraftConfig:
     if not path.is_file():
         raise Gguf2ovError(f"no config.json in {checkpoint_dir}",
                            hint="pass a folder written by `gguf2ov convert` or a DFlash draft checkpoint")
-    try:
-        raw = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise Gguf2ovError(f"{path} is not valid JSON: {e}") from e
+    raw = read_json_object(path)
     dflash = raw.get("dflash_config")
     if not isinstance(dflash, dict):
         raise Gguf2ovError(f"{path} has no dflash_config: not a DFlash draft",
@@ -149,24 +147,13 @@ def refuse_dflash2(where, config: dict | None = None, keys=()) -> None:
         )
 
 
-def checkpoint_files(checkpoint_dir) -> list[Path]:
-    d = Path(checkpoint_dir)
-    single = d / "model.safetensors"
-    if single.is_file():
-        return [single]
-    index = d / "model.safetensors.index.json"
-    if index.is_file():
-        names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        return [d / n for n in names]
-    raise Gguf2ovError(f"no model.safetensors in {checkpoint_dir}",
-                       hint="only safetensors checkpoints are read (never pickles)")
-
-
 def read_state_dict(checkpoint_dir) -> dict:
     from safetensors.torch import load_file
 
+    from .checkpoint import safetensors_files
+
     state = {}
-    for f in checkpoint_files(checkpoint_dir):
+    for f in safetensors_files(checkpoint_dir):
         state.update(load_file(str(f)))
     return state
 
@@ -243,9 +230,11 @@ def load_draft_model(checkpoint_dir):
     from optimum.exporters.openvino.model_patcher import Qwen3DFlashForCausalLM
     from safetensors import safe_open
 
+    from .checkpoint import safetensors_files
+
     draft = read_draft_config(checkpoint_dir)
     found = {}
-    for f in checkpoint_files(checkpoint_dir):
+    for f in safetensors_files(checkpoint_dir):
         with safe_open(str(f), framework="pt") as sf:
             found.update({k: tuple(sf.get_slice(k).get_shape()) for k in sf.keys()})
     model = Qwen3DFlashForCausalLM(hf_config(draft)).to(torch.float32)
@@ -371,7 +360,7 @@ def export_draft(source, out_dir, weight_format: str = "fp32", overwrite: bool =
             raise Gguf2ovError("--target-layer-offset applies to a GGUF source only",
                                hint="a checkpoint's config.json already holds the target layer ids")
         read_draft_config(source)  # refuse bad configs before importing torch and openvino
-    check_output_dir(out_dir, overwrite)
+    check_output_dir(out_dir, overwrite, inputs=(source, map_path))
 
     start = time.perf_counter()
     with atomic_dir(out_dir, overwrite=overwrite) as tmp:

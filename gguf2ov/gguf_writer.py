@@ -6,7 +6,6 @@ converts back with the same map. The type mix is llama.cpp's `llama-quant.cpp` f
 gguf-py has no DFLASH constants: the arch and keys are written as raw strings.
 """
 
-import json
 import os
 import re
 import tempfile
@@ -16,6 +15,7 @@ from pathlib import Path
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter, TokenType
 
+from .checkpoint import read_json_object
 from .errors import Gguf2ovError
 from .maps import load_map
 from .progress import progress as progress_bar
@@ -73,7 +73,7 @@ def write_dflash_gguf(checkpoint_dir, out_path, tokenizer_dir=None, mix: str = "
     if mix not in MIXES:
         raise Gguf2ovError(f"unknown type mix {mix!r}; choose one of {', '.join(MIXES)}")
     checkpoint_dir = Path(checkpoint_dir)
-    config = json.loads((checkpoint_dir / "config.json").read_text())
+    config = read_json_object(checkpoint_dir / "config.json")
     amap = load_map(ARCH)
     state = _load_checkpoint(checkpoint_dir)
     n_layers = config["num_hidden_layers"]
@@ -105,15 +105,12 @@ def _load_checkpoint(checkpoint_dir: Path) -> dict[str, np.ndarray]:
     """float32 arrays by HF name, from model.safetensors or a sharded index."""
     from safetensors import safe_open
 
-    index = checkpoint_dir / "model.safetensors.index.json"
-    if index.exists():
-        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-    else:
-        files = ["model.safetensors"]
+    from .checkpoint import safetensors_files
+
     state = {}
-    for name in files:
+    for path in safetensors_files(checkpoint_dir):
         # torch: numpy has no bfloat16, and checkpoints are often BF16.
-        with safe_open(checkpoint_dir / name, framework="pt") as f:
+        with safe_open(path, framework="pt") as f:
             for key in f.keys():
                 state[key] = f.get_tensor(key).float().numpy()
     return state

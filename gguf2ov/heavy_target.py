@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .checkpoint import read_json_object
 from .errors import Gguf2ovError
 from .outputs import atomic_dir, atomic_write_text, check_output_dir
 from .progress import step
@@ -141,7 +142,6 @@ def widen_state_dict(state: dict, n_layers: int, extra_layers: int, intermediate
 
 def widen_model(model, extra_layers: int, intermediate_size: int):
     """A new f32 Qwen3ForCausalLM computing the same function as `model`, with more layers and wider MLPs."""
-    import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     base = model.config.to_dict()
@@ -228,11 +228,11 @@ def widen_target(
     target_hf_dir, out_dir = Path(target_hf_dir), Path(out_dir)
     if not (target_hf_dir / "config.json").is_file():
         raise Gguf2ovError(f"{target_hf_dir} is not a Hugging Face checkpoint folder: config.json is missing")
-    source_config = json.loads((target_hf_dir / "config.json").read_text())
+    source_config = read_json_object(target_hf_dir / "config.json")
     if source_config.get("model_type") != "qwen3":
         raise Gguf2ovError(f"{target_hf_dir} is a {source_config.get('model_type')!r} model; only qwen3 targets "
                            "can be widened")
-    check_output_dir(out_dir, overwrite)
+    check_output_dir(out_dir, overwrite, inputs=(target_hf_dir,))
 
     import openvino as ov
     import torch
@@ -245,7 +245,8 @@ def widen_target(
         step(f"widening {target_hf_dir}: +{extra_layers} layers, intermediate {intermediate_size}", progress)
         # f32 whatever the checkpoint holds (the fixture's is fp16): fp16 -> f32 is exact, and the
         # exported IR keeps f32 constants, which GenAI's f32 runs need for byte-identical output.
-        original = Qwen3ForCausalLM.from_pretrained(str(target_hf_dir), dtype=torch.float32).eval()
+        # safetensors only: a checkpoint is never unpickled
+        original = Qwen3ForCausalLM.from_pretrained(str(target_hf_dir), dtype=torch.float32, use_safetensors=True).eval()
         widened = widen_model(original, extra_layers, intermediate_size)
         input_ids = _check_input_ids(source_config)
         reference = forward_all(original, input_ids)

@@ -398,11 +398,11 @@ def load_map(arch: str | None = None, path=None) -> ArchMap:
     if arch is None:
         raise Gguf2ovError("the file names no architecture (general.architecture is missing)",
                            hint=f"pass --map; shipped maps: {', '.join(supported_arches())}")
-    resource = _maps_dir() / f"{arch}.yaml"
-    if arch.startswith("_") or not resource.is_file():
+    # general.architecture comes from an untrusted file: only a shipped map's name selects a map
+    if not isinstance(arch, str) or arch not in supported_arches():
         raise Gguf2ovError(f"no map for architecture {arch!r}; supported: {', '.join(supported_arches())}",
                            hint="write a tensor map YAML for it and pass --map")
-    return _build(_read_yaml(resource), f"tensor_maps/{arch}.yaml")
+    return _build(_read_yaml(_maps_dir() / f"{arch}.yaml"), f"tensor_maps/{arch}.yaml")
 
 
 def map_for(gguf, path=None) -> ArchMap:

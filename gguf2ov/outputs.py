@@ -12,9 +12,21 @@ from pathlib import Path
 from .errors import Gguf2ovError
 
 
-def check_output_dir(path: Path, overwrite: bool) -> None:
+def check_output_dir(path: Path, overwrite: bool, inputs=()) -> None:
+    """Refuse an output that exists (unless `overwrite`), is not a folder, or holds one of `inputs`."""
     path = Path(path)
-    if path.exists() and not overwrite and (not path.is_dir() or any(path.iterdir())):
+    if path.exists() and not path.is_dir():
+        raise Gguf2ovError(f"output {path} exists and is not a folder", hint="choose a folder path for the output")
+    existing = next((p for p in path.parents if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise Gguf2ovError(f"cannot create the output {path}: {existing} is a file, not a folder")
+    resolved = path.resolve()
+    for item in inputs:
+        if item is not None and (Path(item).resolve() == resolved or Path(item).resolve().is_relative_to(resolved)):
+            # --overwrite replaces the whole folder: it must never take an input with it
+            raise Gguf2ovError(f"output {path} would replace the input {item}",
+                               hint="write the output to a folder that holds none of the inputs")
+    if path.exists() and not overwrite and any(path.iterdir()):
         raise Gguf2ovError(
             f"output {path} already exists",
             hint="choose a new output path or pass --overwrite",
@@ -22,12 +34,15 @@ def check_output_dir(path: Path, overwrite: bool) -> None:
 
 
 @contextlib.contextmanager
-def atomic_dir(path, overwrite: bool = False):
+def atomic_dir(path, overwrite: bool = False, inputs=()):
     """Yield a temporary directory that becomes `path` when the block finishes without error."""
     path = Path(path)
-    check_output_dir(path, overwrite)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.partial-", dir=path.parent))
+    check_output_dir(path, overwrite, inputs)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.partial-", dir=path.parent))
+    except OSError as e:
+        raise Gguf2ovError(f"cannot create the output {path}: {e.strerror}") from e
     umask = os.umask(0)
     os.umask(umask)
     tmp.chmod(0o777 & ~umask)  # mkdtemp makes it private; the finished folder gets the usual mode
@@ -47,8 +62,11 @@ def atomic_dir(path, overwrite: bool = False):
 
 def atomic_write_bytes(path, data: bytes) -> None:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as e:
+        raise Gguf2ovError(f"cannot write {path}: {e.strerror}") from e
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

@@ -52,7 +52,7 @@ class RunResult:
                                     o.acceptance_rate, o.mean_acceptance_length, o.tok_s_target, o.tok_s_draft, o.speedup])
         if accept_rows:
             tables.append(Table("Drafts on the target", ["draft", "verdict", "identical", "accepted/generated",
-                                                         "accept rate", "mean accept len", "tok/s target",
+                                                         "accepted/drafted", "mean accept len", "tok/s target",
                                                          "tok/s draft", "speedup"], accept_rows))
         return tables
 
@@ -64,7 +64,7 @@ def run(gguf_path, target_dir, out_dir, reference_dir=None, requant: str = DEFAU
         prompts=None, max_new_tokens: int = 100, num_assistant_tokens: int = 7, precision: str = "f32",
         repeats: int = 1, map_path=None, target_layer_offset=None, overwrite: bool = False,
         progress: bool = True) -> RunResult:
-    from .accept import DEFAULT_PROMPTS, run_acceptance
+    from .accept import DEFAULT_PROMPTS, check_options, check_target_dir, run_acceptance
     from .check import check
     from .convert import convert
     from .drift import drift
@@ -79,9 +79,12 @@ def run(gguf_path, target_dir, out_dir, reference_dir=None, requant: str = DEFAU
         parse_variant(v)
     if not gguf_path.is_file():
         raise Gguf2ovError(f"{gguf_path} does not exist")
-    if not target_dir.is_dir():
-        raise Gguf2ovError(f"target folder {target_dir} does not exist")
-    check_output_dir(out_dir, overwrite)
+    check_target_dir(target_dir)
+    check_options(max_new_tokens, num_assistant_tokens, repeats, precision)
+    if reference_dir is not None and not Path(reference_dir, "config.json").is_file():
+        raise Gguf2ovError(f"reference folder {reference_dir} has no config.json",
+                           hint="pass the Hugging Face checkpoint folder the GGUF was made from")
+    check_output_dir(out_dir, overwrite, inputs=(gguf_path, target_dir, reference_dir, map_path))
     if out_dir.exists():
         shutil.rmtree(out_dir)  # an old report must not sit beside a new run's outputs
     prompts = list(prompts or DEFAULT_PROMPTS)

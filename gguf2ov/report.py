@@ -9,7 +9,7 @@ JSON is the dataclass itself (`dataclasses.asdict`), so every field reaches the 
 import dataclasses
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np

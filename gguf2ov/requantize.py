@@ -178,7 +178,7 @@ def requantize_draft(fp32_dir, out_dir, variant: Variant, gguf_path=None, map_pa
     fp32_dir = Path(fp32_dir)
     model, transcoded = apply_variant(ov.Core().read_model(str(fp32_dir / "openvino_model.xml")), variant,
                                       gguf_path, map_path)
-    with atomic_dir(out_dir, overwrite=overwrite) as tmp:
+    with atomic_dir(out_dir, overwrite=overwrite, inputs=(fp32_dir, gguf_path)) as tmp:
         ov.save_model(model, str(tmp / "openvino_model.xml"), compress_to_fp16=variant.weight_format == "fp16")
         if (fp32_dir / "config.json").is_file():
             shutil.copy2(fp32_dir / "config.json", tmp / "config.json")

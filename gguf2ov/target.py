@@ -55,7 +55,9 @@ class Target:
     @cached_property
     def config(self) -> dict:
         p = self.path / "config.json"
-        return json.loads(p.read_text()) if p.is_file() else {}
+        from .checkpoint import read_json_object
+
+        return read_json_object(p, required=False) or {}
 
     @cached_property
     def locators(self) -> dict[int, dict] | None:

@@ -7,12 +7,11 @@ synthetic block, compare it with PyTorch when the checkpoint is at hand, and che
 geometry against a target.
 """
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import Gguf2ovError
+from .errors import Gguf2ovError, library_message
 from .report import Table
 
 IR_XML = "openvino_model.xml"
@@ -94,10 +93,15 @@ def verify_draft(draft_dir, target_dir=None, checkpoint_dir=None) -> VerifyResul
         return VerifyResult(str(draft_dir), str(target_dir) if target_dir else None,
                             str(checkpoint_dir) if checkpoint_dir else None, checks, figures)
 
+    if not draft_dir.is_dir():
+        raise Gguf2ovError(f"draft folder {draft_dir} does not exist")
+    if not xml.is_file():
+        checks.append(Check("ir", "interface", "fail", f"{draft_dir} has no {IR_XML}: export the draft first"))
+        return result()
     try:
         model = ov.Core().read_model(str(xml))
-    except Exception as e:  # a missing or corrupt IR: nothing else can be checked
-        checks.append(Check("ir", "interface", "fail", f"cannot read {xml}: {str(e).splitlines()[0][:200]}"))
+    except Exception as e:  # a corrupt IR: nothing else can be checked
+        checks.append(Check("ir", "interface", "fail", f"cannot read {xml}: {library_message(e)}"))
         return result()
     config = _read_json(draft_dir / "config.json")
     d = _Draft(draft_dir, model, config)
@@ -110,12 +114,9 @@ def verify_draft(draft_dir, target_dir=None, checkpoint_dir=None) -> VerifyResul
 
 
 def _read_json(path: Path) -> dict | None:
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError:
-        return None
+    from .checkpoint import read_json_object
+
+    return read_json_object(path, required=False)
 
 
 def _input(model, name: str):
@@ -283,7 +284,7 @@ def _behaviour_checks(d: _Draft, checkpoint_dir, figures: dict) -> list[Check]:
     try:
         ir_out, cache = run_ir(d.model, steps)
     except Exception as e:
-        reason = f"OpenVINO failed on a {block}-token block: {str(e).splitlines()[0][:200]}"
+        reason = f"OpenVINO failed on a {block}-token block: {library_message(e)}"
         return [Check("block-rows", "behaviour", "fail", reason), _weights_check(d)]
     rows = ir_out[0].shape[1]
     figures.update(block=block, rows=rows, context_steps=list(CONTEXT_STEPS[:len(steps)]))

@@ -115,6 +115,15 @@ def test_fixture_q4_k_m_passes(fixtures_dir):
     assert all(c.agrees for c in result.config) and result.config
 
 
+def test_a_strict_threshold_blames_quantization_not_the_mapping(fixtures_dir):
+    result = check(fixtures_dir / "draft-Q4_K_M.gguf", fixtures_dir / "draft-ref", min_corr=0.998, progress=False)
+    assert not result.passed
+    failed = [t for t in result.tensors if t.status != "pass"]
+    assert failed and {t.diagnosis for t in failed} == {"below_threshold"}
+    assert {t.qtype for t in failed} == {"Q4_K"}
+    assert "other_model" not in {d.code for d in result.diagnoses}
+
+
 def test_fixture_legacy_gguf_names_the_shift(fixtures_dir):
     legacy, ref = fixtures_dir / "draft-legacy-Q4_K_M.gguf", fixtures_dir / "draft-ref"
     result = check(legacy, ref, progress=False)
@@ -320,7 +329,7 @@ def test_terminal_view_limits_rows(draft, tmp_path):
 def test_errors_name_the_problem(draft, tmp_path):
     from gguf2ov.errors import Gguf2ovError
 
-    with pytest.raises(Gguf2ovError, match="no safetensors"):
+    with pytest.raises(Gguf2ovError, match="no model.safetensors"):
         check(draft["gguf"], tmp_path, progress=False)
     with pytest.raises(Gguf2ovError, match="GGUF source"):
         check(draft["converted"], draft["ref"], target_layer_offset=0, progress=False)

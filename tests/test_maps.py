@@ -252,3 +252,12 @@ def test_metadata_of_the_wrong_kind_is_an_error(tmp_path):
     del gguf.metadata["dflash.attention.sliding_window_pattern"]
     with pytest.raises(Gguf2ovError, match="dflash.target_layers = '3,6,9' should be numeric"):
         amap.hf_config(gguf, target_layer_offset=-1)
+
+
+def test_the_architecture_name_from_a_file_only_selects_shipped_maps():
+    from gguf2ov.errors import Gguf2ovError
+    from gguf2ov.maps import load_map
+
+    for arch in ("../../../tmp/evil", "_decoder", 7):
+        with pytest.raises(Gguf2ovError, match="no map for architecture"):
+            load_map(arch)
