@@ -52,7 +52,7 @@ def _unpermute_qk(x, args, config, reverse=False):
     # NORM-style RoPE can rotate adjacent pairs: reshape(n_head, 2, head_dim/2, in).swapaxes(1, 2).
     # Undoing it swaps the same axes back; permuting again is the reverse.
     n_head = _config_get(config, args["heads"])
-    if n_head is None or x.shape[0] % (2 * n_head):
+    if not isinstance(n_head, int) or n_head <= 0 or x.shape[0] % (2 * n_head):
         raise Gguf2ovError(f"unpermute_qk: {x.shape[0]} rows do not split into {n_head} heads of rotary pairs")
     rows = x.shape[0] // n_head
     halves = (n_head, 2, rows // 2) if reverse else (n_head, rows // 2, 2)
@@ -161,13 +161,13 @@ class ArchMap:
             return len(value)
         flag = rule.get("flag")
         offset = rule.get("add", 0)
+        items = value if isinstance(value, list) else [value]
+        if (offset or flag or "min" in rule) and not all(_is_number(v) for v in items):
+            raise Gguf2ovError(f"{gguf.path}: {source} = {value!r} should be numeric")
         if flag and flags.get(flag) is not None:
             offset = flags[flag]
         elif flag and not allow_ambiguous:
             self._refuse_if_ambiguous(gguf, hf_key, rule, source, value)
-        items = value if isinstance(value, list) else [value]
-        if (offset or "min" in rule) and not all(_is_number(v) for v in items):
-            raise Gguf2ovError(f"{gguf.path}: {source} = {value!r} should be numeric")
         if offset:
             value = [v + offset for v in value] if isinstance(value, list) else value + offset
         if "map" in rule:
@@ -239,6 +239,8 @@ class ArchMap:
     def problems(self, gguf, config: dict) -> list[str]:
         """Everything that keeps this map from converting the file; empty when it fits."""
         n_blocks = config.get("num_hidden_layers")
+        if n_blocks is not None and not (isinstance(n_blocks, int) and not isinstance(n_blocks, bool) and n_blocks >= 0):
+            return [f"num_hidden_layers is {n_blocks!r}: the file's block count is not a number of layers"]
         unmatched, ambiguous, beyond, mismatched, missing, partial = [], [], [], [], [], []
         seen = {}
         for name, info in gguf.tensors.items():
@@ -252,7 +254,11 @@ class ArchMap:
                 if n is not None and (n_blocks is None or n >= n_blocks):
                     beyond.append(name)
                 seen[name] = rule
-                expected = self._expected_shape(rule, n, config)
+                try:
+                    expected = self._expected_shape(rule, n, config)
+                except Gguf2ovError as e:
+                    mismatched.append(e.message)
+                    continue
                 if expected is not None and tuple(expected) != tuple(info.shape):
                     mismatched.append(f"{name} is {list(info.shape)}, expected {list(expected)} for {rule.hf_name(n)}")
         groups_present = {r.group for r in seen.values() if r.group}
@@ -300,8 +306,11 @@ class ArchMap:
             return None
         try:
             return [_eval_shape(e, config) for e in expr]
-        except (KeyError, TypeError):
+        except KeyError:
             return None  # the file does not state a key the shape needs; transformers will check
+        except (TypeError, ArithmeticError) as e:
+            raise Gguf2ovError(f"the expected shape of {rule.hf} cannot be computed from the file's metadata "
+                               f"({e}): a key it needs has a wrong type or value") from e
 
     # -- reverse: HF checkpoint -> GGUF ------------------------------------------------------------
 

@@ -5,7 +5,7 @@ from gguf import GGUFValueType
 from gguf2ov.errors import Gguf2ovError
 from gguf2ov.maps import OPS, apply_ops, load_map, map_for, supported_arches
 from gguf2ov.read import open_gguf
-from ggufs import DRAFT, decoder_kv, decoder_tensors, write_dflash, write_gguf
+from ggufs import DRAFT, decoder_kv, decoder_tensors, dflash_kv, dflash_tensors, write_dflash, write_gguf
 
 DECODER = ["attn_norm", "ffn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"]
 LAYER_NAMES = {
@@ -261,3 +261,18 @@ def test_the_architecture_name_from_a_file_only_selects_shipped_maps():
     for arch in ("../../../tmp/evil", "_decoder", 7):
         with pytest.raises(Gguf2ovError, match="no map for architecture"):
             load_map(arch)
+
+
+@pytest.mark.parametrize("key, value", [("dflash.block_count", "two"), ("dflash.attention.head_count", 0),
+                                        ("dflash.target_layers", (["a", "b"], GGUFValueType.ARRAY))])
+def test_metadata_of_the_wrong_type_is_one_error_line(tmp_path, capsys, key, value):
+    from gguf2ov.cli import main
+
+    rng = np.random.default_rng(0)
+    kv = dflash_kv() | {key: value}
+    write_gguf(tmp_path / "bad.gguf", "dflash", kv, dflash_tensors(rng))
+    for cmd in (["convert", str(tmp_path / "bad.gguf"), "-o", str(tmp_path / "out")],
+                ["check", str(tmp_path / "bad.gguf"), "--reference", str(tmp_path)]):
+        assert main(cmd) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("error:") and "Traceback" not in err
