@@ -69,6 +69,8 @@ def convert(gguf_path, out_dir, map_path=None, dtype: str = "bf16", target_layer
     start = time.perf_counter()
     if dtype not in DTYPES:
         raise Gguf2ovError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    if max_shard_size < 1:
+        raise Gguf2ovError(f"--max-shard-size must be a positive number of bytes, not {max_shard_size}")
     check_output_dir(Path(out_dir), overwrite, inputs=(gguf_path, map_path))
     gguf = open_gguf(gguf_path)
     amap = map_for(gguf, map_path)

@@ -34,6 +34,8 @@ def sha256_file(path, chunk: int = 1 << 22) -> str:
 def sha256_path(path) -> str:
     """Hash of a file, or of a folder's files (names and contents, in sorted order)."""
     path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"cannot hash {path}: it does not exist")
     if path.is_file():
         return sha256_file(path)
     h = hashlib.sha256()
