@@ -347,18 +347,15 @@ def _checkpoint_source(path: Path) -> _Source:
 
 
 def _gguf_source(path: Path, map_path, target_layer_offset) -> _Source:
-    from .maps import map_for
-    from .read import open_gguf
+    from .maps import open_mapped
 
-    gguf = open_gguf(path)
-    arch_map = map_for(gguf, map_path)
     # The reference settles what the file cannot: where convert refuses ambiguous target layers
     # without --target-layer-offset, the check takes the map's default and names any shift.
-    config = arch_map.hf_config(gguf, target_layer_offset=target_layer_offset, allow_ambiguous=True)
-    plan = arch_map.plan(gguf, config)
-    shapes = {e.hf_name: tuple(e.shape) for e in plan if e.hf_name}
+    mapped = open_mapped(path, map_path, target_layer_offset, allow_ambiguous=True)
+    arch_map, config = mapped.amap, mapped.config
+    shapes = {e.hf_name: tuple(e.shape) for e in mapped.plan if e.hf_name}
     tensors = ((hf_name, array, gguf_name, getattr(qtype, "name", str(qtype)))
-               for hf_name, array, gguf_name, qtype in arch_map.iter_tensors(gguf, plan, config))
+               for hf_name, array, gguf_name, qtype in mapped.tensors())
     if target_layer_offset is None:
         rule = arch_map.flag_rule("target_layer_offset")
         target_layer_offset = arch_map.config[rule[0]].get("add", 0) if rule else DEFAULT_LAYER_OFFSET

@@ -8,10 +8,9 @@ from gguf import GGMLQuantizationType
 
 from .check import add_convert_arguments, check_after_convert
 from .errors import Gguf2ovError
-from .maps import map_for
+from .maps import open_mapped
 from .outputs import check_output_dir
 from .progress import step
-from .read import open_gguf
 from .report import Table, human_bytes, write_reports
 from .write import DEFAULT_MAX_SHARD_SIZE, DTYPES, TensorSpec, write_checkpoint
 
@@ -72,14 +71,9 @@ def convert(gguf_path, out_dir, map_path=None, dtype: str = "bf16", target_layer
     if max_shard_size < 1:
         raise Gguf2ovError(f"--max-shard-size must be a positive number of bytes, not {max_shard_size}")
     check_output_dir(Path(out_dir), overwrite, inputs=(gguf_path, map_path))
-    gguf = open_gguf(gguf_path)
-    amap = map_for(gguf, map_path)
+    mapped = open_mapped(gguf_path, map_path, target_layer_offset)
+    gguf, amap, config, plan = mapped.gguf, mapped.amap, mapped.config, mapped.plan
     flagged = amap.flag_rule("target_layer_offset")
-    if target_layer_offset is not None and flagged is None:
-        raise Gguf2ovError(f"--target-layer-offset does not apply to {amap.arch}: its map ({amap.path}) has no "
-                           "target layer ids")
-    config = amap.hf_config(gguf, target_layer_offset=target_layer_offset)
-    plan = amap.plan(gguf, config)
     dropped = [e.gguf_name for e in plan if e.hf_name is None]
     warnings = [f"not written (the HF model has no such tensor): {', '.join(dropped)}"] if dropped else []
     written = [e for e in plan if e.hf_name is not None]
@@ -87,7 +81,7 @@ def convert(gguf_path, out_dir, map_path=None, dtype: str = "bf16", target_layer
     step(f"{gguf.path.name}: {amap.arch}, {len(written)} tensors -> {out_dir}", enabled=progress)
     result = write_checkpoint(
         out_dir, config, specs,
-        ((name, x) for name, x, _, _ in amap.iter_tensors(gguf, plan, config)),
+        ((name, x) for name, x, _, _ in mapped.tensors()),
         provenance=_provenance(gguf.path, map_path or amap.path, dtype, target_layer_offset,
                                {e.hf_name: e.qtype.name for e in written}),
         max_shard_size=max_shard_size, overwrite=overwrite, progress=progress)

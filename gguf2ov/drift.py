@@ -141,14 +141,10 @@ def weight_drift(weights: dict, baseline: dict, grid: dict | None):
 
 def gguf_grid_values(gguf_path, map_path=None) -> dict[str, np.ndarray]:
     """The dequantized GGUF values (float32) of every 2-D weight, under HF names."""
-    from .maps import map_for
-    from .read import open_gguf
+    from .maps import open_mapped
 
-    gguf = open_gguf(gguf_path)
-    amap = map_for(gguf, map_path)
-    config = amap.hf_config(gguf, allow_ambiguous=True)  # target ids do not matter for weights
-    plan = amap.plan(gguf, config)
-    return {hf: x for hf, x, _, _ in amap.iter_tensors(gguf, plan, config) if x.ndim == 2}
+    # target layer ids do not matter for weights
+    return {hf: x for hf, x, _, _ in open_mapped(gguf_path, map_path, allow_ambiguous=True).tensors() if x.ndim == 2}
 
 
 # -- output drift ---------------------------------------------------------------------------------

@@ -414,6 +414,36 @@ def load_map(arch: str | None = None, path=None) -> ArchMap:
     return _build(_read_yaml(_maps_dir() / f"{arch}.yaml"), f"tensor_maps/{arch}.yaml")
 
 
+@dataclass(frozen=True)
+class MappedGguf:
+    """A GGUF file read through its map: the HF config it states and the plan for every tensor."""
+    gguf: object
+    amap: ArchMap
+    config: dict
+    plan: list[PlanEntry]
+
+    def tensors(self):
+        """(hf_name, float32 array, gguf_name, qtype), tensor by tensor."""
+        return self.amap.iter_tensors(self.gguf, self.plan, self.config)
+
+
+def open_mapped(gguf_path, map_path=None, target_layer_offset=None, allow_ambiguous: bool = False) -> MappedGguf:
+    """Open a GGUF, choose its map, build the HF config and the strict tensor plan.
+
+    `allow_ambiguous` takes the map's default where the file cannot settle a value (target layer ids
+    of an old-layout dflash file): for uses that do not write a checkpoint, or that name the shift.
+    """
+    from .read import open_gguf
+
+    gguf = open_gguf(gguf_path)
+    amap = map_for(gguf, map_path)
+    if target_layer_offset is not None and amap.flag_rule("target_layer_offset") is None:
+        raise Gguf2ovError(f"--target-layer-offset does not apply to {amap.arch}: its map ({amap.path}) has no "
+                           "target layer ids")
+    config = amap.hf_config(gguf, target_layer_offset=target_layer_offset, allow_ambiguous=allow_ambiguous)
+    return MappedGguf(gguf, amap, config, amap.plan(gguf, config))
+
+
 def map_for(gguf, path=None) -> ArchMap:
     """The map for a file: `path` if given (its arch must match), else the shipped one."""
     amap = load_map(gguf.arch, path)

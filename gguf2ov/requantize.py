@@ -116,19 +116,17 @@ def compress(ov_model, variant: Variant):
 
 def gguf_grids(gguf_path, map_path=None) -> dict:
     """{HF weight name: AffineCodes} for every block-quantized 2-D weight the GGUF holds."""
-    from .maps import map_for
+    from .maps import open_mapped
     from .quants import affine_codes, has_affine_codes
-    from .read import open_gguf
 
-    gguf = open_gguf(gguf_path)
-    amap = map_for(gguf, map_path)
+    mapped = open_mapped(gguf_path, map_path, allow_ambiguous=True)  # target layer ids do not matter here
     grids = {}
-    for entry in amap.plan(gguf):
+    for entry in mapped.plan:
         # An op changes values or row order after dequantization; such a tensor keeps the
         # dequantized fp32 values rather than a grid that no longer matches them.
         if entry.hf_name is None or entry.ops or len(entry.shape) != 2 or not has_affine_codes(entry.qtype):
             continue
-        grids[entry.hf_name] = affine_codes(gguf.raw(entry.gguf_name), entry.qtype).reshape_rows(entry.shape)
+        grids[entry.hf_name] = affine_codes(mapped.gguf.raw(entry.gguf_name), entry.qtype).reshape_rows(entry.shape)
     return grids
 
 
