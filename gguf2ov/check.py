@@ -487,11 +487,10 @@ def _fmt(v):
 # --- config -------------------------------------------------------------------------------------
 
 def _config_value(config: dict, key: str):
+    from .maps import config_get
+
     for path in CONFIG_KEYS[key]:
-        node = config
-        for part in path.split("."):
-            node = node.get(part) if isinstance(node, dict) else None
-        if node is not None:
+        if (node := config_get(config, path)) is not None:
             return node
     if key == "head_dim" and config.get("hidden_size") and config.get("num_attention_heads"):
         return config["hidden_size"] // config["num_attention_heads"]

@@ -8,7 +8,7 @@ from gguf import GGMLQuantizationType
 
 from .check import add_convert_arguments, check_after_convert
 from .errors import Gguf2ovError
-from .maps import open_mapped
+from .maps import config_get, open_mapped
 from .outputs import check_output_dir
 from .progress import step
 from .report import Table, human_bytes, write_reports
@@ -91,7 +91,7 @@ def convert(gguf_path, out_dir, map_path=None, dtype: str = "bf16", target_layer
         files=result.files, n_tensors=result.n_tensors, n_bytes=result.n_bytes, config=config,
         target_layer_key=gguf_key,
         target_layer_ids_declared=gguf.get(gguf_key) if gguf_key else None,
-        target_layer_ids_written=_nested(config, hf_key) if hf_key else None,
+        target_layer_ids_written=config_get(config, hf_key) if hf_key else None,
         target_layer_offset=target_layer_offset, seconds=time.perf_counter() - start, warnings=warnings,
         tensors=[TensorRow(e.hf_name, e.gguf_name, e.qtype.name, list(e.shape),
                            [f"{name} {arg}" for name, arg in e.ops]) for e in plan],
@@ -104,12 +104,6 @@ def _provenance(gguf_path, map_path, dtype, target_layer_offset, qtypes: dict) -
     record = provenance(sources={"gguf": gguf_path},
                         options={"map": str(map_path), "dtype": dtype, "target_layer_offset": target_layer_offset})
     return {**record, "qtypes": qtypes}  # lets `check` name the quant type of each tensor of the folder
-
-
-def _nested(config: dict, dotted: str):
-    for part in dotted.split("."):
-        config = config.get(part, {}) if isinstance(config, dict) else None
-    return config
 
 
 def configure_parser(parser) -> None:

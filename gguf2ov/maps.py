@@ -51,7 +51,7 @@ def _unpermute_qk(x, args, config, reverse=False):
     # llama.cpp's LlamaModel.permute interleaves the two rotary halves of each head so its
     # NORM-style RoPE can rotate adjacent pairs: reshape(n_head, 2, head_dim/2, in).swapaxes(1, 2).
     # Undoing it swaps the same axes back; permuting again is the reverse.
-    n_head = _config_get(config, args["heads"])
+    n_head = config_get(config, args["heads"])
     if not isinstance(n_head, int) or n_head <= 0 or x.shape[0] % (2 * n_head):
         raise Gguf2ovError(f"unpermute_qk: {x.shape[0]} rows do not split into {n_head} heads of rotary pairs")
     rows = x.shape[0] // n_head
@@ -214,7 +214,7 @@ class ArchMap:
         out = {}
         for hf_key, rule in rules.items():
             value = next((v for k in [hf_key, *rule.get("hf_aliases", [])]
-                          if (v := _config_get(hf_config, k)) is not None), None)
+                          if (v := config_get(hf_config, k)) is not None), None)
             if value is None or "constant" in rule or rule.get("len") or not rule["from"]:
                 continue
             if "map" in rule:
@@ -335,7 +335,8 @@ def _is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _config_get(config: dict, dotted: str):
+def config_get(config: dict, dotted: str):
+    """config["a"]["b"] for "a.b", None where any part is missing."""
     node = config
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:
@@ -363,7 +364,7 @@ def _eval_node(node, config):
     if isinstance(node, ast.Constant) and isinstance(node.value, int):
         return node.value
     if isinstance(node, (ast.Name, ast.Attribute)):
-        value = _config_get(config, ast.unparse(node))
+        value = config_get(config, ast.unparse(node))
         if value is None:
             raise KeyError(ast.unparse(node))
         return value
