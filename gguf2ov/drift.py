@@ -100,14 +100,20 @@ def _pct(x) -> str | None:
 # -- weight drift ---------------------------------------------------------------------------------
 
 class _Accumulator:
-    """Sums for a global relative error and cosine over many tensors."""
+    """Sums for a global relative error and cosine over many tensors, in float64, chunk by chunk."""
+
+    CHUNK = 1 << 22  # elements per float64 pass: bounded memory whatever the tensor
 
     def __init__(self):
         self.diff2 = self.ref2 = self.val2 = self.dot = 0.0
 
     def add(self, value: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
-        v, r = value.astype(np.float64).ravel(), ref.astype(np.float64).ravel()
-        d2, r2, v2, dot = float(np.sum((v - r) ** 2)), float(r @ r), float(v @ v), float(v @ r)
+        v_all, r_all = value.reshape(-1), ref.reshape(-1)
+        d2 = r2 = v2 = dot = 0.0
+        for start in range(0, v_all.size, self.CHUNK):
+            v = v_all[start:start + self.CHUNK].astype(np.float64)
+            r = r_all[start:start + self.CHUNK].astype(np.float64)
+            d2, r2, v2, dot = d2 + float(np.sum((v - r) ** 2)), r2 + float(r @ r), v2 + float(v @ v), dot + float(v @ r)
         self.diff2, self.ref2, self.val2, self.dot = self.diff2 + d2, self.ref2 + r2, self.val2 + v2, self.dot + dot
         return _rel_cos(d2, r2, v2, dot)
 
@@ -121,30 +127,37 @@ def _rel_cos(d2, r2, v2, dot) -> tuple[float, float]:
     return rel, float(cos)
 
 
-def weight_drift(weights: dict, baseline: dict, grid: dict | None):
-    """Per-tensor and overall drift of `weights` against the fp32 baseline and the GGUF grid."""
-    missing = sorted(set(baseline) - set(weights))
-    if missing:
-        raise Gguf2ovError(f"the variant lost weights the fp32 draft has: {', '.join(missing)}")
-    overall, overall_grid = _Accumulator(), _Accumulator()
-    tensors = []
-    for name in sorted(baseline):
-        rel, cos = overall.add(weights[name], baseline[name])
-        rel_g = cos_g = None
-        if grid and name in grid:
-            rel_g, cos_g = overall_grid.add(weights[name], grid[name])
-        tensors.append(TensorDrift(name, rel, cos, rel_g, cos_g))
-    rel, cos = overall.result()
-    rel_g, cos_g = overall_grid.result() if grid else (None, None)
-    return tensors, rel, cos, rel_g, cos_g
+class WeightMeter:
+    """Drift of one variant's weights, measured one tensor at a time while the variant is built.
 
+    Called with each weight's IR output as the export makes it; the reference is the source's
+    float32 value of the same tensor: the fp32 export's weight, and for a GGUF source exactly the
+    dequantized grid the file holds.
+    """
 
-def gguf_grid_values(gguf_path, map_path=None) -> dict[str, np.ndarray]:
-    """The dequantized GGUF values (float32) of every 2-D weight, under HF names."""
-    from .maps import open_mapped
+    def __init__(self, draft):
+        self.draft = draft
+        self.grid = draft.kind == "gguf"
+        self.overall = _Accumulator()
+        self.tensors: list[TensorDrift] = []
 
-    # target layer ids do not matter for weights
-    return {hf: x for hf, x, _, _ in open_mapped(gguf_path, map_path, allow_ambiguous=True).tensors() if x.ndim == 2}
+    def __call__(self, name: str, output) -> None:
+        from .irweights import evaluate
+
+        value = evaluate(output)
+        reference = self.draft.f32(name)
+        if value.shape != reference.shape:
+            raise Gguf2ovError(f"{name}: the variant's weight is {value.shape}, the source's {reference.shape}")
+        rel, cos = self.overall.add(value, reference)
+        self.tensors.append(TensorDrift(name, rel, cos, rel if self.grid else None, cos if self.grid else None))
+
+    def result(self) -> tuple[float, float, float | None, float | None]:
+        """(rel err, cosine) against the fp32 export, and against the GGUF grid (None without one)."""
+        missing = sorted(set(n for n, s in self.draft.expected.items() if len(s) == 2) - {t.name for t in self.tensors})
+        if missing:
+            raise Gguf2ovError(f"the variant lost weights the draft has: {', '.join(missing)}")
+        rel, cos = self.overall.result()
+        return (rel, cos, rel, cos) if self.grid else (rel, cos, None, None)
 
 
 # -- output drift ---------------------------------------------------------------------------------
@@ -196,8 +209,7 @@ def synthetic_blocks(draft_config: dict, block_size: int, n_blocks: int = 16, se
 def draft_outputs(draft_dir, blocks: Blocks) -> list[np.ndarray]:
     from .draft_ir import DraftIR
 
-    draft = DraftIR(draft_dir)
-    return [draft.run_block(e, c) for e, c in zip(blocks.embeds, blocks.contexts)]
+    return DraftIR(draft_dir).run_blocks(list(zip(blocks.embeds, blocks.contexts)))
 
 
 def output_drift(outputs: list, baseline: list, lm_head: np.ndarray | None):
@@ -248,60 +260,55 @@ def plot_drift(variants: list[VariantDrift], path) -> str | None:
 def drift(source, out_dir, variants=None, target_dir=None, prompts=None, map_path=None,
           target_layer_offset=None, accept_options: dict | None = None, overwrite: bool = False,
           progress: bool = True) -> DriftResult:
-    """Build every variant of the draft under `out_dir`, verify each, and measure its drift."""
-    from .export import export_draft, is_gguf
-    from .outputs import atomic_dir
+    """Build every variant of the draft under `out_dir`, verify each, and measure its drift.
+
+    `source` is a path or a DraftSource opened once by the caller; every variant streams from it.
+    """
+    from .export import export_draft
+    from .outputs import atomic_dir, check_output_dir
     from .progress import step
     from .provenance import provenance
     from .report import write_reports
-    from .requantize import DEFAULT_DRIFT_VARIANTS, parse_variant, requantize_draft, ir_size
+    from .requantize import DEFAULT_DRIFT_VARIANTS, ir_size, parse_variant
+    from .source import DraftSource, is_gguf, open_draft
     from .verify import verify_draft
-    from .irweights import matmul_weights
 
     start = time.monotonic()
     out_dir = Path(out_dir)
     names = list(variants or DEFAULT_DRIFT_VARIANTS)
     parsed = [parse_variant(n) for n in names]  # fail on a bad name before any work
-    source = Path(source)
-    gguf_path = source if is_gguf(source) else None
-    if gguf_path is None:
+    gguf = source.kind == "gguf" if isinstance(source, DraftSource) else is_gguf(Path(source))
+    if not gguf:
         dropped = [v.name for v in parsed if v.weight_format == "gguf"]
         if dropped and variants:
             raise Gguf2ovError("the gguf variant needs a GGUF source, not a checkpoint folder")
         parsed = [v for v in parsed if v.weight_format != "gguf"]
-    if not any(v.name == "fp32" for v in parsed):
-        parsed.insert(0, parse_variant("fp32"))  # every drift is measured against it
+    parsed = [parse_variant("fp32")] + [v for v in parsed if v.name != "fp32"]  # the baseline comes first
     if target_dir is not None:
         from .accept import check_target_dir
 
         check_target_dir(target_dir)  # before minutes of export, not after
+    check_output_dir(out_dir, overwrite, inputs=(getattr(source, "path", source), target_dir, map_path))
+    draft = source if isinstance(source, DraftSource) else open_draft(source, map_path, target_layer_offset)
 
-    with atomic_dir(out_dir, overwrite=overwrite, inputs=(source, target_dir, map_path)) as tmp:
-        step(f"exporting the fp32 baseline draft from {source}", progress)
-        export_draft(source, tmp / "fp32", weight_format="fp32", map_path=map_path,
-                     target_layer_offset=target_layer_offset, progress=progress, run_verify=False)
-        import json
-
-        draft_config = json.loads((tmp / "fp32" / "config.json").read_text())
-        block = int(draft_config.get("dflash_config", {}).get("block_size", 16))
+    with atomic_dir(out_dir, overwrite=overwrite, inputs=(draft.path, target_dir, map_path)) as tmp:
+        block = draft.config.block_size or 16
         if target_dir is not None:
-            blocks = target_blocks(target_dir, draft_config, prompts or DEFAULT_PROMPTS, block)
+            blocks = target_blocks(target_dir, draft.config.raw, prompts or DEFAULT_PROMPTS, block)
         else:
-            blocks = synthetic_blocks(draft_config, block)
-        baseline_w = matmul_weights(tmp / "fp32")
-        baseline_out = draft_outputs(tmp / "fp32", blocks)
-        grid = gguf_grid_values(gguf_path, map_path) if gguf_path else None
-
-        results = []
+            blocks = synthetic_blocks(draft.config.raw, block)
+        results, baseline_out = [], None
         for variant in parsed:
             vdir = tmp / variant.name
-            if variant.name != "fp32":
-                step(f"building variant {variant.name}", progress)
-                requantize_draft(tmp / "fp32", vdir, variant, gguf_path=gguf_path, map_path=map_path)
+            step(f"building variant {variant.name}", progress)
+            meter = WeightMeter(draft)
+            export_draft(draft, vdir, variant=variant, progress=progress, run_verify=False, observe=meter)
             step(f"measuring {variant.name}", progress)
+            outputs = draft_outputs(vdir, blocks)
+            baseline_out = baseline_out or outputs
             vr = verify_draft(vdir, target_dir=target_dir)
-            tensors, rel, cos, rel_g, cos_g = weight_drift(matmul_weights(vdir), baseline_w, grid)
-            top1, kld, out_cos = output_drift(draft_outputs(vdir, blocks), baseline_out, blocks.lm_head)
+            rel, cos, rel_g, cos_g = meter.result()
+            top1, kld, out_cos = output_drift(outputs, baseline_out, blocks.lm_head)
             acceptance = None
             if target_dir is not None and accept_options is not None:
                 acceptance = _acceptance(target_dir, vdir, accept_options, progress)
@@ -310,15 +317,16 @@ def drift(source, out_dir, variants=None, target_dir=None, prompts=None, map_pat
                 rel_err=rel, cosine=cos, rel_err_gguf=rel_g, cosine_gguf=cos_g,
                 top1_agreement=top1, kld=kld, output_cosine=out_cos,
                 verified=vr.ok, verify_failures=[c.name for c in vr.checks if c.status == "fail"],
-                acceptance=acceptance, tensors=tensors,
+                acceptance=acceptance, tensors=meter.tensors,
             ))
         plot = plot_drift(results, tmp / "drift.png")
+        record = provenance({}, {"variants": [v.name for v in parsed], "target": str(target_dir) if target_dir else None})
+        record["sources"] = {"source": {"path": str(draft.path), "sha256": draft.sha256}}
         result = DriftResult(
-            source=str(source), out_dir=str(out_dir), contexts=blocks.kind, n_blocks=len(blocks.embeds),
+            source=str(draft.path), out_dir=str(out_dir), contexts=blocks.kind, n_blocks=len(blocks.embeds),
             n_rows=int(sum(len(e) - 1 for e in blocks.embeds)), variants=results,
             plot=str(out_dir / "drift.png") if plot else None, seconds=time.monotonic() - start,
-            provenance=provenance({"source": source}, {"variants": [v.name for v in parsed],
-                                                       "target": str(target_dir) if target_dir else None}),
+            provenance=record,
         )
         write_reports(result, tmp / "drift.json", tmp / "drift.md", title="gguf2ov drift")
     return result

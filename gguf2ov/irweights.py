@@ -47,6 +47,15 @@ def weight_param_name(matmul) -> str | None:
     return f"{m['path']}.weight" if m else None
 
 
+def evaluate(output) -> np.ndarray:
+    """The float32 value of one constant subgraph (a weight as the runtime multiplies with it)."""
+    import openvino as ov
+
+    sub = ov.Model([ov.opset13.convert(output, "f32").output(0)], [], "weight")
+    compiled = ov.Core().compile_model(sub, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    return np.asarray(compiled.create_infer_request().infer({})[compiled.output(0)], dtype=np.float32)
+
+
 def matmul_weights(model_or_path) -> dict[str, np.ndarray]:
     """{parameter name: float32 [out, in] array} for every Linear of the IR."""
     return ir_weights(model_or_path, kinds=("MatMul",))

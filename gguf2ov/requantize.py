@@ -1,4 +1,4 @@
-"""Weight compression of an exported draft IR: NNCF variants and the GGUF grid transcode.
+"""Weight variants of a draft IR: fp32, fp16, NNCF int8/int4, and the GGUF grid transcode.
 
 A variant is named the way it is built: `fp32`, `fp16`, `int8` / `int8_sym` (per channel),
 `int4_asym_g16`, `int4_sym_g128`, ... (NNCF, with `_r0.8` for a ratio and `_all` for all layers),
@@ -7,7 +7,9 @@ and `gguf`, which rebuilds every weight from the codes, scales and minimums the 
 """
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from .errors import Gguf2ovError
 
@@ -87,102 +89,107 @@ def variant_from_flags(weight_format: str, group_size=None, sym=False, ratio=Non
     raise Gguf2ovError(f"unknown weight format {weight_format!r}", hint="use fp32, fp16, int8, int4 or gguf")
 
 
-def compress(ov_model, variant: Variant):
-    """Compress an fp32 draft model in place with NNCF; fp32/fp16 return it unchanged (fp16 is applied at save)."""
-    if not variant.nncf:
-        return ov_model
-    import nncf
-
-    mode = {
-        ("int8", True): nncf.CompressWeightsMode.INT8_SYM,
-        ("int8", False): nncf.CompressWeightsMode.INT8_ASYM,
-        ("int4", True): nncf.CompressWeightsMode.INT4_SYM,
-        ("int4", False): nncf.CompressWeightsMode.INT4_ASYM,
-    }[(variant.weight_format, variant.sym)]
-    kwargs = {"mode": mode}
-    if variant.weight_format == "int4":
-        kwargs["group_size"] = variant.group_size
-        kwargs["ratio"] = variant.ratio if variant.ratio is not None else 1.0
-    if variant.all_layers:
-        kwargs["all_layers"] = True
-    from .progress import third_party_output
-
-    try:
-        with third_party_output():
-            return nncf.compress_weights(ov_model, **kwargs)
-    except Exception as e:  # NNCF reports bad group sizes and shapes with its own exception types
-        raise Gguf2ovError(f"NNCF could not compress the draft as {variant.name}: {e}") from e
+# --- one weight at a time ----------------------------------------------------------------------------
 
 
-def gguf_grids(gguf_path, map_path=None) -> dict:
-    """{HF weight name: AffineCodes} for every block-quantized 2-D weight the GGUF holds."""
-    from .maps import open_mapped
-    from .quants import affine_codes, has_affine_codes
+@dataclass
+class WeightForms:
+    """The form each weight of one variant takes in the IR, made when the graph asks for it.
 
-    mapped = open_mapped(gguf_path, map_path, allow_ambiguous=True)  # target layer ids do not matter here
-    grids = {}
-    for entry in mapped.plan:
-        # An op changes values or row order after dequantization; such a tensor keeps the
-        # dequantized fp32 values rather than a grid that no longer matches them.
-        if entry.hf_name is None or entry.ops or len(entry.shape) != 2 or not has_affine_codes(entry.qtype):
-            continue
-        grids[entry.hf_name] = affine_codes(mapped.gguf.raw(entry.gguf_name), entry.qtype).reshape_rows(entry.shape)
-    return grids
+    fp32/fp16 weights are PostponedConstants: OpenVINO asks for their values only while it writes
+    the .bin, one tensor at a time, so exporting holds no copy of the draft (1 GB written with a
+    200 MB peak, measured). `gguf` carries the file's codes (transcode.py); int8/int4 compress each
+    weight with NNCF as the whole-model pass would (nncf_weights.py). `observe(name, output)` is
+    called for every weight made, so `drift` can measure it while it streams.
+    """
+
+    draft: object  # DraftSource
+    variant: Variant
+    observe: object = None
+    transcoded: list = field(default_factory=list)
+    plan: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.variant.weight_format == "gguf" and self.draft.kind != "gguf":
+            raise Gguf2ovError("the gguf variant carries the GGUF's own quantization grid: the source must be a GGUF file")
+        if self.variant.nncf:
+            from .nncf_weights import plan_modes
+
+            try:
+                self.plan = plan_modes(self.variant, self.linear_weights(), values=self.draft.f32)
+            except Gguf2ovError as e:
+                raise Gguf2ovError(f"NNCF cannot compress the draft as {self.variant.name}: {e.message}",
+                                   hint=e.hint) from e
+
+    def linear_weights(self) -> list[tuple[str, tuple]]:
+        """Every Linear weight in the graph's order (the order NNCF walks the model in)."""
+        return [(n, s) for n, s in self.draft.expected.items() if len(s) == 2]
+
+    def weight(self, name: str):
+        output = self._make(name)
+        if self.observe is not None:
+            self.observe(name, output)
+        return output
+
+    def vector(self, name: str) -> np.ndarray:
+        return self.draft.f32(name)
+
+    def _make(self, name: str):
+        kind = self.variant.weight_format
+        if kind == "gguf":
+            from .transcode import grid_weight, has_grid
+
+            stored = self.draft.quantized(name)
+            if stored is not None and has_grid(stored[1]):
+                self.transcoded.append(name)
+                return grid_weight(stored[0], stored[1], self.draft.expected[name])
+            return self._postponed(name, "f32")  # a float tensor in the file: its values, exactly
+        if self.variant.nncf:
+            from .nncf_weights import compress_weight
+
+            return compress_weight(self.draft.f32(name), self.plan[name], name=name)
+        return self._postponed(name, "f16" if kind == "fp16" else "f32")
+
+    def _postponed(self, name: str, dtype: str):
+        import openvino as ov
+        from openvino import opset13 as ops
+        from openvino.utils import make_postponed_constant
+
+        draft, shape = self.draft, self.draft.expected[name]
+
+        def values():
+            x = draft.f32(name)
+            return ov.Tensor(np.ascontiguousarray(x.astype(np.float16) if dtype == "f16" else x))
+
+        const = make_postponed_constant(ov.Type.f16 if dtype == "f16" else ov.Type.f32, ov.Shape(list(shape)), values,
+                                        name=f"self.{name}")
+        if dtype == "f32":
+            return const.output(0)
+        # marked as decompression when saved (mark_decompression), so the CPU plugin keeps it f16
+        return ops.convert(const.output(0), "f32").output(0)
 
 
-def apply_variant(ov_model, variant: Variant, gguf_path=None, map_path=None):
-    """(model, names of transcoded weights): `variant` applied to an fp32 draft model."""
-    if variant.weight_format != "gguf":
-        return compress(ov_model, variant), []
-    if gguf_path is None:
-        raise Gguf2ovError("the gguf variant rebuilds weights from the GGUF's own grid: the source must be a GGUF file")
-    from .transcode import transcode
-
-    return ov_model, transcode(ov_model, gguf_grids(gguf_path, map_path))
+_F16_CONVERT = re.compile(r'(<layer id="\d+" name="[^"]*" type="Convert" version="opset1">\s*<data destination_type="f32" />)'
+                          r'(\s*<input>\s*<port id="0" precision="FP16">)')
 
 
-@dataclass(frozen=True)
-class RequantResult:
-    variant: str
-    path: str
-    size_bytes: int
-    transcoded: list[str]  # weights rebuilt from the GGUF grid (variant gguf)
+def mark_decompression(xml_path) -> None:
+    """Mark the f16 -> f32 weight Converts of a saved IR as decompression, as `compress_to_fp16` does.
 
-    def summary(self) -> list[str]:
-        from .report import human_bytes
+    OpenVINO's Python API cannot set that attribute, and without it the CPU plugin folds every
+    f16 weight into f32 at compile time: the fp16 draft would take the fp32 draft's memory.
+    """
+    from pathlib import Path
 
-        extra = f", {len(self.transcoded)} weights on the GGUF grid" if self.transcoded else ""
-        return [f"{self.variant}: {self.path} ({human_bytes(self.size_bytes)}{extra})"]
+    path = Path(xml_path)
+    text = path.read_text(encoding="utf-8")
+    marked = _F16_CONVERT.sub(r'\1\n\t\t\t<rt_info>\n\t\t\t\t<attribute name="decompression" version="0" />'
+                              r'\n\t\t\t</rt_info>\2', text)
+    if marked != text:
+        path.write_text(marked, encoding="utf-8")
 
 
 def ir_size(path) -> int:
     from pathlib import Path
 
     return sum(p.stat().st_size for p in Path(path).glob("openvino_model.*"))
-
-
-def requantize_draft(fp32_dir, out_dir, variant: Variant, gguf_path=None, map_path=None,
-                     overwrite: bool = False, provenance_extra: dict | None = None) -> RequantResult:
-    """Build `variant` of an exported fp32 draft into `out_dir` (a complete, attachable draft)."""
-    import json
-    import shutil
-    from pathlib import Path
-
-    import openvino as ov
-
-    from .outputs import atomic_dir, atomic_write_text
-    from .provenance import provenance
-
-    fp32_dir = Path(fp32_dir)
-    model, transcoded = apply_variant(ov.Core().read_model(str(fp32_dir / "openvino_model.xml")), variant,
-                                      gguf_path, map_path)
-    with atomic_dir(out_dir, overwrite=overwrite, inputs=(fp32_dir, gguf_path)) as tmp:
-        ov.save_model(model, str(tmp / "openvino_model.xml"), compress_to_fp16=variant.weight_format == "fp16")
-        if (fp32_dir / "config.json").is_file():
-            shutil.copy2(fp32_dir / "config.json", tmp / "config.json")
-        sources = {"fp32_draft": fp32_dir / "openvino_model.bin"}
-        if gguf_path:
-            sources["gguf"] = gguf_path
-        options = {"variant": variant.name, **(provenance_extra or {})}
-        atomic_write_text(tmp / "gguf2ov.json", json.dumps(provenance(sources, options), indent=2) + "\n")
-    return RequantResult(variant.name, str(out_dir), ir_size(out_dir), transcoded)

@@ -24,6 +24,8 @@ DRAFT_INPUTS = ("inputs_embeds", "hidden_states", "position_ids", "attention_mas
 TOLERANCE = {"f32": 1e-4, "f16": 1e-2}
 # A projection whose std is within this fraction of `initializer_range` looks freshly initialised.
 INIT_STD_MARGIN = 0.25
+# Rows read per projection weight for its standard deviation.
+SAMPLE_ROWS = 64
 # Synthetic run: two steps, so the second one exercises the KV state written by the first.
 CONTEXT_STEPS = (5, 3)
 SEED = 0
@@ -79,19 +81,25 @@ class _Draft:
     stateful: bool = False
 
 
-def verify_draft(draft_dir, target_dir=None, checkpoint_dir=None) -> VerifyResult:
+def verify_draft(draft_dir, target_dir=None, checkpoint_dir=None, reference=None) -> VerifyResult:
+    """Check the draft IR in `draft_dir`; `reference` (a DraftSource, or `checkpoint_dir`: a checkpoint
+    folder or a dflash GGUF) is what `checkpoint-match` compares its function with."""
     import openvino as ov
 
     draft_dir = Path(draft_dir)
     checks: list[Check] = []
     figures: dict = {}
     xml = draft_dir / IR_XML
-    if checkpoint_dir is None and (draft_dir / "model.safetensors").is_file() and (draft_dir / "config.json").is_file():
+    if reference is None and checkpoint_dir is None and (draft_dir / "model.safetensors").is_file() \
+            and (draft_dir / "config.json").is_file():
         checkpoint_dir = draft_dir
+    if reference is None:
+        reference = checkpoint_dir
+    shown = getattr(reference, "path", reference)
 
     def result():
         return VerifyResult(str(draft_dir), str(target_dir) if target_dir else None,
-                            str(checkpoint_dir) if checkpoint_dir else None, checks, figures)
+                            str(shown) if shown else None, checks, figures)
 
     if not draft_dir.is_dir():
         raise Gguf2ovError(f"draft folder {draft_dir} does not exist")
@@ -107,7 +115,7 @@ def verify_draft(draft_dir, target_dir=None, checkpoint_dir=None) -> VerifyResul
     d = _Draft(draft_dir, model, config)
     checks.append(Check("ir", "interface", "pass", f"read {xml.name}" + (" and config.json" if config else "")))
     checks += _interface_checks(d)
-    checks += _behaviour_checks(d, checkpoint_dir, figures)
+    checks += _behaviour_checks(d, reference, figures)
     if target_dir is not None:
         checks += _target_checks(d, Path(target_dir))
     return result()
@@ -227,38 +235,6 @@ def synthetic_steps(hidden: int, fc_in: int, block: int, stateful: bool) -> list
     return steps
 
 
-def run_ir(model, steps: list[dict]):
-    """Run the IR on the steps; returns (last_hidden_state per step, cache lengths per step)."""
-    import openvino as ov
-
-    # The CPU plugin defaults to bf16 where the CPU has it: compare in f32.
-    compiled = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-    request = compiled.create_infer_request()
-    names = {n for p in compiled.inputs for n in p.get_names()}
-    out_port = next((o for o in compiled.outputs if "last_hidden_state" in o.get_names()), compiled.outputs[0])
-    outputs, cache = [], []
-    for feeds in steps:
-        request.infer({k: v.astype(_input(model, k).get_element_type().to_dtype()) for k, v in feeds.items() if k in names})
-        outputs.append(request.get_tensor(out_port).data.copy())
-        cache.append(sorted({s.state.shape[2] for s in request.query_state()}))
-    return outputs, cache
-
-
-def run_torch(checkpoint_dir, steps: list[dict]):
-    import torch
-
-    from .export import load_draft_model
-
-    _, model, _ = load_draft_model(checkpoint_dir)
-    outputs, past = [], None
-    with torch.no_grad():
-        for feeds in steps:
-            out = model(**{k: torch.from_numpy(feeds[k]) for k in DRAFT_INPUTS}, past_key_values=past, use_cache=True)
-            past = out.past_key_values
-            outputs.append(out.last_hidden_state.numpy())
-    return outputs
-
-
 def weight_precision(model) -> str:
     """f32, f16 or int: the type the IR stores its MatMul weights in."""
     types = set()
@@ -274,15 +250,19 @@ def weight_precision(model) -> str:
     return "f16" if any(t.get_type_name() in ("f16", "bf16") for t in types) else "f32"
 
 
-def _behaviour_checks(d: _Draft, checkpoint_dir, figures: dict) -> list[Check]:
+def _behaviour_checks(d: _Draft, reference, figures: dict) -> list[Check]:
     block = ((d.config or {}).get("dflash_config") or {}).get("block_size") or 16
     out = []
     if not (d.hidden and d.fc_in):
         skip = "draft inputs unknown (see inputs)"
         return [Check(n, "behaviour", "skip", skip) for n in ("block-rows", "kv-cache", "checkpoint-match")] + [_weights_check(d)]
+    from .draft_ir import run_draft
+
     steps = synthetic_steps(d.hidden, d.fc_in, block, d.stateful)
     try:
-        ir_out, cache = run_ir(d.model, steps)
+        # segment by segment where the graph allows it: a 1 B fp32 IR run whole costs twice its size
+        run = run_draft(d.dir / IR_XML, steps)
+        ir_out, cache = run.outputs, run.cache
     except Exception as e:
         reason = f"OpenVINO failed on a {block}-token block: {library_message(e)}"
         return [Check("block-rows", "behaviour", "fail", reason), _weights_check(d)]
@@ -305,18 +285,24 @@ def _behaviour_checks(d: _Draft, checkpoint_dir, figures: dict) -> list[Check]:
         out.append(Check("kv-cache", "behaviour", "fail", f"state lengths {got} after steps of {list(CONTEXT_STEPS)} "
                          f"context tokens; expected {want}"))
 
-    out.append(_checkpoint_check(d, checkpoint_dir, steps, ir_out, figures))
+    figures["segments"] = run.segments
+    out.append(_checkpoint_check(d, reference, steps, ir_out, figures))
     out.append(_weights_check(d, figures))
     return out
 
 
-def _checkpoint_check(d: _Draft, checkpoint_dir, steps, ir_out, figures: dict) -> Check:
+def _checkpoint_check(d: _Draft, reference, steps, ir_out, figures: dict) -> Check:
     import numpy as np
 
-    if checkpoint_dir is None:
+    from .reference import reference_outputs
+    from .source import DraftSource, open_draft
+
+    if reference is None:
         return Check("checkpoint-match", "behaviour", "skip", "no checkpoint: pass --checkpoint to compare with PyTorch")
     try:
-        ref = run_torch(checkpoint_dir, steps)
+        source = reference if isinstance(reference, DraftSource) else open_draft(reference)
+        # optimum-intel's class, loading one layer at a time from the source
+        ref = reference_outputs(source, steps)
     except Gguf2ovError as e:
         return Check("checkpoint-match", "behaviour", "fail", f"checkpoint unusable: {e.message}")
     if [r.shape for r in ref] != [o.shape for o in ir_out]:
@@ -359,7 +345,7 @@ def _weights_check(d: _Draft, figures: dict | None = None) -> Check:
                     if data is not None and data.size > 1 and not np.all(data == 1):
                         norms[scope.group(1)] = True
         elif op.get_type_name() == "MatMul" and re.match(r"__module\.[\w.]*_proj/", name):
-            data = _constant(op.input_value(1).get_node())
+            data = _constant(op.input_value(1).get_node(), max_rows=SAMPLE_ROWS)
             if data is not None and data.ndim == 2:
                 stds.append(float(data.std()))
     if not norms:
@@ -378,13 +364,20 @@ def _weights_check(d: _Draft, figures: dict | None = None) -> Check:
     return Check("weights", "behaviour", "pass", f"{trained}/{len(norms)} RMSNorm weights differ from 1.0, {std_text}")
 
 
-def _constant(node):
-    """The value of a weight constant, through the Convert that fp16 compression inserts."""
+def _constant(node, max_rows: int | None = None):
+    """The value of a weight constant, through the Convert that fp16 compression inserts.
+
+    `max_rows` reads evenly spaced rows only: the data is memory-mapped, and reading a whole 1 B
+    draft's weights would bring all of it into memory for a standard deviation.
+    """
     if node.get_type_name() == "Convert" and node.input_value(0).get_node().get_type_name() == "Constant":
         node = node.input_value(0).get_node()
     if node.get_type_name() != "Constant" or not node.get_output_element_type(0).is_real():
         return None
-    return node.get_data().astype("float32")
+    data = node.get_data()
+    if max_rows is not None and data.ndim == 2 and len(data) > max_rows:
+        data = data[:: -(-len(data) // max_rows)]
+    return data.astype("float32")
 
 
 # --- target -------------------------------------------------------------------------------------

@@ -1,0 +1,250 @@
+"""The DFlash draft graph built directly with OpenVINO's opset, one weight at a time.
+
+Tracing optimum-intel's `Qwen3DFlashForCausalLM` needs the whole draft as a float32 PyTorch model,
+and the traced IR holds it again: 13-17 GB for a 1 B draft. This module writes the same graph from
+the config alone and asks a `weight(name)` callable for each Linear weight as it goes, so a weight
+can arrive already in the form its variant stores (float32, float16, NNCF codes, the GGUF's own
+codes) and nothing else of the draft is in memory.
+
+The graph reproduces optimum-intel 2.2.0's export of that class, which stays the reference
+(tests/test_draft_graph.py compares interface, rt_info and outputs):
+- inputs `inputs_embeds [?,?,H]`, `hidden_states [?,?,n*H]`, `position_ids`, `attention_mask`,
+  `beam_idx`; one output `last_hidden_state` without the seed row;
+- context features `hidden_norm(fc(hidden_states))`, shared by all layers;
+- per layer, queries from the block rows only, keys and values from [context, block], RoPE over
+  all positions, and a K/V state per layer holding the context only (the block is never cached),
+  reordered by `beam_idx` like every stateful optimum export;
+- non-causal attention inside the block, the caller's padding mask, and for sliding layers the
+  same window as optimum (the last `sliding_window` cached positions, and a relative window mask).
+Node names follow optimum's (`__module.layers.0.self_attn.q_proj/aten::linear/MatMul`, ...), so
+every tool that reads an optimum draft IR by name reads this one too.
+"""
+
+from collections.abc import Callable
+
+import numpy as np
+
+from .source import DraftConfig
+
+F32_MIN = float(np.finfo(np.float32).min)
+
+
+def _ops():
+    from openvino import opset13
+
+    return opset13
+
+
+def _const(values, dtype=np.float32):
+    return _ops().constant(np.asarray(values, dtype=dtype))
+
+
+def _named(node, name: str):
+    node.set_friendly_name(name)
+    return node
+
+
+def rms_norm(x, weight: np.ndarray, eps: float, scope: str):
+    """Qwen3RMSNorm in float32: x * rsqrt(mean(x^2) + eps) * weight."""
+    ops = _ops()
+    p = f"__module.{scope}/aten::"
+    square = _named(ops.power(x, _const(2.0)), p + "pow/Power")
+    mean = _named(ops.reduce_mean(square, _const([-1], np.int64), True), p + "mean/ReduceMean")
+    root = _named(ops.sqrt(_named(ops.add(mean, _const(eps)), p + "add/Add")), p + "rsqrt/Sqrt")
+    inverse = _named(ops.divide(_const(1.0), root), p + "rsqrt/Divide")
+    normed = _named(ops.multiply(x, inverse), p + "mul/Multiply")
+    return _named(ops.multiply(_const(weight), normed), p + "mul/Multiply_1")
+
+
+def linear(x, weight, scope: str):
+    return _named(_ops().matmul(x, weight, False, True), f"__module.{scope}/aten::linear/MatMul")
+
+
+def _rotate_half(x, half: int):
+    ops = _ops()
+    first = ops.slice(x, _const([0], np.int64), _const([half], np.int64), _const([1], np.int64), _const([-1], np.int64))
+    second = ops.slice(x, _const([half], np.int64), _const([2 * half], np.int64), _const([1], np.int64),
+                       _const([-1], np.int64))
+    return ops.concat([ops.negative(second), first], -1)
+
+
+def _rope(x, cos, sin, half: int):
+    ops = _ops()
+    return ops.add(ops.multiply(x, cos), ops.multiply(_rotate_half(x, half), sin))
+
+
+def _last_rows(x, count, axis: int):
+    """x[..., -count:, ...] along `axis`, with `count` a 1-element i64 tensor."""
+    ops = _ops()
+    return ops.slice(x, ops.negative(count), _const([np.iinfo(np.int64).max], np.int64), _const([1], np.int64),
+                     _const([axis], np.int64))
+
+
+def _dim(node, axis: int):
+    ops = _ops()
+    return ops.gather(ops.shape_of(node, "i64"), _const([axis], np.int64), _const(0, np.int64))
+
+
+def _rope_tables(position_ids, inv_freq: np.ndarray, scaling: float):
+    """cos and sin [B, 1, L, head_dim] for every position, as transformers' rotary embedding."""
+    ops = _ops()
+    freqs = ops.matmul(_const(inv_freq.reshape(1, -1, 1)), ops.unsqueeze(ops.convert(position_ids, "f32"),
+                                                                         _const([1], np.int64)), False, False)
+    freqs = ops.transpose(freqs, _const([0, 2, 1], np.int64))
+    emb = ops.concat([freqs, freqs], -1)
+    cos, sin = ops.cos(emb), ops.sin(emb)
+    if scaling != 1.0:
+        cos, sin = ops.multiply(cos, _const(scaling)), ops.multiply(sin, _const(scaling))
+    axis = _const([1], np.int64)
+    return ops.unsqueeze(cos, axis), ops.unsqueeze(sin, axis)
+
+
+def _kv_state(new_context, batch, name: str, kv_heads: int, head_dim: int, beam_idx):
+    """past + new context along the sequence axis, kept in a state variable (beam-reordered)."""
+    from openvino import opset6
+
+    ops = _ops()
+    shape = ops.concat([batch, _const([kv_heads, 0, head_dim], np.int64)], 0)
+    init = ops.broadcast(_const(0.0), shape)
+    past = opset6.read_value(init, name, np.float32, [-1, kv_heads, -1, head_dim])
+    past = ops.gather(past, beam_idx, _const(0, np.int64))
+    cached = ops.concat([past, new_context], 2)
+    return cached, opset6.assign(cached, name)
+
+
+def _repeat_kv(x, kv_heads: int, groups: int, head_dim: int):
+    ops = _ops()
+    if groups == 1:
+        return x
+    x = ops.reshape(x, _const([0, kv_heads, 1, -1, head_dim], np.int64), True)
+    b = _dim(x, 0)
+    length = _dim(x, 3)
+    x = ops.broadcast(x, ops.concat([b, _const([kv_heads, groups], np.int64), length, _const([head_dim], np.int64)], 0))
+    return ops.reshape(x, _const([0, kv_heads * groups, -1, head_dim], np.int64), True)
+
+
+def _window_mask(q_len, kv_len, window: int):
+    """0 inside the sliding window, float32 min outside: [q_len, kv_len], queries the last q_len keys."""
+    ops = _ops()
+    zero, one = _const(0, np.int64), _const(1, np.int64)
+    kv = ops.squeeze(kv_len, _const([0], np.int64))
+    q = ops.squeeze(q_len, _const([0], np.int64))
+    query_pos = ops.range(ops.subtract(kv, q), kv, one, "i64")
+    key_pos = ops.range(zero, kv, one, "i64")
+    distance = ops.subtract(ops.unsqueeze(query_pos, _const([1], np.int64)), ops.unsqueeze(key_pos, _const([0], np.int64)))
+    outside = ops.greater_equal(distance, _const(window, np.int64))
+    return ops.select(outside, _const(F32_MIN), _const(0.0))
+
+
+def _layer_types(hf) -> list[str | None]:
+    """Per layer, the sliding window size (None: full attention), as transformers' Qwen3Attention."""
+    window = getattr(hf, "sliding_window", None)
+    types = getattr(hf, "layer_types", None) or ["full_attention"] * hf.num_hidden_layers
+    return [window if t == "sliding_attention" and window else None for t in types]
+
+
+def build_draft_model(config: DraftConfig, weight: Callable[[str], object], vector: Callable[[str], np.ndarray],
+                      progress: Callable[[str], None] | None = None):
+    """The stateful DFlash draft `ov.Model`.
+
+    `weight(name)` returns the float32 [out, in] output for a Linear weight (a Constant or a
+    decompression subgraph); `vector(name)` the float32 values of a norm weight. They are called
+    once per tensor, in graph order, so a caller can stream and free each source tensor.
+    """
+    import openvino as ov
+
+    from .source import hf_config
+
+    ops = _ops()
+    hf = hf_config(config)
+    h, heads, kv_heads, hd = config.hidden_size, config.num_heads, config.num_kv_heads, config.head_dim
+    n_ids, eps = len(config.target_layer_ids), config.rms_norm_eps
+    inv_freq, scaling = _rotary(hf)
+    windows = _layer_types(hf)
+
+    inputs_embeds = ops.parameter([-1, -1, h], np.float32, name="inputs_embeds")
+    hidden_states = ops.parameter([-1, -1, n_ids * h], np.float32, name="hidden_states")
+    position_ids = ops.parameter([-1, -1], np.int64, name="position_ids")
+    attention_mask = ops.parameter([-1, -1], np.int64, name="attention_mask")
+    beam_idx = ops.parameter([-1], np.int32, name="beam_idx")
+    params = [inputs_embeds, hidden_states, position_ids, attention_mask, beam_idx]
+    for p in params:
+        p.output(0).get_tensor().set_names({p.get_friendly_name()})
+
+    batch = _dim(inputs_embeds, 0)
+    context = rms_norm(linear(hidden_states, weight("fc.weight"), "fc"), vector("hidden_norm.weight"), eps,
+                       "hidden_norm")
+    ctx_len = _dim(context, 1)
+    cos, sin = _rope_tables(position_ids, inv_freq, scaling)
+    # (1 - mask) * min, as optimum turns the 2-D padding mask into an additive one
+    additive = ops.multiply(ops.subtract(_const(1.0), ops.convert(attention_mask, "f32")), _const(F32_MIN))
+    additive = ops.unsqueeze(additive, _const([1, 2], np.int64))
+
+    x, sinks = inputs_embeds, []
+    for i in range(config.num_layers):
+        if progress:
+            progress(f"layer {i + 1}/{config.num_layers}")
+        p, scope = f"layers.{i}.", f"layers.{i}"
+        residual = x
+        normed = rms_norm(x, vector(p + "input_layernorm.weight"), eps, p + "input_layernorm")
+        q_len = _dim(normed, 1)
+        q = ops.reshape(linear(normed, weight(p + "self_attn.q_proj.weight"), p + "self_attn.q_proj"),
+                        _const([0, 0, heads, hd], np.int64), True)
+        q = ops.transpose(rms_norm(q, vector(p + "self_attn.q_norm.weight"), eps, p + "self_attn.q_norm"),
+                          _const([0, 2, 1, 3], np.int64))
+        kv_in = ops.concat([context, normed], 1)
+        k = ops.reshape(linear(kv_in, weight(p + "self_attn.k_proj.weight"), p + "self_attn.k_proj"),
+                        _const([0, 0, kv_heads, hd], np.int64), True)
+        k = ops.transpose(rms_norm(k, vector(p + "self_attn.k_norm.weight"), eps, p + "self_attn.k_norm"),
+                          _const([0, 2, 1, 3], np.int64))
+        v = ops.reshape(linear(kv_in, weight(p + "self_attn.v_proj.weight"), p + "self_attn.v_proj"),
+                        _const([0, 0, kv_heads, hd], np.int64), True)
+        v = ops.transpose(v, _const([0, 2, 1, 3], np.int64))
+
+        q = _rope(q, _last_rows(cos, q_len, 2), _last_rows(sin, q_len, 2), hd // 2)
+        k = _rope(k, cos, sin, hd // 2)
+        split = ops.concat([ctx_len, q_len], 0)
+        k_ctx, k_block = ops.variadic_split(k, _const(2, np.int64), split).outputs()
+        v_ctx, v_block = ops.variadic_split(v, _const(2, np.int64), split).outputs()
+        k_ctx, assign_k = _kv_state(k_ctx, batch, f"past_key_values.{i}.keypresent.{i}.key", kv_heads, hd, beam_idx)
+        v_ctx, assign_v = _kv_state(v_ctx, batch, f"past_key_values.{i}.valuepresent.{i}.value", kv_heads, hd, beam_idx)
+        sinks += [assign_k, assign_v]
+        window = windows[i]
+        if window:
+            k_ctx, v_ctx = (_last_rows(t, _const([window], np.int64), 2) for t in (k_ctx, v_ctx))
+        keys = ops.concat([k_ctx, k_block], 2)
+        values = ops.concat([v_ctx, v_block], 2)
+        kv_len = _dim(keys, 2)
+        mask = _last_rows(additive, kv_len, 3)
+        if window:
+            mask = ops.add(mask, _window_mask(q_len, kv_len, window))
+        keys = _repeat_kv(keys, kv_heads, heads // kv_heads, hd)
+        values = _repeat_kv(values, kv_heads, heads // kv_heads, hd)
+        attn = ops.scaled_dot_product_attention(q, keys, values, mask, _const(hd ** -0.5), causal=False)
+        attn = ops.reshape(ops.transpose(attn, _const([0, 2, 1, 3], np.int64)), _const([0, 0, heads * hd], np.int64), True)
+        x = _named(ops.add(residual, linear(attn, weight(p + "self_attn.o_proj.weight"), p + "self_attn.o_proj")),
+                   f"__module.{scope}/aten::add/Add")
+
+        residual = x
+        normed = rms_norm(x, vector(p + "post_attention_layernorm.weight"), eps, p + "post_attention_layernorm")
+        gate = _named(ops.swish(linear(normed, weight(p + "mlp.gate_proj.weight"), p + "mlp.gate_proj")),
+                      f"__module.{p}mlp.act_fn/aten::silu/Swish")
+        up = linear(normed, weight(p + "mlp.up_proj.weight"), p + "mlp.up_proj")
+        mlp = linear(ops.multiply(gate, up), weight(p + "mlp.down_proj.weight"), p + "mlp.down_proj")
+        x = _named(ops.add(residual, mlp), f"__module.{scope}/aten::add/Add_1")
+
+    out = rms_norm(x, vector("norm.weight"), eps, "norm")
+    # drop the seed row: the proposals line up with the candidate tokens GenAI scores
+    out = ops.slice(out, _const([1], np.int64), _const([np.iinfo(np.int64).max], np.int64), _const([1], np.int64),
+                    _const([1], np.int64))
+    result = ops.result(out)
+    result.output(0).get_tensor().set_names({"last_hidden_state"})
+    return ov.Model([result], sinks, params, "dflash_draft")
+
+
+def _rotary(hf) -> tuple[np.ndarray, float]:
+    """inv_freq and attention scaling exactly as transformers' Qwen3RotaryEmbedding computes them."""
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
+
+    rotary = Qwen3RotaryEmbedding(hf)
+    return rotary.inv_freq.numpy().astype(np.float32), float(rotary.attention_scaling)

@@ -1,0 +1,310 @@
+"""A DFlash draft opened once, from a GGUF file or a checkpoint folder, for every stage of a command.
+
+`open_draft()` reads and validates the config, checks the tensor names and shapes strictly against
+the draft model, and then hands out one weight at a time: float32 values (dequantized from the
+memory-mapped GGUF, or read from the memory-mapped safetensors), or the GGUF's raw quantized
+bytes for the `gguf` variant. Nothing holds the whole draft in memory, so a 1-3 B draft is
+exported, verified and measured in bounded memory, and `run`/`drift` open the file once.
+"""
+
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from .errors import Gguf2ovError
+
+# Tensors a draft may carry that the OpenVINO draft does not use: GenAI feeds the target's
+# embeddings in and grafts the target's lm_head on `last_hidden_state`.
+IGNORED_KEYS = ("embed_tokens.weight", "lm_head.weight", "d2t", "t2d")
+
+# What only a DFlash 2 draft has: per-layer convolutions and a candidate selector.
+DFLASH2_KEY_MARKERS = ("candidate_selector.", ".attention_conv.", ".mlp_conv.")
+DFLASH2_CONFIG_KEYS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
+
+CONFIG_FILE = "config.json"
+
+
+@dataclass(frozen=True)
+class DraftConfig:
+    """The parts of a draft's config.json that the export and the checks depend on."""
+
+    raw: dict
+    hidden_size: int
+    num_layers: int
+    target_layer_ids: list[int]
+    mask_token_id: int
+    block_size: int | None
+
+    @property
+    def num_heads(self) -> int:
+        return self.raw["num_attention_heads"]
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self.raw.get("num_key_value_heads") or self.num_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.raw.get("head_dim") or self.hidden_size // self.num_heads
+
+    @property
+    def intermediate_size(self) -> int:
+        return self.raw["intermediate_size"]
+
+    @property
+    def rms_norm_eps(self) -> float:
+        return float(self.raw.get("rms_norm_eps", 1e-6))
+
+
+def draft_config(raw: dict, where) -> DraftConfig:
+    """Validate a DFlash draft's config (as read from config.json or built from GGUF metadata)."""
+    dflash = raw.get("dflash_config")
+    if not isinstance(dflash, dict):
+        raise Gguf2ovError(f"{where} has no dflash_config: not a DFlash draft",
+                           hint="export targets with optimum-cli; this command exports DFlash drafts")
+    refuse_dflash2(where, config=raw)
+    if raw.get("model_type") != "qwen3":
+        raise Gguf2ovError(f"{where}: model_type is {raw.get('model_type')!r}; OpenVINO DFlash drafts are "
+                           "exported only as model_type 'qwen3'")
+    ids = dflash.get("target_layer_ids")
+    if not ids or not all(_is_int(i) and i >= 0 for i in ids):
+        raise Gguf2ovError(f"{where}: dflash_config.target_layer_ids must be a non-empty list of ints >= 0, got {ids!r}")
+    if not _is_int(dflash.get("mask_token_id")):
+        # GenAI refuses a draft without dflash/mask_token_id rt_info.
+        raise Gguf2ovError(f"{where}: dflash_config.mask_token_id is missing",
+                           hint="set it to the target tokenizer's mask token id")
+    for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"):
+        if not _is_int(raw.get(key)) or raw[key] <= 0:
+            raise Gguf2ovError(f"{where}: {key} is missing or not a positive integer")
+    for key in ("num_key_value_heads", "head_dim"):
+        if raw.get(key) is not None and (not _is_int(raw[key]) or raw[key] <= 0):
+            raise Gguf2ovError(f"{where}: {key} is {raw[key]!r}, not a positive integer")
+    block = dflash.get("block_size")
+    config = DraftConfig(raw=raw, hidden_size=raw["hidden_size"], num_layers=raw["num_hidden_layers"],
+                         target_layer_ids=list(ids), mask_token_id=dflash["mask_token_id"],
+                         block_size=block if _is_int(block) else None)
+    if config.num_heads % config.num_kv_heads:
+        raise Gguf2ovError(f"{where}: {config.num_heads} attention heads do not split into "
+                           f"{config.num_kv_heads} key/value heads")
+    return config
+
+
+def read_draft_config(checkpoint_dir) -> DraftConfig:
+    """Read and validate config.json of a DFlash draft checkpoint (before any heavy work)."""
+    from .checkpoint import read_json_object
+
+    path = Path(checkpoint_dir) / CONFIG_FILE
+    if not path.is_file():
+        raise Gguf2ovError(f"no {CONFIG_FILE} in {checkpoint_dir}",
+                           hint="pass a folder written by `gguf2ov convert` or a DFlash draft checkpoint")
+    return draft_config(read_json_object(path), path)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def refuse_dflash2(where, config: dict | None = None, keys=()) -> None:
+    found = [k for k in keys if any(m in f".{k}" for m in DFLASH2_KEY_MARKERS)][:3]
+    if config is not None:
+        scopes = (config, config.get("dflash_config") or {})
+        found += [k for k in DFLASH2_CONFIG_KEYS if any(k in s for s in scopes)]
+    if found:
+        raise Gguf2ovError(
+            f"{where} is a DFlash 2 draft ({', '.join(found)}): optimum-intel and OpenVINO GenAI cannot "
+            "run DFlash 2 yet, so there is no OpenVINO draft to export",
+            hint="the Hugging Face checkpoint written by `gguf2ov convert` stays available for PyTorch",
+        )
+
+
+def draft_tensor_shapes(config: DraftConfig) -> dict[str, tuple[int, ...]]:
+    """Every tensor of optimum-intel's `Qwen3DFlashForCausalLM` for this config, with its shape."""
+    h, hd, inter = config.hidden_size, config.head_dim, config.intermediate_size
+    q, kv = config.num_heads * hd, config.num_kv_heads * hd
+    shapes = {"fc.weight": (h, len(config.target_layer_ids) * h), "hidden_norm.weight": (h,), "norm.weight": (h,)}
+    for i in range(config.num_layers):
+        p = f"layers.{i}."
+        shapes.update({
+            p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,),
+            p + "self_attn.q_proj.weight": (q, h), p + "self_attn.k_proj.weight": (kv, h),
+            p + "self_attn.v_proj.weight": (kv, h), p + "self_attn.o_proj.weight": (h, q),
+            p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,),
+            p + "mlp.gate_proj.weight": (inter, h), p + "mlp.up_proj.weight": (inter, h),
+            p + "mlp.down_proj.weight": (h, inter),
+        })
+    return shapes
+
+
+def check_keys(expected: dict, found: dict, where) -> list[str]:
+    """Compare names and shapes exactly; return the ignorable keys that were found.
+
+    `expected` and `found` map names to shapes. Any missing, unexpected or mis-shaped tensor is
+    one error naming them, because loading with strict=False would keep random weights.
+    """
+    ignored = sorted(k for k in found if k in IGNORED_KEYS)
+    refuse_dflash2(where, keys=found)
+    missing = sorted(set(expected) - set(found))
+    unexpected = sorted(set(found) - set(expected) - set(ignored))
+    shapes = sorted(k for k in set(expected) & set(found) if tuple(expected[k]) != tuple(found[k]))
+    if not (missing or unexpected or shapes):
+        return ignored
+    prefix = _common_prefix(unexpected, missing)
+    parts = []
+    if missing:
+        parts.append(f"{len(missing)} missing ({_some(missing)})")
+    if unexpected:
+        parts.append(f"{len(unexpected)} unexpected ({_some(unexpected)})")
+    if shapes:
+        parts.append("shape mismatch (" + _some([f"{k} {tuple(found[k])} != {tuple(expected[k])}" for k in shapes]) + ")")
+    if prefix:
+        # The silent failure: strict=False ignores these and keeps random weights.
+        raise Gguf2ovError(
+            f"{where}: checkpoint tensor names carry an extra {prefix!r} prefix ({_some(unexpected)}); "
+            "loading them with strict=False would silently keep random weights",
+            hint=f"strip the {prefix!r} prefix from the tensor names (or fix the tensor map) and convert again",
+        )
+    hint = "the checkpoint must hold exactly the tensors of optimum-intel's Qwen3DFlashForCausalLM"
+    if "fc.weight" in shapes:
+        hint = "fc.weight must be [hidden_size, len(target_layer_ids) * hidden_size]: check target_layer_ids"
+    raise Gguf2ovError(f"{where}: checkpoint tensors do not match the draft model: " + "; ".join(parts), hint=hint)
+
+
+def _common_prefix(unexpected: list[str], missing: list[str]) -> str | None:
+    """The prefix (e.g. `model.`) that, stripped from every unexpected key, gives a missing one."""
+    if not unexpected or not missing:
+        return None
+    heads = {k.split(".", 1)[0] + "." for k in unexpected if "." in k}
+    if len(heads) != 1:
+        return None
+    head = heads.pop()
+    return head if all(k[len(head):] in missing or k[len(head):] in IGNORED_KEYS for k in unexpected) else None
+
+
+def _some(names: list[str], n: int = 6) -> str:
+    return ", ".join(names[:n]) + (f", ... {len(names) - n} more" if len(names) > n else "")
+
+
+def hf_config(draft: DraftConfig):
+    """A transformers Qwen3Config for the draft (never remote code)."""
+    from transformers import Qwen3Config
+
+    raw = {k: v for k, v in draft.raw.items() if k not in ("auto_map", "transformers_version")}
+    config = Qwen3Config.from_dict(raw)
+    # optimum's Qwen3OpenVINOConfig switches to the DFlash inputs and writes the dflash rt_info only
+    # for this architecture name; z-lab checkpoints already carry it.
+    config.architectures = ["DFlashDraftModel"]
+    config.tie_word_embeddings = False
+    config.use_cache = True
+    return config
+
+
+# --- the opened source ----------------------------------------------------------------------------
+
+
+class DraftSource:
+    """A validated draft whose weights are read one tensor at a time.
+
+    `kind` is "gguf" or "checkpoint"; `config` the DraftConfig; `shapes` the tensors the draft model
+    uses (name -> shape); `ignored` the tensors present but unused (embedding, lm_head, d2t).
+    """
+
+    def __init__(self, path: Path, kind: str, config: DraftConfig, found: dict, mapped=None, files=None):
+        self.path, self.kind, self.config = path, kind, config
+        self.expected = draft_tensor_shapes(config)
+        self.ignored = check_keys(self.expected, found, path)
+        self._mapped = mapped
+        self._files = files or {}
+        self._handles: dict = {}
+        self._entries = {e.hf_name: e for e in mapped.plan if e.hf_name} if mapped is not None else {}
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.expected)
+
+    @property
+    def mapped(self):
+        """The MappedGguf of a GGUF source (None for a checkpoint)."""
+        return self._mapped
+
+    @cached_property
+    def sha256(self) -> str:
+        from .provenance import sha256_path
+
+        return sha256_path(self.path)
+
+    def f32(self, name: str) -> np.ndarray:
+        """The tensor as float32 in PyTorch shape: dequantized with the map's ops, or read from safetensors."""
+        if self._mapped is not None:
+            from .maps import apply_ops
+
+            entry = self._entries[name]
+            x = self._mapped.gguf.load(entry.gguf_name)
+            return apply_ops(entry.ops, x, self._mapped.config) if entry.ops else x
+        return self._handle(name).get_tensor(name).float().numpy()
+
+    def quantized(self, name: str):
+        """(raw memory-mapped bytes, GGML type) of a GGUF tensor the file stores block-quantized, else None.
+
+        A tensor the map changes after dequantizing (an op) has no grid that matches its values.
+        """
+        entry = self._entries.get(name)
+        if entry is None or entry.ops:
+            return None
+        return self._mapped.gguf.raw(entry.gguf_name), entry.qtype
+
+    def qtype_name(self, name: str) -> str | None:
+        entry = self._entries.get(name)
+        return entry.qtype.name if entry is not None else None
+
+    def _handle(self, name: str):
+        from safetensors import safe_open
+
+        f = self._files[name]
+        if f not in self._handles:
+            self._handles[f] = safe_open(str(f), framework="pt")
+        return self._handles[f]
+
+    def describe(self) -> str:
+        c = self.config
+        return (f"{self.path.name} ({self.kind}): {c.num_layers} layers, hidden {c.hidden_size}, "
+                f"{sum(int(np.prod(s)) for s in self.expected.values()) / 1e6:.1f} M parameters")
+
+
+def is_gguf(path: Path) -> bool:
+    path = Path(path)
+    if not path.is_file():
+        return False
+    with open(path, "rb") as f:
+        return f.read(4) == b"GGUF"
+
+
+def open_draft(path, map_path=None, target_layer_offset: int | None = None) -> DraftSource:
+    """Open a dflash GGUF or a draft checkpoint folder, validated and ready to stream weights."""
+    path = Path(path)
+    if not path.exists():
+        raise Gguf2ovError(f"{path} does not exist")
+    if is_gguf(path):
+        from .maps import open_mapped
+
+        mapped = open_mapped(path, map_path, target_layer_offset)
+        config = draft_config(mapped.config, path)
+        found = {e.hf_name: e.shape for e in mapped.plan if e.hf_name is not None}
+        return DraftSource(path, "gguf", config, found, mapped=mapped)
+    if not path.is_dir():
+        raise Gguf2ovError(f"{path} is neither a GGUF file nor a checkpoint folder")
+    if target_layer_offset is not None:
+        raise Gguf2ovError("--target-layer-offset applies to a GGUF source only",
+                           hint="a checkpoint's config.json already holds the target layer ids")
+    config = read_draft_config(path)
+    from safetensors import safe_open
+
+    from .checkpoint import safetensors_files
+
+    found, files = {}, {}
+    for f in safetensors_files(path):
+        with safe_open(str(f), framework="pt") as sf:
+            for k in sf.keys():
+                found[k], files[k] = tuple(sf.get_slice(k).get_shape()), f
+    return DraftSource(path, "checkpoint", config, found, files=files)
