@@ -346,7 +346,7 @@ def _checkpoint_source(path: Path) -> _Source:
     return _Source(dict(ckpt.shapes), ckpt.config, tensors(), offset)
 
 
-def _gguf_source(path: Path, map_path, target_layer_offset) -> _Source:
+def _gguf_source(path, map_path, target_layer_offset) -> _Source:
     from .maps import open_mapped
 
     # The reference settles what the file cannot: where convert refuses ambiguous target layers
@@ -362,7 +362,11 @@ def _gguf_source(path: Path, map_path, target_layer_offset) -> _Source:
     return _Source(shapes, config, tensors, target_layer_offset)
 
 
-def _open_source(source: Path, map_path, target_layer_offset) -> _Source:
+def _open_source(source, map_path, target_layer_offset) -> _Source:
+    from .read import GgufFile
+
+    if isinstance(source, GgufFile):  # opened once by the caller (`run`)
+        return _gguf_source(source, map_path, target_layer_offset)
     if source.is_dir():
         if map_path or target_layer_offset is not None:
             raise Gguf2ovError("--map and --target-layer-offset apply to a GGUF source, not to a checkpoint folder",
@@ -548,9 +552,14 @@ def check(source, reference, min_corr: float = 0.99, map_path=None, target_layer
     start = time.perf_counter()
     if not 0.0 < min_corr <= 1.0:
         raise Gguf2ovError(f"--min-corr must be in (0, 1], got {min_corr}")
-    source, reference = Path(source), Path(reference)
+    from .read import GgufFile
+
+    source = source if isinstance(source, GgufFile) else Path(source)
+    reference = Path(reference)
     ref = Checkpoint(reference)
     src = _open_source(source, map_path, target_layer_offset)
+    from_gguf = isinstance(source, GgufFile) or not source.is_dir()
+    source = getattr(source, "path", source)
 
     missing = [n for n in ref.shapes if n not in src.shapes]
     rows: list[TensorCheck] = []
@@ -590,7 +599,7 @@ def check(source, reference, min_corr: float = 0.99, map_path=None, target_layer
     rows += [_missing(n, ref, misnamed) for n in missing]
 
     rows, model_diag = _other_model(rows)
-    config = compare_config(src.config, ref.config, src.target_layer_offset, from_gguf=not source.is_dir())
+    config = compare_config(src.config, ref.config, src.target_layer_offset, from_gguf=from_gguf)
     diagnoses = [Diagnosis("other_model", "model", model_diag)] if model_diag else []
     diagnoses += [Diagnosis(t.diagnosis, t.name, t.detail) for t in sorted(rows, key=_severity)
                   if t.status != "pass" and t.diagnosis != "other_model"]

@@ -70,7 +70,7 @@ def convert(gguf_path, out_dir, map_path=None, dtype: str = "bf16", target_layer
         raise Gguf2ovError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
     if max_shard_size < 1:
         raise Gguf2ovError(f"--max-shard-size must be a positive number of bytes, not {max_shard_size}")
-    check_output_dir(Path(out_dir), overwrite, inputs=(gguf_path, map_path))
+    check_output_dir(Path(out_dir), overwrite, inputs=(getattr(gguf_path, "path", gguf_path), map_path))
     mapped = open_mapped(gguf_path, map_path, target_layer_offset)
     gguf, amap, config, plan = mapped.gguf, mapped.amap, mapped.config, mapped.plan
     flagged = amap.flag_rule("target_layer_offset")

@@ -262,7 +262,8 @@ def drift(source, out_dir, variants=None, target_dir=None, prompts=None, map_pat
           progress: bool = True) -> DriftResult:
     """Build every variant of the draft under `out_dir`, verify each, and measure its drift.
 
-    `source` is a path or a DraftSource opened once by the caller; every variant streams from it.
+    `source` is a path, a GgufFile or a DraftSource opened once by the caller; every variant
+    streams from the one opened source.
     """
     from .export import export_draft
     from .outputs import atomic_dir, check_output_dir
@@ -270,26 +271,24 @@ def drift(source, out_dir, variants=None, target_dir=None, prompts=None, map_pat
     from .provenance import provenance
     from .report import write_reports
     from .requantize import DEFAULT_DRIFT_VARIANTS, ir_size, parse_variant
-    from .source import DraftSource, is_gguf, open_draft
+    from .source import DraftSource, open_draft
     from .verify import verify_draft
 
     start = time.monotonic()
     out_dir = Path(out_dir)
     names = list(variants or DEFAULT_DRIFT_VARIANTS)
     parsed = [parse_variant(n) for n in names]  # fail on a bad name before any work
-    gguf = source.kind == "gguf" if isinstance(source, DraftSource) else is_gguf(Path(source))
-    if not gguf:
-        dropped = [v.name for v in parsed if v.weight_format == "gguf"]
-        if dropped and variants:
-            raise Gguf2ovError("the gguf variant needs a GGUF source, not a checkpoint folder")
-        parsed = [v for v in parsed if v.weight_format != "gguf"]
-    parsed = [parse_variant("fp32")] + [v for v in parsed if v.name != "fp32"]  # the baseline comes first
     if target_dir is not None:
         from .accept import check_target_dir
 
         check_target_dir(target_dir)  # before minutes of export, not after
     check_output_dir(out_dir, overwrite, inputs=(getattr(source, "path", source), target_dir, map_path))
     draft = source if isinstance(source, DraftSource) else open_draft(source, map_path, target_layer_offset)
+    if draft.kind != "gguf":
+        if variants and any(v.weight_format == "gguf" for v in parsed):
+            raise Gguf2ovError("the gguf variant needs a GGUF source, not a checkpoint folder")
+        parsed = [v for v in parsed if v.weight_format != "gguf"]
+    parsed = [parse_variant("fp32")] + [v for v in parsed if v.name != "fp32"]  # the baseline comes first
 
     with atomic_dir(out_dir, overwrite=overwrite, inputs=(draft.path, target_dir, map_path)) as tmp:
         block = draft.config.block_size or 16

@@ -97,6 +97,7 @@ def build_draft_ir(draft: DraftSource, variant, progress: bool = True, observe=N
     model = build_draft_model(draft.config, forms.weight, forms.vector,
                               progress=(lambda m: step(f"{variant.name}: {m}", progress)) if progress else None)
     set_dflash_rt_info(model, draft.config)
+    model.set_rt_info(variant.name, ["gguf2ov", "variant"])  # verify holds a gguf transcode to float32's tolerance
     if variant.nncf:
         from .nncf_weights import write_nncf_rt_info
 
@@ -104,14 +105,23 @@ def build_draft_ir(draft: DraftSource, variant, progress: bool = True, observe=N
     return model, forms
 
 
-def save_draft_ir(ov_model, out_dir) -> None:
-    """Save the IR; postponed weights are made one at a time while the .bin is written."""
+def save_draft_ir(ov_model, out_dir, forms=None) -> None:
+    """Save the IR; postponed weights are made one at a time while the .bin is written.
+
+    A weight that fails to load while OpenVINO writes (a corrupt tensor, Ctrl-C) stops the save
+    with its own error, not OpenVINO's rewording of it.
+    """
     import openvino as ov
 
     from .requantize import mark_decompression
 
     xml = Path(out_dir) / IR_XML
-    ov.save_model(ov_model, str(xml), compress_to_fp16=False)
+    try:
+        ov.save_model(ov_model, str(xml), compress_to_fp16=False)
+    except BaseException:
+        if forms is not None and forms.failure is not None:
+            raise forms.failure from None
+        raise
     mark_decompression(xml)
 
 
@@ -163,7 +173,7 @@ def export_draft(source, out_dir, weight_format: str = "fp32", overwrite: bool =
         step(f"building the {variant.name} draft from {draft.describe()}", progress)
         ov_model, forms = build_draft_ir(draft, variant, progress, observe)
         step(f"saving the {variant.name} IR", progress)
-        save_draft_ir(ov_model, tmp)
+        save_draft_ir(ov_model, tmp, forms)
         info = describe_ir(ov_model)
         del ov_model
         # GenAI needs only the .xml/.bin; config.json lets `verify` compare rt_info and geometry.

@@ -434,9 +434,9 @@ def open_mapped(gguf_path, map_path=None, target_layer_offset=None, allow_ambigu
     `allow_ambiguous` takes the map's default where the file cannot settle a value (target layer ids
     of an old-layout dflash file): for uses that do not write a checkpoint, or that name the shift.
     """
-    from .read import open_gguf
+    from .read import GgufFile, open_gguf
 
-    gguf = open_gguf(gguf_path)
+    gguf = gguf_path if isinstance(gguf_path, GgufFile) else open_gguf(gguf_path)  # or opened once by the caller
     amap = map_for(gguf, map_path)
     if target_layer_offset is not None and amap.flag_rule("target_layer_offset") is None:
         raise Gguf2ovError(f"--target-layer-offset does not apply to {amap.arch}: its map ({amap.path}) has no "

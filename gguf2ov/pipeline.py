@@ -1,8 +1,9 @@
 """`gguf2ov run`: the whole job on one GGUF draft, with one report.
 
-convert (HF checkpoint) -> check (against reference weights, when given) -> export + verify (fp32)
--> requantize (int4 group 16 by default) -> drift (every variant) -> accept (unquantized and
-requantized draft on the target) -> OUT/report.md and OUT/report.json.
+convert (HF checkpoint) -> check (against reference weights, when given) -> drift (every variant
+exported, int4 group 16 by default among them, each verified and measured) -> verify (the fp32 and
+the requantized draft against the target) -> accept (both drafts on the target) -> OUT/report.md and
+OUT/report.json. The GGUF is opened once and every stage reads it from there.
 A stage that fails stops the run: the report says which one and why, and the exit code is 1.
 """
 
@@ -119,17 +120,25 @@ def run(gguf_path, target_dir, out_dir, reference_dir=None, requant: str = DEFAU
             raise _Stop(f"{name} failed")
         return r
 
+    opened = {}
+
+    def convert_once():
+        from .read import open_gguf
+
+        opened["gguf"] = open_gguf(gguf_path)  # every later stage reads this one opened file
+        return convert(opened["gguf"], out_dir / "checkpoint", map_path=map_path,
+                       target_layer_offset=target_layer_offset, progress=progress)
+
     try:
-        stage("convert", lambda: convert(gguf_path, out_dir / "checkpoint", map_path=map_path,
-                                         target_layer_offset=target_layer_offset, progress=progress),
+        stage("convert", convert_once,
               lambda r: (True, f"{r.n_tensors} tensors, target layer ids {r.target_layer_ids_written}"))
         if reference_dir:
-            stage("check", lambda: check(gguf_path, reference_dir, map_path=map_path,
+            stage("check", lambda: check(opened["gguf"], reference_dir, map_path=map_path,
                                          target_layer_offset=target_layer_offset, progress=progress),
                   lambda r: (r.passed, "; ".join(r.summary()[:2])))
         else:
             stages.append(StageOutcome("check", "skip", 0.0, "no --reference given"))
-        d = stage("drift", lambda: drift(gguf_path, out_dir / "drafts", variants=variants, target_dir=target_dir,
+        d = stage("drift", lambda: drift(opened["gguf"], out_dir / "drafts", variants=variants, target_dir=target_dir,
                                          prompts=prompts, map_path=map_path, target_layer_offset=target_layer_offset,
                                          progress=progress),
                   lambda r: (all(v.verified for v in r.variants),

@@ -108,6 +108,7 @@ class WeightForms:
     observe: object = None
     transcoded: list = field(default_factory=list)
     plan: dict = field(default_factory=dict)
+    failure: BaseException | None = None  # what stopped a postponed weight while OpenVINO was saving
 
     def __post_init__(self):
         if self.variant.weight_format == "gguf" and self.draft.kind != "gguf":
@@ -158,8 +159,12 @@ class WeightForms:
         draft, shape = self.draft, self.draft.expected[name]
 
         def values():
-            x = draft.f32(name)
-            return ov.Tensor(np.ascontiguousarray(x.astype(np.float16) if dtype == "f16" else x))
+            try:
+                x = draft.f32(name)
+                return ov.Tensor(np.ascontiguousarray(x.astype(np.float16) if dtype == "f16" else x))
+            except BaseException as e:  # OpenVINO's serializer would turn it into its own exception
+                self.failure = e
+                raise
 
         const = make_postponed_constant(ov.Type.f16 if dtype == "f16" else ov.Type.f32, ov.Shape(list(shape)), values,
                                         name=f"self.{name}")

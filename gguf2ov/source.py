@@ -281,14 +281,18 @@ def is_gguf(path: Path) -> bool:
 
 
 def open_draft(path, map_path=None, target_layer_offset: int | None = None) -> DraftSource:
-    """Open a dflash GGUF or a draft checkpoint folder, validated and ready to stream weights."""
-    path = Path(path)
+    """Open a dflash GGUF (a path, or a GgufFile already opened) or a draft checkpoint folder,
+    validated and ready to stream weights."""
+    from .read import GgufFile
+
+    gguf = path if isinstance(path, GgufFile) else None
+    path = Path(gguf.path if gguf else path)
     if not path.exists():
         raise Gguf2ovError(f"{path} does not exist")
-    if is_gguf(path):
+    if gguf or is_gguf(path):
         from .maps import open_mapped
 
-        mapped = open_mapped(path, map_path, target_layer_offset)
+        mapped = open_mapped(gguf or path, map_path, target_layer_offset)
         config = draft_config(mapped.config, path)
         found = {e.hf_name: e.shape for e in mapped.plan if e.hf_name is not None}
         return DraftSource(path, "gguf", config, found, mapped=mapped)

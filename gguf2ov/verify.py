@@ -21,7 +21,8 @@ DRAFT_INPUTS = ("inputs_embeds", "hidden_states", "position_ids", "attention_mas
 # OV vs PyTorch max |diff| relative to max(1, max |reference|), by the IR's weight precision.
 # Measured on a tiny draft over two steps: f32 4.8e-7 (1.7e-6 on a larger one), fp16 weights 1.5e-3 at a
 # reference scale of 4.1. Compressed integer weights are not held to a tolerance (`drift` is).
-TOLERANCE = {"f32": 1e-4, "f16": 1e-2}
+# The GGUF-grid transcode ("gguf") holds the dequantized values up to float32 rounding: held to f32's.
+TOLERANCE = {"f32": 1e-4, "f16": 1e-2, "gguf": 1e-4}
 # A projection whose std is within this fraction of `initializer_range` looks freshly initialised.
 INIT_STD_MARGIN = 0.25
 # Rows read per projection weight for its standard deviation.
@@ -236,7 +237,9 @@ def synthetic_steps(hidden: int, fc_in: int, block: int, stateful: bool) -> list
 
 
 def weight_precision(model) -> str:
-    """f32, f16 or int: the type the IR stores its MatMul weights in."""
+    """f32, f16, int, or gguf (the file's own grid, exact): how the IR stores its MatMul weights."""
+    if model.has_rt_info(["gguf2ov", "variant"]) and model.get_rt_info(["gguf2ov", "variant"]).astype(str) == "gguf":
+        return "gguf"
     types = set()
     for op in model.get_ops():
         if op.get_type_name() == "MatMul":

@@ -105,14 +105,14 @@ def test_gguf_variant_needs_a_gguf_source(fixtures_dir, tmp_path):
     assert not (tmp_path / "x").exists()
 
 
-def test_weight_drift_sums_over_tensors():
-    from gguf2ov.drift import weight_drift
+def test_weight_drift_sums_over_tensors_chunk_by_chunk(monkeypatch):
+    from gguf2ov.drift import _Accumulator
 
-    a = {"w": np.ones((4, 4), np.float32), "v": np.full((2, 2), 2.0, np.float32)}
-    b = {"w": np.ones((4, 4), np.float32), "v": np.full((2, 2), 1.0, np.float32)}
-    tensors, rel, cos, rel_g, cos_g = weight_drift(a, b, None)
-    assert {t.name: t.rel_err for t in tensors} == {"v": 1.0, "w": 0.0}
+    monkeypatch.setattr(_Accumulator, "CHUNK", 3)  # tensors span several chunks
+    overall = _Accumulator()
+    assert overall.add(np.ones((4, 4), np.float32), np.ones((4, 4), np.float32)) == (0.0, 1.0)
+    rel, cos = overall.add(np.full((2, 2), 2.0, np.float32), np.full((2, 2), 1.0, np.float32))
+    assert rel == pytest.approx(1.0) and cos == pytest.approx(1.0)
+    rel, cos = overall.result()
     assert rel == pytest.approx(np.sqrt(4 / 20))
-    assert rel_g is None and cos_g is None
-    with pytest.raises(Gguf2ovError, match="lost weights"):
-        weight_drift({"w": a["w"]}, b, None)
+    assert cos == pytest.approx(24 / np.sqrt(32 * 20))

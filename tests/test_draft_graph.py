@@ -1,0 +1,129 @@
+"""The draft graph built with OpenVINO's opset equals optimum-intel's trace of its DFlash class.
+
+optimum-intel's `Qwen3DFlashForCausalLM`, traced by its own exporter, is the reference: on the
+fixture and on random geometries (other GQA ratios, head_dim != hidden / heads, 1 and 5 target
+layers, sliding-window layers) both IRs must have the same interface (names, shapes and types of
+inputs, outputs and state variables), the same DFlash rt_info, and the same outputs over two
+stateful steps in float32.
+"""
+
+import numpy as np
+import pytest
+
+import dflash_builders as b
+from gguf2ov.draft_ir import block_feeds, run_draft
+from gguf2ov.export import build_draft_ir, save_draft_ir
+from gguf2ov.reference import reference_outputs, trace_optimum
+from gguf2ov.requantize import parse_variant
+from gguf2ov.source import open_draft
+
+pytestmark = pytest.mark.slow
+
+GEOMETRIES = {
+    # GQA 3, head_dim 24 != 96 / 6, one target layer
+    "gqa3-one-tap": dict(hidden_size=96, intermediate_size=160, num_hidden_layers=2, num_attention_heads=6,
+                         num_key_value_heads=2, head_dim=24,
+                         dflash_config={"target_layer_ids": [3], "mask_token_id": 1, "block_size": 4}),
+    # GQA 8, head_dim 32 != 64 / 8, five target layers, a sliding layer with a window shorter than the context
+    "gqa8-five-taps-sliding": dict(hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=8,
+                                   num_key_value_heads=1, head_dim=32, use_sliding_window=True, sliding_window=4,
+                                   layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                                   dflash_config={"target_layer_ids": [0, 1, 2, 4, 6], "mask_token_id": 3,
+                                                  "block_size": 6}),
+}
+
+
+def _steps(config, block: int, contexts=(5, 3), seed: int = 0) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    h, n = config.hidden_size, len(config.target_layer_ids)
+    steps, past = [], 0
+    for ctx in contexts:
+        steps.append(block_feeds(rng.standard_normal((block, h), dtype=np.float32),
+                                 rng.standard_normal((ctx, n * h), dtype=np.float32), past))
+        past += ctx
+    return steps
+
+
+def _interface(model) -> dict:
+    def ports(ps):
+        return [(sorted(p.get_names()), str(p.get_partial_shape()), p.get_element_type().get_type_name()) for p in ps]
+
+    variables = sorted((v.get_info().variable_id, str(v.get_info().data_shape), v.get_info().data_type.get_type_name())
+                       for v in model.get_variables())
+    rt = {k: model.get_rt_info(list(k)).astype(str) for k in (("dflash_mode",), ("dflash", "mask_token_id"),
+                                                              ("dflash", "target_layer_ids"))}
+    return {"inputs": ports(model.inputs), "outputs": ports(model.outputs), "variables": variables, "rt_info": rt}
+
+
+@pytest.fixture(scope="module", params=["fixture", *GEOMETRIES])
+def pair(request, tmp_path_factory, fixtures_dir):
+    """(draft source, our IR folder, optimum's IR folder) for one geometry."""
+    import openvino as ov
+
+    from gguf2ov.export import set_dflash_rt_info
+
+    work = tmp_path_factory.mktemp(request.param)
+    if request.param == "fixture":
+        draft = open_draft(fixtures_dir / "draft-Q4_K_M.gguf")
+    else:
+        config = {**b.DRAFT_CONFIG, **GEOMETRIES[request.param]}
+        draft = open_draft(b.write_checkpoint(work / "ckpt", config, seed=7))
+    ours, theirs = work / "ours", work / "optimum"
+    ours.mkdir()
+    theirs.mkdir()
+    model, _ = build_draft_ir(draft, parse_variant("fp32"), progress=False)
+    save_draft_ir(model, ours)
+    (work / "trace").mkdir()
+    traced = trace_optimum(draft, work / "trace" / "openvino_model.xml")
+    set_dflash_rt_info(traced, draft.config)  # what the export writes on top of optimum's own
+    ov.save_model(traced, str(theirs / "openvino_model.xml"), compress_to_fp16=False)
+    return draft, ours, theirs
+
+
+def test_interface_and_rt_info_equal_optimums(pair):
+    import openvino as ov
+
+    _, ours, theirs = pair
+    core = ov.Core()
+    assert _interface(core.read_model(str(ours / "openvino_model.xml"))) == \
+        _interface(core.read_model(str(theirs / "openvino_model.xml")))
+
+
+def test_outputs_over_two_steps_equal_optimums(pair):
+    draft, ours, theirs = pair
+    steps = _steps(draft.config, draft.config.block_size or 16)
+    a = run_draft(ours / "openvino_model.xml", steps)
+    ref = run_draft(theirs / "openvino_model.xml", steps, segmented=False)
+    assert a.cache == ref.cache == [[5], [8]]
+    for x, y in zip(a.outputs, ref.outputs):
+        assert x.shape == y.shape == (1, (draft.config.block_size or 16) - 1, draft.config.hidden_size)
+        assert np.abs(x - y).max() <= 1e-5 * np.abs(y).max()
+    # and the streamed PyTorch reference (one layer loaded at a time) agrees with both
+    for x, y in zip(a.outputs, reference_outputs(draft, steps)):
+        assert np.abs(x - y).max() <= 1e-5 * max(1.0, np.abs(y).max())
+
+
+def test_layer_by_layer_run_equals_the_whole_graph(pair):
+    draft, ours, _ = pair
+    steps = _steps(draft.config, draft.config.block_size or 16, contexts=(7, 2, 4), seed=3)
+    whole = run_draft(ours / "openvino_model.xml", steps, segmented=False)
+    layered = run_draft(ours / "openvino_model.xml", steps)
+    assert (whole.segments, layered.segments) == (1, draft.config.num_layers + 1)
+    assert whole.cache == layered.cache == [[7], [9], [13]]
+    for x, y in zip(whole.outputs, layered.outputs):
+        assert np.array_equal(x, y)
+
+
+def test_a_wrong_window_is_seen(tmp_path):
+    """The sliding window is live: the same weights with full attention compute something else."""
+    config = {**b.DRAFT_CONFIG, **GEOMETRIES["gqa8-five-taps-sliding"]}
+    ckpt = b.write_checkpoint(tmp_path / "ckpt", config, seed=7)
+    full = b.write_checkpoint(tmp_path / "full", {**config, "layer_types": ["full_attention"] * 3}, seed=7)
+    outs = []
+    for source in (ckpt, full):
+        draft = open_draft(source)
+        model, _ = build_draft_ir(draft, parse_variant("fp32"), progress=False)
+        (tmp_path / source.name / "ir").mkdir()
+        save_draft_ir(model, tmp_path / source.name / "ir")
+        outs.append(run_draft(tmp_path / source.name / "ir" / "openvino_model.xml", _steps(draft.config, 6)).outputs[-1])
+    assert np.abs(outs[0] - outs[1]).max() > 1e-3
