@@ -120,12 +120,15 @@ def _model(results, sinks, name: str):
 
 
 def _walk(starts, seen: set):
-    """Every node the `starts` depend on (themselves included) not yet in `seen`."""
+    """Every node the `starts` depend on (themselves included) not yet in `seen`.
+
+    Keyed by the node's unique name: Python wrappers of nodes come and go, and their id() is reused.
+    """
     stack = list(starts)
     while stack:
         node = stack.pop()
-        if id(node) not in seen:
-            seen.add(id(node))
+        if node.get_name() not in seen:
+            seen.add(node.get_name())
             yield node
             stack.extend(v.get_node() for v in node.input_values())
 

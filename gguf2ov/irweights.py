@@ -32,9 +32,9 @@ def _is_constant_subgraph(output) -> bool:
     seen, stack = set(), [output.get_node()]
     while stack:
         node = stack.pop()
-        if id(node) in seen:
+        if node.get_name() in seen:  # unique; the id() of a node's Python wrapper is reused
             continue
-        seen.add(id(node))
+        seen.add(node.get_name())
         kind = node.get_type_name()
         if kind in ("Parameter", "ReadValue"):
             return False

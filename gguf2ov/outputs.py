@@ -43,9 +43,7 @@ def atomic_dir(path, overwrite: bool = False, inputs=()):
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.partial-", dir=path.parent))
     except OSError as e:
         raise Gguf2ovError(f"cannot create the output {path}: {e.strerror}") from e
-    umask = os.umask(0)
-    os.umask(umask)
-    tmp.chmod(0o777 & ~umask)  # mkdtemp makes it private; the finished folder gets the usual mode
+    tmp.chmod(0o777 & ~_umask())  # mkdtemp makes it private; the finished folder gets the usual mode
     try:
         yield tmp
     except BaseException:
@@ -60,6 +58,12 @@ def atomic_dir(path, overwrite: bool = False, inputs=()):
         tmp.rename(path)
 
 
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
 def atomic_write_bytes(path, data: bytes) -> None:
     path = Path(path)
     try:
@@ -70,6 +74,7 @@ def atomic_write_bytes(path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private; a finished file gets the usual mode
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

@@ -165,3 +165,26 @@ def test_export_from_gguf_passes_verify(tmp_path, tmp_path_factory):
 
     with_target = verify_draft(tmp_path / "draft", target_dir=b.target_dir(tmp_path_factory))
     assert with_target.ok, render(with_target)
+
+
+@pytest.mark.parametrize("weight_format", ["fp32", "int4"])
+def test_a_tensor_failing_halfway_through_the_stream_leaves_no_output(tmp_path, fixtures_dir, monkeypatch, capsys,
+                                                                      weight_format):
+    """fp32 weights are read while OpenVINO writes the .bin, int4 ones while the graph is built."""
+    from gguf2ov.read import GgufFile
+
+    load, calls = GgufFile.load, []
+
+    def failing(self, name):
+        calls.append(name)
+        if len(calls) == 12:
+            raise Gguf2ovError(f"{self.path}: tensor {name}: corrupt block")
+        return load(self, name)
+
+    monkeypatch.setattr(GgufFile, "load", failing)
+    out = tmp_path / "draft"
+    assert cli.main(["export", str(fixtures_dir / "draft-Q4_K_M.gguf"), "-o", str(out),
+                     "--weight-format", weight_format]) == 1
+    err = capsys.readouterr().err
+    assert "corrupt block" in err and err.count("error:") == 1 and "Traceback" not in err
+    assert len(calls) == 12 and not out.exists() and no_leftovers(tmp_path)

