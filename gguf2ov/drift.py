@@ -113,7 +113,8 @@ class _Accumulator:
         for start in range(0, v_all.size, self.CHUNK):
             v = v_all[start:start + self.CHUNK].astype(np.float64)
             r = r_all[start:start + self.CHUNK].astype(np.float64)
-            d2, r2, v2, dot = d2 + float(np.sum((v - r) ** 2)), r2 + float(r @ r), v2 + float(v @ v), dot + float(v @ r)
+            d = v - r
+            d2, r2, v2, dot = d2 + float(d @ d), r2 + float(r @ r), v2 + float(v @ v), dot + float(v @ r)
         self.diff2, self.ref2, self.val2, self.dot = self.diff2 + d2, self.ref2 + r2, self.val2 + v2, self.dot + dot
         return _rel_cos(d2, r2, v2, dot)
 

@@ -122,7 +122,8 @@ def save_draft_ir(ov_model, out_dir, forms=None) -> None:
         if forms is not None and forms.failure is not None:
             raise forms.failure from None
         raise
-    mark_decompression(xml)
+    if forms is not None and forms.variant.weight_format == "fp16":
+        mark_decompression(xml)  # only the fp16 weights: NNCF's own f16 -> f32 Converts stay as NNCF wrote them
 
 
 def describe_ir(ov_model) -> dict:

