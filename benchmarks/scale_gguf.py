@@ -1,0 +1,371 @@
+"""Real-size DFlash draft GGUFs in seconds: random but valid Q4_K_M blocks, no quantizer.
+
+For cost measurements the weight values do not matter, only a file with the right geometry,
+tensor types and metadata. `gguf2ov.gguf_writer.write_dflash_gguf` quantizes real weights with
+llama.cpp's reference K-quantizer (558 s for a 1.05 B-parameter draft on 2 cores); this module
+writes random quant blocks directly (a 1 B file in seconds):
+
+- Q4_K (144-byte super-block of 8 x 32): f16 `d` ~9e-5 and `dmin` = 8 d (per-block jitter), 6-bit
+  scales in 32..63, 6-bit mins chosen so that each sub-block is centred near zero
+  (m ~ sc * 7.5 * d / dmin, +-2), random nibbles. Weights come out std ~0.02.
+- Q6_K (210 bytes, 16 x 16): random ql/qh (6-bit codes), int8 scales of magnitude 64..127 with
+  random sign, f16 `d` ~1.1e-5. Weights std ~0.02.
+- F32 norms: 1 + 0.05 N(0, 1).
+
+Everything that is not random comes from the project's own writer, so the file is what
+`write_dflash_gguf` would write for a checkpoint of this geometry: tensor names
+(`ArchMap.gguf_name_for`, the dflash map run backwards), tensor order (sorted HF names, as a
+safetensors checkpoint lists them), the Q4_K_M type mix (`gguf_writer.tensor_type`: attn_v and
+ffn_down Q6_K on the `use_more_bits` layers), metadata (`ArchMap.gguf_metadata` of the HF config,
+so dflash.target_layers = HF ids + 1 and tokenizer.ggml.mask_token_id), the value types
+(`gguf_writer._add_value`), general.file_type and quantization_version. Tensors go through
+gguf-py's GGUFWriter, one tensor at a time (`add_tensor_info` then `write_tensor_data`), so the
+builder holds one tensor (at most ~75 MB) in memory.
+
+No tokenizer metadata by default (the draft has no embedding; the HF config then has no
+vocab_size and transformers' default, 151936, applies). `vocab=N` writes a synthetic gpt2-style
+list of N tokens, to measure metadata cost.
+
+    python benchmarks/scale_gguf.py --list
+    python benchmarks/scale_gguf.py qwen3-8b-dflash            # builds (or finds) the cached file
+    python benchmarks/scale_gguf.py tiny --rebuild --check     # and dequantizes a sample of it
+"""
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+CACHE = HERE / "results" / "cache"
+BUILDER_VERSION = 1  # bump when the bytes a geometry produces change (invalidates the cache)
+MIX = "Q4_K_M"
+
+
+@dataclass(frozen=True)
+class Geometry:
+    name: str
+    hidden: int
+    layers: int
+    ffn: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    n_targets: int
+    vocab: int = 0                 # 0: no tokenizer metadata
+    mask_token_id: int = 151669    # Qwen3's <|mask|> slot used by the z-lab drafts
+    block_size: int = 16
+    rope_theta: float = 1000000.0
+    rms_norm_eps: float = 1e-6
+    context_length: int = 40960
+    note: str = ""
+
+    @property
+    def target_layer_ids(self) -> list[int]:
+        """Distinct HF ids spread over a 36-layer target: [1, 9, 17, 25, 33] for 5."""
+        if self.n_targets == 1:
+            return [1]
+        step = max(1, 32 // (self.n_targets - 1))
+        return [1 + step * i for i in range(self.n_targets)]
+
+    def hf_config(self) -> dict:
+        return {
+            "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "hidden_size": self.hidden,
+            "num_hidden_layers": self.layers, "num_attention_heads": self.heads,
+            "num_key_value_heads": self.kv_heads, "head_dim": self.head_dim, "intermediate_size": self.ffn,
+            "rms_norm_eps": self.rms_norm_eps, "rope_theta": self.rope_theta,
+            "max_position_embeddings": self.context_length, "tie_word_embeddings": False,
+            "dflash_config": {"target_layer_ids": self.target_layer_ids, "mask_token_id": self.mask_token_id,
+                              "block_size": self.block_size},
+        }
+
+    def hf_shapes(self) -> dict[str, tuple[int, ...]]:
+        """HF name -> PyTorch shape, sorted by name (a safetensors checkpoint's order)."""
+        h, hd = self.hidden, self.head_dim
+        shapes = {"fc.weight": (h, self.n_targets * h), "hidden_norm.weight": (h,), "norm.weight": (h,)}
+        for i in range(self.layers):
+            p = f"layers.{i}."
+            shapes |= {
+                p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,),
+                p + "self_attn.q_proj.weight": (self.heads * hd, h),
+                p + "self_attn.k_proj.weight": (self.kv_heads * hd, h),
+                p + "self_attn.v_proj.weight": (self.kv_heads * hd, h),
+                p + "self_attn.o_proj.weight": (h, self.heads * hd),
+                p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,),
+                p + "mlp.gate_proj.weight": (self.ffn, h), p + "mlp.up_proj.weight": (self.ffn, h),
+                p + "mlp.down_proj.weight": (h, self.ffn),
+            }
+        return dict(sorted(shapes.items()))
+
+    @property
+    def parameters(self) -> int:
+        return sum(math.prod(s) for s in self.hf_shapes().values())
+
+    def key(self) -> str:
+        """Cache key: every field that changes the file's bytes, plus the builder version."""
+        fields = {k: v for k, v in asdict(self).items() if k != "note"}
+        blob = json.dumps({"v": BUILDER_VERSION, **fields}, sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:10]
+
+
+GEOMETRIES = {g.name: g for g in [
+    Geometry("tiny", hidden=256, layers=2, ffn=768, heads=4, kv_heads=2, head_dim=64, n_targets=2,
+             note="smoke run"),
+    Geometry("small", hidden=2048, layers=4, ffn=6144, heads=16, kv_heads=8, head_dim=128, n_targets=4),
+    Geometry("medium", hidden=4096, layers=2, ffn=12288, heads=32, kv_heads=8, head_dim=128, n_targets=5,
+             note="Qwen3-8B width, 2 layers"),
+    Geometry("qwen3-8b-dflash", hidden=4096, layers=5, ffn=12288, heads=32, kv_heads=8, head_dim=128,
+             n_targets=5, note="Qwen3-8B-DFlash-b16 geometry (the issue's)"),
+    Geometry("guide-1.3b", hidden=4096, layers=6, ffn=12288, heads=32, kv_heads=8, head_dim=128, n_targets=8,
+             note="the guide's GGUF-only draft: 8 target layers, fc 4096x32768"),
+]}
+
+
+# -- random quant blocks ---------------------------------------------------------------------------
+
+Q4K_D = 0.02 / (4.61 * 48.6)   # code std 4.61 (uniform 0..15), rms scale ~48.6 (uniform 32..63)
+Q6K_D = 0.02 / (18.5 * 97.0)   # (q - 32) std 18.5, rms |scale| ~97 (uniform 64..127)
+
+
+def _f16_bytes(x: np.ndarray) -> np.ndarray:
+    return x.astype("<f2").view(np.uint8).reshape(-1, 2)
+
+
+def q4_k_blocks(rng: np.random.Generator, n: int) -> np.ndarray:
+    """n random valid Q4_K super-blocks, shape (n, 144)."""
+    b = np.frombuffer(bytearray(rng.bytes(n * 144)), np.uint8).reshape(n, 144)  # qs: random nibbles
+    d = Q4K_D * rng.uniform(0.75, 1.25, n).astype(np.float32)
+    dmin = 8.0 * d
+    b[:, 0:2] = _f16_bytes(d)
+    b[:, 2:4] = _f16_bytes(dmin)
+    sc = (32 + rng.integers(0, 32, (n, 8))).astype(np.uint8)
+    # m * dmin ~ sc * d * 7.5 centres each sub-block's codes 0..15 near zero
+    m = np.clip(np.rint(sc * 7.5 / 8.0) + rng.integers(-2, 3, (n, 8)), 0, 63).astype(np.uint8)
+    # ggml's get_scale_min_k4 inverted: j<4 in the low 6 bits of q[j] / q[j+4]; j>=4 split into a
+    # nibble of q[j+4] and the top two bits of q[j-4] / q[j].
+    q = np.empty((n, 12), np.uint8)
+    q[:, 0:4] = sc[:, 0:4] | ((sc[:, 4:8] >> 4) << 6)
+    q[:, 4:8] = m[:, 0:4] | ((m[:, 4:8] >> 4) << 6)
+    q[:, 8:12] = (sc[:, 4:8] & 0xF) | ((m[:, 4:8] & 0xF) << 4)
+    b[:, 4:16] = q
+    return b
+
+
+def q6_k_blocks(rng: np.random.Generator, n: int) -> np.ndarray:
+    """n random valid Q6_K super-blocks, shape (n, 210): ql[128] qh[64] scales[16] d."""
+    b = np.frombuffer(bytearray(rng.bytes(n * 210)), np.uint8).reshape(n, 210)  # ql, qh: random codes
+    mag = rng.integers(64, 128, (n, 16))
+    sign = np.where(rng.integers(0, 2, (n, 16)) == 1, -1, 1)
+    b[:, 192:208] = (mag * sign).astype(np.int8).view(np.uint8)
+    b[:, 208:210] = _f16_bytes(Q6K_D * rng.uniform(0.75, 1.25, n).astype(np.float32))
+    return b
+
+
+def random_tensor(rng: np.random.Generator, qtype, shape: tuple[int, ...]) -> np.ndarray:
+    """Data for one tensor as GGUFWriter takes it: float32 elements, or (rows, bytes) uint8 blocks."""
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as Q
+
+    if qtype == Q.F32:
+        return (1.0 + 0.05 * rng.standard_normal(shape, dtype=np.float32)).astype(np.float32)
+    block, size = GGML_QUANT_SIZES[qtype]
+    rows, cols = math.prod(shape[:-1]), shape[-1]
+    if cols % block:
+        raise ValueError(f"{qtype.name} needs rows that are whole blocks of {block}: {shape}")
+    n = rows * cols // block
+    make = {Q.Q4_K: q4_k_blocks, Q.Q6_K: q6_k_blocks}.get(qtype)
+    if make is None:
+        raise ValueError(f"no random block builder for {qtype.name} (shape {shape})")
+    return make(rng, n).reshape(*shape[:-1], cols // block * size)
+
+
+# -- the file ------------------------------------------------------------------------------------
+
+def cache_path(geom: Geometry, cache_dir: Path = CACHE) -> Path:
+    return Path(cache_dir) / f"{geom.name}-{geom.key()}.gguf"
+
+
+def write_scale_gguf(geom: Geometry, out_path: Path, seed: int | None = None) -> dict:
+    """Write the draft GGUF for `geom` at `out_path` (atomically); returns a build record."""
+    from gguf import GGUFWriter, TokenType
+
+    from gguf2ov.gguf_writer import ARCH, MIXES, QUANT_VERSION, _add_value, tensor_type
+    from gguf2ov.maps import load_map
+
+    start = time.perf_counter()
+    config = geom.hf_config()
+    amap = load_map(ARCH)
+    rng = np.random.default_rng(int(geom.key(), 16) if seed is None else seed)
+
+    # Header and metadata exactly as write_dflash_gguf orders them.
+    writer = GGUFWriter(path=None, arch=ARCH)
+    writer.add_name(geom.name)
+    writer.add_file_type(MIXES[MIX][1])
+    writer.add_quantization_version(QUANT_VERSION)
+    if geom.vocab:
+        if not 0 <= geom.mask_token_id < geom.vocab:
+            raise ValueError(f"{geom.name}: mask token {geom.mask_token_id} outside the vocabulary of {geom.vocab}")
+        writer.add_tokenizer_model("gpt2")
+        writer.add_tokenizer_pre("qwen2")
+        writer.add_token_list([f"tok{i}" for i in range(geom.vocab)])
+        writer.add_token_types([TokenType.NORMAL] * geom.vocab)
+    metadata = amap.gguf_metadata(config)
+    for key, value in metadata.items():
+        _add_value(writer, key, value)
+
+    plan, counts = [], {}
+    for hf_name, shape in geom.hf_shapes().items():
+        gguf_name, ops = amap.gguf_name_for(hf_name)
+        if ops:
+            raise RuntimeError(f"{hf_name}: the dflash map has ops now ({ops}); random bytes cannot honour them")
+        qtype = tensor_type(gguf_name, shape, MIX, geom.layers)
+        plan.append((gguf_name, shape, qtype))
+        counts[qtype.name] = counts.get(qtype.name, 0) + 1
+        if qtype.name == "F32":
+            writer.add_tensor_info(gguf_name, shape, np.dtype(np.float32), 4 * math.prod(shape))
+        else:
+            from gguf import GGML_QUANT_SIZES
+
+            block, size = GGML_QUANT_SIZES[qtype]
+            byte_shape = (*shape[:-1], shape[-1] // block * size)
+            writer.add_tensor_info(gguf_name, byte_shape, np.dtype(np.uint8), math.prod(byte_shape), raw_dtype=qtype)
+
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out_path.name}.", dir=out_path.parent)
+    os.close(fd)
+    try:
+        writer.write_header_to_file(path=Path(tmp))
+        writer.write_kv_data_to_file()
+        writer.write_ti_data_to_file()
+        for gguf_name, shape, qtype in plan:  # one tensor in memory at a time
+            writer.write_tensor_data(random_tensor(rng, qtype, shape))
+        writer.close()
+        os.chmod(tmp, 0o644)  # mkstemp makes it 0600
+        os.replace(tmp, out_path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return {"geometry": asdict(geom), "key": geom.key(), "path": str(out_path), "bytes": out_path.stat().st_size,
+            "parameters": geom.parameters, "tensors": len(plan), "type_counts": counts,
+            "metadata_keys": sorted(metadata), "build_seconds": round(time.perf_counter() - start, 2),
+            "builder_version": BUILDER_VERSION}
+
+
+def ensure_gguf(geom: Geometry, cache_dir: Path = CACHE, rebuild: bool = False) -> dict:
+    """The cached file for `geom`, built if absent; the record says whether it was cached."""
+    path = cache_path(geom, cache_dir)
+    sidecar = path.with_suffix(".json")
+    if not rebuild and path.is_file() and sidecar.is_file():
+        record = json.loads(sidecar.read_text())
+        if record.get("bytes") == path.stat().st_size:
+            return record | {"cached": True}
+    record = write_scale_gguf(geom, path)
+    sidecar.write_text(json.dumps(record, indent=2) + "\n")
+    return record | {"cached": False}
+
+
+def check_values(path, rows: int = 64) -> dict:
+    """Dequantize the first `rows` rows of every tensor (gguf-py): finite, mean and std per type."""
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
+    reader = GGUFReader(str(path))
+    by_type: dict[str, list[np.ndarray]] = {}
+    for t in reader.tensors:
+        data = t.data if t.data.ndim == 1 else t.data[:rows]
+        by_type.setdefault(t.tensor_type.name, []).append(dequantize(np.asarray(data), t.tensor_type).ravel())
+    out = {}
+    for name, parts in by_type.items():
+        x = np.concatenate(parts).astype(np.float64)
+        out[name] = {"tensors": len(parts), "sampled": int(x.size), "finite": bool(np.isfinite(x).all()),
+                     "mean": float(x.mean()), "std": float(x.std()), "min": float(x.min()), "max": float(x.max())}
+    return out
+
+
+def compare_with_writer(geom: Geometry, work: Path | None = None) -> list[str]:
+    """Differences between this builder's file and `write_dflash_gguf`'s for the same geometry.
+
+    Builds a random BF16 checkpoint of `geom` (keep it small: the writer quantizes for real),
+    writes it with the project's writer and compares the two files' metadata (keys, order, value
+    types and values, general.name aside) and tensor list (names, order, types, shapes).
+    An empty list means the files differ only in tensor values.
+    """
+    import torch
+    from gguf import GGUFReader
+    from safetensors.torch import save_file
+
+    from gguf2ov.gguf_writer import write_dflash_gguf
+
+    work = Path(work or tempfile.mkdtemp(prefix="scale-compare-"))
+    ckpt = work / geom.name
+    ckpt.mkdir(parents=True, exist_ok=True)
+    g = torch.Generator().manual_seed(0)
+    sd = {k: (torch.randn(*s, generator=g) * 0.02 + (1.0 if len(s) == 1 else 0.0)).bfloat16()
+          for k, s in geom.hf_shapes().items()}
+    save_file(sd, str(ckpt / "model.safetensors"))
+    (ckpt / "config.json").write_text(json.dumps(geom.hf_config(), indent=2))
+    theirs, ours = work / "writer.gguf", work / "scale.gguf"
+    write_dflash_gguf(ckpt, theirs, mix=MIX)
+    write_scale_gguf(geom, ours)
+
+    def header(path):
+        r = GGUFReader(str(path))
+        fields = [(k, [t.name for t in f.types], f.contents()) for k, f in r.fields.items()
+                  if not k.startswith("GGUF.") and k != "general.name"]
+        tensors = [(t.name, t.tensor_type.name, [int(n) for n in t.shape]) for t in r.tensors]
+        return fields, tensors
+
+    (f1, t1), (f2, t2) = header(theirs), header(ours)
+    problems = []
+    if f1 != f2:
+        problems.append(f"metadata differs:\n  writer:  {f1}\n  builder: {f2}")
+    if t1 != t2:
+        diff = [(a, b) for a, b in zip(t1, t2) if a != b] or [(len(t1), len(t2))]
+        problems.append(f"tensor list differs (first differences: {diff[:5]})")
+    return problems
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("sizes", nargs="*", help=f"geometries to build (of {', '.join(GEOMETRIES)})")
+    ap.add_argument("--list", action="store_true", help="list the geometries and their parameter counts")
+    ap.add_argument("--rebuild", action="store_true", help="ignore the cache")
+    ap.add_argument("--check", action="store_true", help="dequantize a sample and print its statistics")
+    ap.add_argument("--cache-dir", type=Path, default=CACHE)
+    ap.add_argument("--compare-writer", action="store_true",
+                    help="compare the file with gguf2ov.gguf_writer's for the same geometry (small sizes only: "
+                         "the writer quantizes for real) and exit")
+    args = ap.parse_args(argv)
+    if args.list or not args.sizes:
+        for g in GEOMETRIES.values():
+            print(f"{g.name:18} {g.parameters / 1e9:6.3f} B  hidden {g.hidden} layers {g.layers} ffn {g.ffn} "
+                  f"heads {g.heads}/{g.kv_heads} head_dim {g.head_dim} targets {g.target_layer_ids}  {g.note}")
+        return 0
+    for name in args.sizes:
+        if name not in GEOMETRIES:
+            ap.error(f"unknown geometry {name!r}; choose from {', '.join(GEOMETRIES)}")
+        if args.compare_writer:
+            problems = compare_with_writer(GEOMETRIES[name])
+            print(f"{name}: " + ("same metadata, tensor names, order, types and shapes as gguf_writer"
+                                 if not problems else "\n".join(problems)))
+            continue
+        rec = ensure_gguf(GEOMETRIES[name], args.cache_dir, rebuild=args.rebuild)
+        print(f"{name}: {rec['path']} {rec['bytes'] / 2**20:.1f} MiB, {rec['parameters'] / 1e9:.3f} B params, "
+              f"{rec['type_counts']}, built in {rec['build_seconds']} s{' (cached)' if rec['cached'] else ''}")
+        if args.check:
+            for qtype, s in check_values(rec["path"]).items():
+                print(f"  {qtype:5} {s['tensors']:3} tensors, {s['sampled']} values sampled: finite={s['finite']} "
+                      f"mean {s['mean']:+.5f} std {s['std']:.5f} range [{s['min']:.4f}, {s['max']:.4f}]")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
