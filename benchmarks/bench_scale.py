@@ -46,7 +46,6 @@ import threading
 import time
 from dataclasses import asdict
 from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -58,8 +57,6 @@ from scale_gguf import CACHE, GEOMETRIES, check_values, ensure_gguf  # noqa: E40
 RESULTS = HERE / "results"
 GGUF2OV = Path(sys.executable).with_name("gguf2ov")
 TIME = "/usr/bin/time"
-PACKAGES = ("gguf2ov", "gguf", "numpy", "torch", "safetensors", "transformers", "optimum", "optimum-intel",
-            "openvino", "openvino-genai", "openvino-tokenizers", "nncf", "matplotlib")
 
 # name -> (argv after `gguf2ov` with {gguf} {out} {ref} placeholders, writes an output folder, needs)
 COMMANDS = {
@@ -114,13 +111,9 @@ def machine_info() -> dict:
 
 
 def package_versions() -> dict:
-    out = {}
-    for name in PACKAGES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
+    from gguf2ov.provenance import package_versions as versions
+
+    return versions()
 
 
 def source_state() -> dict:

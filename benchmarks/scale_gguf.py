@@ -35,7 +35,6 @@ import argparse
 import hashlib
 import json
 import math
-import os
 import sys
 import tempfile
 import time
@@ -196,7 +195,7 @@ def write_scale_gguf(geom: Geometry, out_path: Path, seed: int | None = None) ->
     """Write the draft GGUF for `geom` at `out_path` (atomically); returns a build record."""
     from gguf import GGUFWriter, TokenType
 
-    from gguf2ov.gguf_writer import ARCH, MIXES, QUANT_VERSION, _add_value, tensor_type
+    from gguf2ov.gguf_writer import ARCH, MIXES, QUANT_VERSION, _add_value, tensor_type, write_atomically
     from gguf2ov.maps import load_map
 
     start = time.perf_counter()
@@ -237,22 +236,12 @@ def write_scale_gguf(geom: Geometry, out_path: Path, seed: int | None = None) ->
             byte_shape = (*shape[:-1], shape[-1] // block * size)
             writer.add_tensor_info(gguf_name, byte_shape, np.dtype(np.uint8), math.prod(byte_shape), raw_dtype=qtype)
 
-    out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out_path.name}.", dir=out_path.parent)
-    os.close(fd)
-    try:
-        writer.write_header_to_file(path=Path(tmp))
-        writer.write_kv_data_to_file()
-        writer.write_ti_data_to_file()
+    def write_tensors():
         for gguf_name, shape, qtype in plan:  # one tensor in memory at a time
             writer.write_tensor_data(random_tensor(rng, qtype, shape))
-        writer.close()
-        os.chmod(tmp, 0o644)  # mkstemp makes it 0600
-        os.replace(tmp, out_path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+
+    out_path = Path(out_path)
+    write_atomically(writer, out_path, write_tensors)
     return {"geometry": asdict(geom), "key": geom.key(), "path": str(out_path), "bytes": out_path.stat().st_size,
             "parameters": geom.parameters, "tensors": len(plan), "type_counts": counts,
             "metadata_keys": sorted(metadata), "build_seconds": round(time.perf_counter() - start, 2),

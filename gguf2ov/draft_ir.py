@@ -79,7 +79,6 @@ def _layer_count(model) -> int | None:
 def _cut(model, layer: int | None, layers: int):
     """The sub-model of one segment: `layer` None is the context projection; a layer reads its input
     and the context features from new parameters and keeps only its own state."""
-    import openvino as ov
     from openvino import opset13 as ops
 
     nodes = {op.get_friendly_name(): op for op in model.get_ops()}

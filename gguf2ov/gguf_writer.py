@@ -97,7 +97,7 @@ def write_dflash_gguf(checkpoint_dir, out_path, tokenizer_dir=None, mix: str = "
         counts[qtype.name] = counts.get(qtype.name, 0) + 1
 
     out_path = Path(out_path)
-    _write_atomically(writer, out_path)
+    write_atomically(writer, out_path)
     return GgufWriteResult(str(out_path), sum(counts.values()), counts, sorted(metadata))
 
 
@@ -182,16 +182,27 @@ def _looks_special(token: str) -> bool:
     return bool(re.fullmatch(r"<\|.*\|>|<[^<>\s]+>|\[[a-zA-Z]+\]", token))
 
 
-def _write_atomically(writer: GGUFWriter, out_path: Path) -> None:
-    """Write next to `out_path` and rename, so the file appears only when complete."""
+def write_atomically(writer: GGUFWriter, out_path: Path, write_tensors=None) -> None:
+    """Write next to `out_path` and rename, so the file appears only when complete.
+
+    `write_tensors()` writes the tensor data (default: the tensors added to `writer`).
+    """
+    out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{out_path.name}.", dir=out_path.parent)
     os.close(fd)
     try:
         writer.write_header_to_file(path=Path(tmp))
         writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
+        if write_tensors is None:
+            writer.write_tensors_to_file()
+        else:
+            writer.write_ti_data_to_file()
+            write_tensors()
         writer.close()
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a finished file gets the usual mode
         os.replace(tmp, out_path)
     finally:
         if os.path.exists(tmp):
