@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .checkpoint import INDEX, read_json_object, safetensors_files
+from .checkpoint import Checkpoint
 from .errors import Gguf2ovError
 
 # A converted tensor of any usable quant type correlates far above this with its reference; an
@@ -270,55 +270,6 @@ def _corr(a: np.ndarray, b: np.ndarray) -> float:
 
 
 # --- reading checkpoint folders -----------------------------------------------------------------
-
-class Checkpoint:
-    """A Hugging Face checkpoint folder read lazily: shapes from the headers, one tensor at a time."""
-
-    def __init__(self, path):
-        from safetensors import safe_open
-
-        self.path = Path(path)
-        if not self.path.is_dir():
-            raise Gguf2ovError(f"{self.path}: not a checkpoint folder",
-                               hint="pass a folder with config.json and model.safetensors (or a sharded index)")
-        files = safetensors_files(self.path)
-        index = read_json_object(self.path / INDEX, required=False)
-        weight_map = index["weight_map"] if index else None
-        self._files = {}
-        self.shapes: dict[str, tuple[int, ...]] = {}
-        self._where: dict[str, str] = {}
-        for file in files:
-            name = file.name
-            try:
-                handle = safe_open(str(file), framework="pt")
-            except Exception as e:  # safetensors raises its own SafetensorError
-                raise Gguf2ovError(f"{file}: not a readable safetensors file ({e})") from e
-            self._files[name] = handle
-            for key in handle.keys():
-                if weight_map is None or weight_map.get(key) == name:
-                    self.shapes[key] = tuple(handle.get_slice(key).get_shape())
-                    self._where[key] = name
-        self.config = read_json_object(self.path / "config.json", required=False)
-
-    def load(self, name: str) -> np.ndarray:
-        # Through torch: numpy has no bfloat16, the usual dtype of a reference checkpoint.
-        t = self._files[self._where[name]].get_tensor(name)
-        return t.float().numpy() if t.is_floating_point() else t.numpy()
-
-    def provenance(self) -> dict:
-        """What the converter recorded in gguf2ov.json (empty for a checkpoint it did not write)."""
-        try:
-            return read_json_object(self.path / "gguf2ov.json", required=False) or {}
-        except Gguf2ovError:  # a damaged record only costs the quant-type column
-            return {}
-
-    def recorded_qtypes(self) -> dict[str, str]:
-        """{hf_name: GGUF quant type}, when the converter recorded them (`qtypes`, at the top of
-        gguf2ov.json or in its options)."""
-        record = self.provenance()
-        found = record.get("qtypes") or (record.get("options") or {}).get("qtypes")
-        return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
-
 
 # --- sources ------------------------------------------------------------------------------------
 

@@ -136,13 +136,6 @@ def _window_mask(q_len, kv_len, window: int):
     return ops.select(outside, _const(F32_MIN), _const(0.0))
 
 
-def _layer_types(hf) -> list[str | None]:
-    """Per layer, the sliding window size (None: full attention), as transformers' Qwen3Attention."""
-    window = getattr(hf, "sliding_window", None)
-    types = getattr(hf, "layer_types", None) or ["full_attention"] * hf.num_hidden_layers
-    return [window if t == "sliding_attention" and window else None for t in types]
-
-
 def build_draft_model(config: DraftConfig, weight: Callable[[str], object], vector: Callable[[str], np.ndarray],
                       progress: Callable[[str], None] | None = None):
     """The stateful DFlash draft `ov.Model`.
@@ -153,14 +146,11 @@ def build_draft_model(config: DraftConfig, weight: Callable[[str], object], vect
     """
     import openvino as ov
 
-    from .source import hf_config
-
     ops = _ops()
-    hf = hf_config(config)
     h, heads, kv_heads, hd = config.hidden_size, config.num_heads, config.num_kv_heads, config.head_dim
     n_ids, eps = len(config.target_layer_ids), config.rms_norm_eps
-    inv_freq, scaling = _rotary(hf)
-    windows = _layer_types(hf)
+    inv_freq, scaling = config.rope()
+    windows = config.layer_windows
 
     inputs_embeds = ops.parameter([-1, -1, h], np.float32, name="inputs_embeds")
     hidden_states = ops.parameter([-1, -1, n_ids * h], np.float32, name="hidden_states")
@@ -240,11 +230,3 @@ def build_draft_model(config: DraftConfig, weight: Callable[[str], object], vect
     result = ops.result(out)
     result.output(0).get_tensor().set_names({"last_hidden_state"})
     return ov.Model([result], sinks, params, "dflash_draft")
-
-
-def _rotary(hf) -> tuple[np.ndarray, float]:
-    """inv_freq and attention scaling exactly as transformers' Qwen3RotaryEmbedding computes them."""
-    from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
-
-    rotary = Qwen3RotaryEmbedding(hf)
-    return rotary.inv_freq.numpy().astype(np.float32), float(rotary.attention_scaling)

@@ -1,10 +1,14 @@
-"""optimum-intel's `Qwen3DFlashForCausalLM`: the PyTorch reference for an exported draft.
+"""References for an exported draft: the draft's function in NumPy, and optimum-intel's own trace.
 
-`reference_outputs()` runs the class on the draft's own weights without ever holding the draft:
-the model is built on the meta device, and each module with weights (fc, the norms, each decoder
-layer) receives its tensors from the opened source just before it runs and gives them back just
-after, so the peak is one decoder layer in float32. `trace_optimum()` is optimum's own export of
-the fully loaded class, the graph `draft_graph` is tested against.
+`reference_outputs()` is what `verify`'s checkpoint-match compares the IR with. It computes
+optimum-intel's `Qwen3DFlashForCausalLM` in NumPy, one decoder layer at a time: each layer's
+weights come from the opened source, run every call, and are dropped, so the peak is one layer in
+float32 whatever the draft's size, and nothing of transformers or optimum is imported (10-12 s and
+400 MB on their own, more than the rest of a gguf export of a 1 B draft). The tests hold it to
+optimum's class on the fixture and on random geometries (tests/test_draft_graph.py).
+
+`trace_optimum()` is optimum's export of the fully loaded class, the graph `draft_graph` is tested
+against: the whole draft in memory, for tests only.
 """
 
 from pathlib import Path
@@ -14,60 +18,95 @@ import numpy as np
 from .errors import Gguf2ovError
 from .source import DraftSource, hf_config
 
-DRAFT_INPUTS = ("inputs_embeds", "hidden_states", "position_ids", "attention_mask")
-# the modules that own weights; everything else (rotary tables, the slice) has none
-_WEIGHTED = ("fc", "hidden_norm", "norm")
+
+def _rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    return weight * (x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + np.float32(eps)))
 
 
-def _torch_tensor(values: np.ndarray):
-    import torch
-
-    return torch.from_numpy(np.require(values, dtype=np.float32, requirements="W"))
-
-
-def streamed_model(draft: DraftSource):
-    """The reference class on the meta device, whose weighted modules load themselves on each call."""
-    import torch
-    from optimum.exporters.openvino.model_patcher import Qwen3DFlashForCausalLM
-    from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
-
-    config = hf_config(draft.config)
-    with torch.device("meta"):
-        model = Qwen3DFlashForCausalLM(config)
-    model.rotary_emb = Qwen3RotaryEmbedding(config)  # its inv_freq is computed, not loaded
-    modules = [(name, getattr(model, name)) for name in _WEIGHTED]
-    modules += [(f"layers.{i}", layer) for i, layer in enumerate(model.layers)]
-    for prefix, module in modules:
-        names = [f"{prefix}.{k}" for k in module.state_dict()]
-        module.register_forward_pre_hook(_loader(draft, module, prefix, names))
-        module.register_forward_hook(_unload)
-    return model.eval()
+def _rotate_half(x: np.ndarray) -> np.ndarray:
+    half = x.shape[-1] // 2
+    return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
 
 
-def _unload(module, args, output) -> None:
-    module.to("meta")  # returning None keeps the output
+def _softmax(x: np.ndarray) -> np.ndarray:
+    x = np.exp(x - x.max(axis=-1, keepdims=True))
+    return x / x.sum(axis=-1, keepdims=True)
 
 
-def _loader(draft: DraftSource, module, prefix: str, names: list[str]):
-    def load(m, args):
-        state = {n[len(prefix) + 1:]: _torch_tensor(draft.f32(n)) for n in names}
-        m.load_state_dict(state, strict=True, assign=True)
-    return load
+class _Call:
+    """One draft call's inputs and its running state through the layers."""
+
+    def __init__(self, feeds: dict, inv_freq: np.ndarray, scaling: float):
+        self.x = np.asarray(feeds["inputs_embeds"], dtype=np.float32)
+        self.hidden = np.asarray(feeds["hidden_states"], dtype=np.float32)
+        positions = np.asarray(feeds["position_ids"]).astype(np.float32)
+        freqs = positions[..., None] * inv_freq  # [B, L, hd/2]
+        emb = np.concatenate([freqs, freqs], axis=-1)
+        self.cos = (np.cos(emb) * np.float32(scaling))[:, None]  # [B, 1, L, hd]
+        self.sin = (np.sin(emb) * np.float32(scaling))[:, None]
+        mask = np.asarray(feeds["attention_mask"]).astype(np.float32)
+        self.mask = ((1.0 - mask) * np.finfo(np.float32).min)[:, None, None, :].astype(np.float32)
+        self.context = None
 
 
-def reference_outputs(draft: DraftSource, calls: list[dict]) -> list[np.ndarray]:
-    """last_hidden_state of the reference for consecutive draft calls sharing one KV cache."""
-    import torch
+def reference_outputs(draft: DraftSource, calls: list[dict], chained: bool = True) -> list[np.ndarray]:
+    """last_hidden_state for each draft call; chained calls share the K/V cache, as GenAI's steps do."""
+    config = draft.config
+    eps = config.rms_norm_eps
+    inv_freq, scaling = config.rope()
+    runs = [_Call(feeds, inv_freq, scaling) for feeds in calls]
+    fc = draft.f32("fc.weight")
+    hidden_norm = draft.f32("hidden_norm.weight")
+    for run in runs:
+        run.context = _rms_norm(run.hidden @ fc.T, hidden_norm, eps)
+    del fc
+    for i, window in enumerate(config.layer_windows):
+        layer = {name[len(f"layers.{i}."):]: draft.f32(name) for name in draft.names if name.startswith(f"layers.{i}.")}
+        cache = None
+        for run in runs:
+            run.x, cache = _layer(run, layer, config, window, cache if chained else None)
+        del layer
+    norm = draft.f32("norm.weight")
+    return [_rms_norm(run.x, norm, eps)[:, 1:] for run in runs]
 
-    model = streamed_model(draft)
-    outputs, past = [], None
-    with torch.no_grad():
-        for feeds in calls:
-            out = model(**{k: torch.from_numpy(np.asarray(feeds[k])) for k in DRAFT_INPUTS}, past_key_values=past,
-                        use_cache=True)
-            past = out.past_key_values
-            outputs.append(out.last_hidden_state.numpy())
-    return outputs
+
+def _layer(run: _Call, w: dict, config, window: int | None, cache):
+    """One decoder layer on the block rows, reading [context, block]; returns (rows, updated cache)."""
+    heads, kv_heads, hd, eps = config.num_heads, config.num_kv_heads, config.head_dim, config.rms_norm_eps
+    x, context = run.x, run.context
+    b, t, c = x.shape[0], x.shape[1], context.shape[1]
+    normed = _rms_norm(x, w["input_layernorm.weight"], eps)
+    q = _rms_norm((normed @ w["self_attn.q_proj.weight"].T).reshape(b, t, heads, hd), w["self_attn.q_norm.weight"], eps)
+    kv_in = np.concatenate([context, normed], axis=1)
+    k = _rms_norm((kv_in @ w["self_attn.k_proj.weight"].T).reshape(b, c + t, kv_heads, hd),
+                  w["self_attn.k_norm.weight"], eps)
+    v = (kv_in @ w["self_attn.v_proj.weight"].T).reshape(b, c + t, kv_heads, hd)
+    q, k, v = q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
+    q = q * run.cos[..., -t:, :] + _rotate_half(q) * run.sin[..., -t:, :]
+    k = k * run.cos + _rotate_half(k) * run.sin
+    # only the context is cached; the block is the draft's own guess and never kept
+    k_ctx, v_ctx = k[:, :, :c], v[:, :, :c]
+    if cache is not None:
+        k_ctx, v_ctx = np.concatenate([cache[0], k_ctx], axis=2), np.concatenate([cache[1], v_ctx], axis=2)
+    new_cache = (k_ctx, v_ctx)
+    if window:
+        k_ctx, v_ctx = k_ctx[:, :, -window:], v_ctx[:, :, -window:]
+    keys = np.concatenate([k_ctx, k[:, :, c:]], axis=2)
+    values = np.concatenate([v_ctx, v[:, :, c:]], axis=2)
+    kv_len = keys.shape[2]
+    mask = run.mask[..., -kv_len:]
+    if window:
+        distance = np.arange(kv_len - t, kv_len)[:, None] - np.arange(kv_len)[None, :]
+        mask = mask + np.where(distance >= window, np.finfo(np.float32).min, 0).astype(np.float32)
+    groups = heads // kv_heads
+    keys, values = np.repeat(keys, groups, axis=1), np.repeat(values, groups, axis=1)
+    scores = (q @ keys.transpose(0, 1, 3, 2)) * np.float32(hd ** -0.5) + mask
+    attn = (_softmax(scores) @ values).transpose(0, 2, 1, 3).reshape(b, t, heads * hd)
+    x = x + attn @ w["self_attn.o_proj.weight"].T
+    normed = _rms_norm(x, w["post_attention_layernorm.weight"], eps)
+    gate = normed @ w["mlp.gate_proj.weight"].T
+    mlp = (gate / (1 + np.exp(-gate)) * (normed @ w["mlp.up_proj.weight"].T)) @ w["mlp.down_proj.weight"].T
+    return (x + mlp).astype(np.float32), new_cache
 
 
 def trace_optimum(draft: DraftSource, xml_path):
@@ -82,7 +121,8 @@ def trace_optimum(draft: DraftSource, xml_path):
 
     config = hf_config(draft.config)
     model = Qwen3DFlashForCausalLM(config).to(torch.float32)
-    model.load_state_dict({n: _torch_tensor(draft.f32(n)) for n in draft.names}, strict=True)
+    state = {n: torch.from_numpy(np.require(draft.f32(n), np.float32, "W")) for n in draft.names}
+    model.load_state_dict(state, strict=True)
     log = logging.getLogger("optimum.exporters.openvino.utils_annotations")
     level = log.level
     log.setLevel(logging.ERROR)  # a draft has no decoder stack to annotate: expected

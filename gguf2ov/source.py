@@ -24,6 +24,9 @@ DFLASH2_KEY_MARKERS = ("candidate_selector.", ".attention_conv.", ".mlp_conv.")
 DFLASH2_CONFIG_KEYS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
 
 CONFIG_FILE = "config.json"
+# transformers' Qwen3Config defaults for keys a draft config may leave out
+QWEN3_DEFAULTS = {"num_key_value_heads": 32, "head_dim": 128, "rms_norm_eps": 1e-6, "sliding_window": 4096,
+                  "max_window_layers": 28, "rope_theta": 10000.0}
 
 
 @dataclass(frozen=True)
@@ -41,13 +44,14 @@ class DraftConfig:
     def num_heads(self) -> int:
         return self.raw["num_attention_heads"]
 
+    # Absent keys take transformers' Qwen3Config defaults, which optimum's class would use.
     @property
     def num_kv_heads(self) -> int:
-        return self.raw.get("num_key_value_heads") or self.num_heads
+        return self.raw.get("num_key_value_heads", QWEN3_DEFAULTS["num_key_value_heads"]) or self.num_heads
 
     @property
     def head_dim(self) -> int:
-        return self.raw.get("head_dim") or self.hidden_size // self.num_heads
+        return self.raw.get("head_dim") or QWEN3_DEFAULTS["head_dim"]
 
     @property
     def intermediate_size(self) -> int:
@@ -55,7 +59,34 @@ class DraftConfig:
 
     @property
     def rms_norm_eps(self) -> float:
-        return float(self.raw.get("rms_norm_eps", 1e-6))
+        return float(self.raw.get("rms_norm_eps", QWEN3_DEFAULTS["rms_norm_eps"]))
+
+    @property
+    def layer_windows(self) -> list[int | None]:
+        """Per layer, the sliding window (None: full attention), as Qwen3Config and Qwen3Attention set it."""
+        raw = self.raw
+        window = raw.get("sliding_window", QWEN3_DEFAULTS["sliding_window"]) if raw.get("use_sliding_window") else None
+        types = raw.get("layer_types") or [
+            "sliding_attention" if window is not None and i >= raw.get("max_window_layers", QWEN3_DEFAULTS["max_window_layers"])
+            else "full_attention" for i in range(self.num_layers)]
+        return [window if t == "sliding_attention" and window else None for t in types]
+
+    def rope(self) -> tuple[np.ndarray, float]:
+        """RoPE's inverse frequencies and attention scaling, as transformers' Qwen3RotaryEmbedding makes them.
+
+        The default RoPE (every DFlash draft so far) is computed here; another type asks transformers,
+        whose import costs 10 s and 400 MB that an export otherwise does without.
+        """
+        params = dict(self.raw.get("rope_parameters") or {})
+        scaling = self.raw.get("rope_scaling")
+        if params.get("rope_type", "default") == "default" and not scaling and params.get("partial_rotary_factor", 1.0) == 1.0:
+            base = float(params.get("rope_theta", self.raw.get("rope_theta", QWEN3_DEFAULTS["rope_theta"])))
+            exponents = np.arange(0, self.head_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(self.head_dim)
+            return (np.float32(1.0) / (np.float32(base) ** exponents)).astype(np.float32), 1.0
+        from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
+
+        rotary = Qwen3RotaryEmbedding(hf_config(self))
+        return rotary.inv_freq.numpy().astype(np.float32), float(rotary.attention_scaling)
 
 
 def draft_config(raw: dict, where) -> DraftConfig:
@@ -210,13 +241,12 @@ class DraftSource:
     uses (name -> shape); `ignored` the tensors present but unused (embedding, lm_head, d2t).
     """
 
-    def __init__(self, path: Path, kind: str, config: DraftConfig, found: dict, mapped=None, files=None):
+    def __init__(self, path: Path, kind: str, config: DraftConfig, found: dict, mapped=None, checkpoint=None):
         self.path, self.kind, self.config = path, kind, config
         self.expected = draft_tensor_shapes(config)
         self.ignored = check_keys(self.expected, found, path)
         self._mapped = mapped
-        self._files = files or {}
-        self._handles: dict = {}
+        self._checkpoint = checkpoint
         self._entries = {e.hf_name: e for e in mapped.plan if e.hf_name} if mapped is not None else {}
 
     @property
@@ -242,7 +272,7 @@ class DraftSource:
             entry = self._entries[name]
             x = self._mapped.gguf.load(entry.gguf_name)
             return apply_ops(entry.ops, x, self._mapped.config) if entry.ops else x
-        return self._handle(name).get_tensor(name).float().numpy()
+        return self._checkpoint.load(name)
 
     def quantized(self, name: str):
         """(raw memory-mapped bytes, GGML type) of a GGUF tensor the file stores block-quantized, else None.
@@ -257,14 +287,6 @@ class DraftSource:
     def qtype_name(self, name: str) -> str | None:
         entry = self._entries.get(name)
         return entry.qtype.name if entry is not None else None
-
-    def _handle(self, name: str):
-        from safetensors import safe_open
-
-        f = self._files[name]
-        if f not in self._handles:
-            self._handles[f] = safe_open(str(f), framework="pt")
-        return self._handles[f]
 
     def describe(self) -> str:
         c = self.config
@@ -302,13 +324,7 @@ def open_draft(path, map_path=None, target_layer_offset: int | None = None) -> D
         raise Gguf2ovError("--target-layer-offset applies to a GGUF source only",
                            hint="a checkpoint's config.json already holds the target layer ids")
     config = read_draft_config(path)
-    from safetensors import safe_open
+    from .checkpoint import Checkpoint
 
-    from .checkpoint import safetensors_files
-
-    found, files = {}, {}
-    for f in safetensors_files(path):
-        with safe_open(str(f), framework="pt") as sf:
-            for k in sf.keys():
-                found[k], files[k] = tuple(sf.get_slice(k).get_shape()), f
-    return DraftSource(path, "checkpoint", config, found, files=files)
+    checkpoint = Checkpoint(path)  # memory-mapped safetensors, read one tensor at a time
+    return DraftSource(path, "checkpoint", config, dict(checkpoint.shapes), checkpoint=checkpoint)

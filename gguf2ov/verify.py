@@ -2,9 +2,10 @@
 
 Every defect caught here attaches to a target without a message in GenAI 2026.4 and keeps greedy
 output identical; only acceptance drops (measured with a trained tiny pair: correct draft 229/300
-accepted, no seed-row slice 23, stateless 12, random weights 1). So the checks look at the interface, run the IR on a
-synthetic block, compare it with PyTorch when the checkpoint is at hand, and check the draft's
-geometry against a target.
+accepted, no seed-row slice 23, stateless 12, random weights 1). So the checks look at the
+interface, run the IR on a synthetic block, compare it with the function of the source it came
+from (a checkpoint folder or the GGUF) when that is at hand, and check the draft's geometry
+against a target.
 """
 
 import re
@@ -18,7 +19,7 @@ IR_XML = "openvino_model.xml"
 TARGET_XMLS = ("openvino_model.xml", "openvino_language_model.xml")
 DRAFT_INPUTS = ("inputs_embeds", "hidden_states", "position_ids", "attention_mask")
 
-# OV vs PyTorch max |diff| relative to max(1, max |reference|), by the IR's weight precision.
+# OV vs reference max |diff| relative to max(1, max |reference|), by the IR's weight precision.
 # Measured on a tiny draft over two steps: f32 4.8e-7 (1.7e-6 on a larger one), fp16 weights 1.5e-3 at a
 # reference scale of 4.1. Compressed integer weights are not held to a tolerance (`drift` is).
 # The GGUF-grid transcode ("gguf") holds the dequantized values up to float32 rounding: held to f32's.
@@ -301,27 +302,27 @@ def _checkpoint_check(d: _Draft, reference, steps, ir_out, figures: dict) -> Che
     from .source import DraftSource, open_draft
 
     if reference is None:
-        return Check("checkpoint-match", "behaviour", "skip", "no checkpoint: pass --checkpoint to compare with PyTorch")
+        return Check("checkpoint-match", "behaviour", "skip", "no source: pass --checkpoint (the checkpoint folder or GGUF the IR came from) to compare")
     try:
         source = reference if isinstance(reference, DraftSource) else open_draft(reference)
-        # optimum-intel's class, loading one layer at a time from the source
+        # optimum-intel's class in NumPy, one layer at a time from the source
         ref = reference_outputs(source, steps)
     except Gguf2ovError as e:
         return Check("checkpoint-match", "behaviour", "fail", f"checkpoint unusable: {e.message}")
     if [r.shape for r in ref] != [o.shape for o in ir_out]:
         return Check("checkpoint-match", "behaviour", "fail", f"IR output shapes {[o.shape for o in ir_out]} != "
-                     f"PyTorch {[r.shape for r in ref]}")
+                     f"reference {[r.shape for r in ref]}")
     precision = weight_precision(d.model)
     diff = max(float(np.abs(o - r).max()) for o, r in zip(ir_out, ref))
     scale = max(1.0, max(float(np.abs(r).max()) for r in ref))
     figures.update(max_abs_diff=diff, reference_max_abs=scale, weight_precision=precision)
     tol = TOLERANCE.get(precision)
     if tol is None:
-        return Check("checkpoint-match", "behaviour", "pass", f"max |OV - PyTorch| {diff:.3g} over {len(steps)} steps "
+        return Check("checkpoint-match", "behaviour", "pass", f"max |OV - reference| {diff:.3g} over {len(steps)} steps "
                      f"with {precision} weights (not held to a tolerance; see `gguf2ov drift`)")
     figures["tolerance"] = tol * scale
     status = "pass" if diff <= tol * scale else "fail"
-    reason = f"max |OV - PyTorch| {diff:.3g} over {len(steps)} steps, tolerance {tol * scale:.3g} ({precision})"
+    reason = f"max |OV - reference| {diff:.3g} over {len(steps)} steps, tolerance {tol * scale:.3g} ({precision})"
     if status == "fail":
         reason += ": the IR does not compute the checkpoint's function (wrong or random weights?)"
     return Check("checkpoint-match", "behaviour", status, reason)
@@ -482,7 +483,8 @@ def _locator_check(target, n_layers, ids) -> Check:
 def configure_parser(parser) -> None:
     parser.add_argument("draft_dir", help="folder with the draft's openvino_model.xml/.bin")
     parser.add_argument("--target", metavar="TARGET_DIR", help="OpenVINO target folder to check the geometry against")
-    parser.add_argument("--checkpoint", metavar="HF_DIR", help="draft checkpoint to compare the IR with PyTorch")
+    parser.add_argument("--checkpoint", metavar="SOURCE",
+                        help="the checkpoint folder or dflash GGUF the IR came from: checkpoint-match compares their functions")
     parser.add_argument("--json", metavar="FILE", help="also write the result as JSON")
     parser.add_argument("--markdown", metavar="FILE", help="also write the result as Markdown")
 

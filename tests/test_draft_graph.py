@@ -98,7 +98,7 @@ def test_outputs_over_two_steps_equal_optimums(pair):
     for x, y in zip(a.outputs, ref.outputs):
         assert x.shape == y.shape == (1, (draft.config.block_size or 16) - 1, draft.config.hidden_size)
         assert np.abs(x - y).max() <= 1e-5 * np.abs(y).max()
-    # and the streamed PyTorch reference (one layer loaded at a time) agrees with both
+    # and the NumPy reference verify uses (one layer loaded at a time) agrees with both
     for x, y in zip(a.outputs, reference_outputs(draft, steps)):
         assert np.abs(x - y).max() <= 1e-5 * max(1.0, np.abs(y).max())
 
