@@ -82,7 +82,7 @@ def convert(gguf_path, out_dir, map_path=None, dtype: str = "bf16", target_layer
     result = write_checkpoint(
         out_dir, config, specs,
         ((name, x) for name, x, _, _ in mapped.tensors()),
-        provenance=_provenance(gguf.path, map_path or amap.path, dtype, target_layer_offset,
+        provenance=_provenance(gguf, map_path or amap.path, dtype, target_layer_offset,
                                {e.hf_name: e.qtype.name for e in written}),
         max_shard_size=max_shard_size, overwrite=overwrite, progress=progress)
     hf_key, gguf_key = flagged or (None, None)
@@ -98,10 +98,10 @@ def convert(gguf_path, out_dir, map_path=None, dtype: str = "bf16", target_layer
     )
 
 
-def _provenance(gguf_path, map_path, dtype, target_layer_offset, qtypes: dict) -> dict:
+def _provenance(gguf, map_path, dtype, target_layer_offset, qtypes: dict) -> dict:
     from .provenance import provenance
 
-    record = provenance(sources={"gguf": gguf_path},
+    record = provenance(sources={"gguf": gguf},
                         options={"map": str(map_path), "dtype": dtype, "target_layer_offset": target_layer_offset})
     return {**record, "qtypes": qtypes}  # lets `check` name the quant type of each tensor of the folder
 

@@ -320,8 +320,8 @@ def drift(source, out_dir, variants=None, target_dir=None, prompts=None, map_pat
                 acceptance=acceptance, tensors=meter.tensors,
             ))
         plot = plot_drift(results, tmp / "drift.png")
-        record = provenance({}, {"variants": [v.name for v in parsed], "target": str(target_dir) if target_dir else None})
-        record["sources"] = {"source": {"path": str(draft.path), "sha256": draft.sha256}}
+        record = provenance({"source": draft},
+                            {"variants": [v.name for v in parsed], "target": str(target_dir) if target_dir else None})
         result = DriftResult(
             source=str(draft.path), out_dir=str(out_dir), contexts=blocks.kind, n_blocks=len(blocks.embeds),
             n_rows=int(sum(len(e) - 1 for e in blocks.embeds)), variants=results,

@@ -183,9 +183,7 @@ def export_draft(source, out_dir, weight_format: str = "fp32", overwrite: bool =
                    "target_layer_offset": target_layer_offset, "map": str(map_path) if map_path else None,
                    "source_kind": draft.kind, "transcoded": len(forms.transcoded),
                    "nncf_backup": sorted(n for n, s in forms.plan.items() if s.backup)}
-        record = provenance({}, options)
-        record["sources"] = {"source": {"path": str(draft.path), "sha256": draft.sha256}}
-        atomic_write_text(tmp / PROVENANCE_FILE, json.dumps(record, indent=2) + "\n")
+        atomic_write_text(tmp / PROVENANCE_FILE, json.dumps(provenance({"source": draft}, options), indent=2) + "\n")
 
         verified = None
         if run_verify:

@@ -97,7 +97,7 @@ def run(gguf_path, target_dir, out_dir, reference_dir=None, requant: str = DEFAU
 
     def finish(verdict: str) -> RunResult:
         result = RunResult(str(gguf_path), str(target_dir), str(out_dir), verdict, stages, results,
-                           provenance({"gguf": gguf_path, "target": target_dir}, options))
+                           provenance({"gguf": opened.get("gguf", gguf_path), "target": target_dir}, options))
         out_dir.mkdir(parents=True, exist_ok=True)
         write_reports(result, out_dir / "report.json")
         from .outputs import atomic_write_text

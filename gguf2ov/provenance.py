@@ -45,13 +45,15 @@ def sha256_path(path) -> str:
     return h.hexdigest()
 
 
-def provenance(sources: dict[str, str | Path] | None = None, options: dict | None = None) -> dict:
+def provenance(sources: dict | None = None, options: dict | None = None) -> dict:
+    """The record; a source is a path, or an opened file with `.path` and its cached `.sha256`."""
     return {
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join(sys.argv),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "packages": package_versions(),
-        "sources": {k: {"path": str(v), "sha256": sha256_path(v)} for k, v in (sources or {}).items()},
+        "sources": {k: {"path": str(getattr(v, "path", v)), "sha256": getattr(v, "sha256", None) or sha256_path(v)}
+                    for k, v in (sources or {}).items()},
         "options": options or {},
     }

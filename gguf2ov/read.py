@@ -80,6 +80,13 @@ class GgufFile:
         return self.path.stat().st_size
 
     @cached_property
+    def sha256(self) -> str:
+        """Hashed once per opened file, however many outputs record it."""
+        from .provenance import sha256_file
+
+        return sha256_file(self.path)
+
+    @cached_property
     def _mm(self) -> np.memmap:
         return np.memmap(self.path, mode="r")
 

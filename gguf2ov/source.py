@@ -260,6 +260,8 @@ class DraftSource:
 
     @cached_property
     def sha256(self) -> str:
+        if self._mapped is not None:
+            return self._mapped.gguf.sha256  # shared with every stage that opened the same file
         from .provenance import sha256_path
 
         return sha256_path(self.path)
