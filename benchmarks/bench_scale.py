@@ -10,6 +10,7 @@ seconds and caches it under results/cache/), each command runs in a fresh proces
     export-gguf  gguf2ov export FILE -o OUT --weight-format gguf
     export-int4  gguf2ov export FILE -o OUT --weight-format int4 --group-size 16
     export-fp32  gguf2ov export FILE -o OUT --weight-format fp32
+    export-ckpt-int4  gguf2ov export CONVERTED_BF16 -o OUT --weight-format int4 --group-size 16
     drift        gguf2ov drift FILE -o OUT                     (default variants, no target)
 
 Recorded per size x command: seconds, peak RSS, exit code, output bytes (the output folder, then
@@ -67,6 +68,9 @@ COMMANDS = {
     "export-int4": (["export", "{gguf}", "-o", "{out}", "--weight-format", "int4", "--group-size", "16",
                      "--overwrite"], True, None),
     "export-fp32": (["export", "{gguf}", "-o", "{out}", "--weight-format", "fp32", "--overwrite"], True, None),
+    # a checkpoint folder as the source (the bf16 checkpoint `convert` wrote), read through safetensors' mmap
+    "export-ckpt-int4": (["export", "{ref}", "-o", "{out}", "--weight-format", "int4", "--group-size", "16",
+                          "--overwrite"], True, "convert"),
     "drift": (["drift", "{gguf}", "-o", "{out}", "--overwrite"], True, None),
 }
 GIB = 2**30

@@ -19,11 +19,11 @@ COMMANDS = [
     ("inspect", "inspect", "show a GGUF's architecture, metadata, tensors and the map that applies"),
     ("convert", "convert", "convert a GGUF into a Hugging Face checkpoint (config.json + safetensors)"),
     ("check", "check", "correlate a GGUF or checkpoint against reference weights, with a diagnosis"),
-    ("export", "export", "export a stateful DFlash draft IR through optimum-intel and verify it"),
+    ("export", "export", "export a stateful DFlash draft IR, weight by weight, and verify it"),
     ("verify", "verify", "check an exported draft IR against the DFlash contract"),
     ("drift", "drift", "requantize a draft in several variants and report size and drift"),
     ("accept", "accept", "acceptance run in OpenVINO GenAI: target alone vs target + draft"),
-    ("run", "pipeline", "the whole job: convert, check, export, verify, requantize, drift, accept, report"),
+    ("run", "pipeline", "the whole job: convert, check, drift (every variant exported), verify, accept, report"),
     ("widen-target", "heavy_target", "a heavier copy of a Qwen3 target computing the same function, for speed runs"),
 ]
 

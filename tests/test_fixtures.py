@@ -80,7 +80,7 @@ def _draft_model(cfg_dict: dict):
 
 
 def _export_draft(ckpt: Path, out_dir: Path) -> Path:
-    """Export like the conversion path: Qwen3DFlashForCausalLM, strict load, stateful IR."""
+    """Export as the tool does: the streamed draft graph, names checked strictly, a stateful IR."""
     from gguf2ov.export import export_draft
 
     export_draft(ckpt, out_dir, progress=False, run_verify=False)
@@ -137,3 +137,17 @@ def test_random_draft_is_rejected(fixtures_dir, tmp_path):
     # attached, never accepted, and verify finds nothing wrong with the graph: the weights are the problem
     assert r.verdict == "BROKEN"
     assert any("weights" in reason for reason in r.reasons), r.reasons
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("weight_format", ["fp32", "gguf"])
+def test_the_gguf_exported_weight_by_weight_is_accepted_as_the_reference(fixtures_dir, tmp_path, weight_format):
+    """The streamed export of the Q4_K_M file (its dequantized values, or its own grid) in GenAI."""
+    from gguf2ov.export import export_draft
+
+    export_draft(fixtures_dir / "draft-Q4_K_M.gguf", tmp_path / "draft", weight_format=weight_format, progress=False)
+    r = _accept(fixtures_dir, tmp_path / "draft")
+    o = r.overall
+    assert o.identical, [p.first_difference for p in r.prompts]
+    assert o.accepted_tokens >= 0.6 * o.generated_tokens, r.summary()
+    assert r.verdict in ("PASS", "SLOW")  # the committed target is too light for a speed-up on a CPU
