@@ -27,9 +27,9 @@ from .progress import step
 from .provenance import provenance
 from .report import Table, human_bytes
 from .source import DraftConfig, DraftSource, is_gguf, open_draft
+from .verify import VerifyResult
 
 IR_XML = "openvino_model.xml"
-IR_BIN = "openvino_model.bin"
 PROVENANCE_FILE = "gguf2ov.json"
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class ExportResult:
     files: dict[str, int]
     ignored_keys: list[str]
     seconds: float
-    verify: object | None = field(default=None)  # VerifyResult
+    verify: VerifyResult | None = field(default=None)
 
     def tables(self) -> list[Table]:
         io_rows = [["input", *row] for row in self.inputs] + [["output", *row] for row in self.outputs]
