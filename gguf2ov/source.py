@@ -237,8 +237,8 @@ def hf_config(draft: DraftConfig):
 class DraftSource:
     """A validated draft whose weights are read one tensor at a time.
 
-    `kind` is "gguf" or "checkpoint"; `config` the DraftConfig; `shapes` the tensors the draft model
-    uses (name -> shape); `ignored` the tensors present but unused (embedding, lm_head, d2t).
+    `kind` is "gguf" or "checkpoint"; `config` the DraftConfig; `expected` the tensors the draft
+    model uses (name -> shape); `ignored` the tensors present but unused (embedding, lm_head, d2t).
     """
 
     def __init__(self, path: Path, kind: str, config: DraftConfig, found: dict, mapped=None, checkpoint=None):
@@ -252,11 +252,6 @@ class DraftSource:
     @property
     def names(self) -> list[str]:
         return list(self.expected)
-
-    @property
-    def mapped(self):
-        """The MappedGguf of a GGUF source (None for a checkpoint)."""
-        return self._mapped
 
     @cached_property
     def sha256(self) -> str:
@@ -285,10 +280,6 @@ class DraftSource:
         if entry is None or entry.ops:
             return None
         return self._mapped.gguf.raw(entry.gguf_name), entry.qtype
-
-    def qtype_name(self, name: str) -> str | None:
-        entry = self._entries.get(name)
-        return entry.qtype.name if entry is not None else None
 
     def describe(self) -> str:
         c = self.config
