@@ -242,7 +242,7 @@ class ArchMap:
         if n_blocks is not None and not (isinstance(n_blocks, int) and not isinstance(n_blocks, bool) and n_blocks >= 0):
             return [f"num_hidden_layers is {n_blocks!r}: the file's block count is not a number of layers"]
         unmatched, ambiguous, beyond, mismatched, missing, partial = [], [], [], [], [], []
-        seen = {}
+        seen, layers = {}, set()
         for name, info in gguf.tensors.items():
             found = self.match(name)
             if not found:
@@ -253,6 +253,8 @@ class ArchMap:
                 rule, n = found[0]
                 if n is not None and (n_blocks is None or n >= n_blocks):
                     beyond.append(name)
+                elif n is not None:
+                    layers.add(n)
                 seen[name] = rule
                 try:
                     expected = self._expected_shape(rule, n, config)
@@ -261,21 +263,32 @@ class ArchMap:
                     continue
                 if expected is not None and tuple(expected) != tuple(info.shape):
                     mismatched.append(f"{name} is {list(info.shape)}, expected {list(expected)} for {rule.hf_name(n)}")
+        out = []
+        # A block count the tensors cannot support is one statement, not a list of every tensor of
+        # every absent layer (a file claiming 10^6 layers would cost seconds, gigabytes and a huge
+        # message); the per-layer check below then only looks at the layers the file does hold.
+        if n_blocks and len(layers) < n_blocks and any(r.per_layer and r.required for r in self.rules):
+            out.append(f"{self._source_key(gguf, 'num_hidden_layers')} is {n_blocks} but the file holds tensors "
+                       f"for {_layers_text(sorted(layers))} only")
         groups_present = {r.group for r in seen.values() if r.group}
         for rule in self.rules:
             if not (rule.required or rule.group in groups_present):
                 continue
-            names = [rule.gguf_name(n) for n in range(n_blocks or 0)] if rule.per_layer else [rule.gguf]
+            names = [rule.gguf_name(n) for n in sorted(layers)] if rule.per_layer else [rule.gguf]
             absent = [n for n in names if n not in gguf.tensors]
             (partial if rule.group else missing).extend(absent)
-        out = []
         for label, names in (("tensors the map does not know", unmatched), ("tensors matched twice", ambiguous),
                              ("missing tensors", missing),
                              ("incomplete tensor group, missing", partial),
                              (f"tensors beyond block_count {n_blocks}", beyond), ("wrong shapes", mismatched)):
             if names:
-                out.append(f"{label}: {', '.join(names)}")
+                out.append(f"{label}: {capped(names)}")
         return out
+
+    def _source_key(self, gguf, hf_key: str) -> str:
+        """The GGUF key the file states `hf_key` with, for messages (the HF key if none)."""
+        sources = self.config.get(hf_key, {}).get("from", [])
+        return next((k for k in sources if k in gguf.metadata), sources[0] if sources else hf_key)
 
     def plan(self, gguf, config: dict | None = None) -> list[PlanEntry]:
         """One entry per GGUF tensor, in file order; raises one error listing every breach."""
@@ -329,6 +342,22 @@ class ArchMap:
 
 _MISSING = object()
 _ABSENT = object()
+MAX_LISTED = 10  # names shown in one listing of an error message
+
+
+def capped(names, limit: int = MAX_LISTED) -> str:
+    """Comma-separated names, at most `limit` of them, then "... and K more"."""
+    names = list(names)
+    text = ", ".join(str(n) for n in names[:limit])
+    return text + (f", ... and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _layers_text(layers: list[int]) -> str:
+    if not layers:
+        return "no layer"
+    if layers == list(range(len(layers))):
+        return f"layers 0..{layers[-1]}" if len(layers) > 1 else "layer 0"
+    return f"layers {capped(layers)}"
 
 
 def _is_number(v) -> bool:

@@ -1,0 +1,41 @@
+"""Hostile GGUF input (from a fuzzing report): each class ends in one `error:` line, quickly."""
+
+import time
+
+import pytest
+
+from gguf2ov.cli import main
+from ggufs import write_dflash
+
+
+def _one_error(argv, capsys, code: int = 1) -> str:
+    assert main(argv) == code
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+@pytest.mark.parametrize("blocks", [10**5, 10**6, 2**32 - 1])
+def test_huge_block_count_is_stated_once(tmp_path, capsys, blocks):
+    path = tmp_path / "draft.gguf"
+    write_dflash(path, kv_extra={"dflash.block_count": blocks})
+    start = time.monotonic()
+    line = _one_error(["convert", str(path), "-o", str(tmp_path / "out")], capsys)
+    assert f"dflash.block_count is {blocks} but the file holds tensors for layers 0..1 only" in line
+    assert len(line) < 1000
+    assert main(["inspect", str(path), "--json"]) == 0
+    out = capsys.readouterr().out
+    assert f"dflash.block_count is {blocks}" in out and len(out) < 50_000
+    assert time.monotonic() - start < 5
+
+
+def test_error_listings_are_capped(tmp_path, capsys):
+    import numpy as np
+
+    extra = {f"junk.{i}.weight": (np.zeros(4, np.float32), None) for i in range(30)}
+    path = tmp_path / "draft.gguf"
+    write_dflash(path, tensors_extra=extra)
+    line = _one_error(["convert", str(path), "-o", str(tmp_path / "out")], capsys)
+    assert "junk.0.weight" in line and "junk.29.weight" not in line and "... and 20 more" in line
