@@ -259,7 +259,8 @@ class ArchMap:
                 try:
                     expected = self._expected_shape(rule, n, config)
                 except Gguf2ovError as e:
-                    mismatched.append(e.message)
+                    if e.message not in mismatched:  # the same bad key breaks many tensors' shapes
+                        mismatched.append(e.message)
                     continue
                 if expected is not None and tuple(expected) != tuple(info.shape):
                     mismatched.append(f"{name} is {list(info.shape)}, expected {list(expected)} for {rule.hf_name(n)}")
@@ -284,6 +285,11 @@ class ArchMap:
             if names:
                 out.append(f"{label}: {capped(names)}")
         return out
+
+    def _key_text(self, hf_key: str) -> str:
+        """An HF config key with the GGUF key(s) it comes from, for messages."""
+        sources = self.config.get(hf_key, {}).get("from", [])
+        return f"{hf_key} (from {' or '.join(sources)})" if sources else hf_key
 
     def _source_key(self, gguf, hf_key: str) -> str:
         """The GGUF key the file states `hf_key` with, for messages (the HF key if none)."""
@@ -321,6 +327,10 @@ class ArchMap:
             return [_eval_shape(e, config) for e in expr]
         except KeyError:
             return None  # the file does not state a key the shape needs; transformers will check
+        except _BadShapeValue as e:
+            # one message per bad key, not per tensor (problems() drops repeats)
+            raise Gguf2ovError(f"{self._key_text(e.key)} is {_short(e.value)}, not {e.wanted}: the expected "
+                               "tensor shapes cannot be computed from the file's metadata") from None
         except (TypeError, ArithmeticError) as e:
             raise Gguf2ovError(f"the expected shape of {rule.hf} cannot be computed from the file's metadata "
                                f"({e}): a key it needs has a wrong type or value") from e
@@ -350,6 +360,11 @@ def capped(names, limit: int = MAX_LISTED) -> str:
     names = list(names)
     text = ", ".join(str(n) for n in names[:limit])
     return text + (f", ... and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _short(value, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _layers_text(layers: list[int]) -> str:
@@ -389,16 +404,39 @@ def _eval_shape(expr, config):
     return _eval_node(ast.parse(str(expr), mode="eval").body, config)
 
 
+class _BadShapeValue(Exception):
+    """A config key a shape expression reads holds the wrong kind of value (from an untrusted file)."""
+
+    def __init__(self, key: str, value, wanted: str):
+        super().__init__(key)
+        self.key, self.value, self.wanted = key, value, wanted
+
+
+def _shape_key(node, config):
+    key = ast.unparse(node)
+    value = config_get(config, key)
+    if value is None:
+        raise KeyError(key)
+    return key, value
+
+
 def _eval_node(node, config):
-    if isinstance(node, ast.Constant) and isinstance(node.value, int):
+    # Every value read must be an int (not bool): a string or list times a large int would make
+    # Python repeat it ('ab' * 10**9) instead of failing.
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
         return node.value
     if isinstance(node, (ast.Name, ast.Attribute)):
-        value = config_get(config, ast.unparse(node))
-        if value is None:
-            raise KeyError(ast.unparse(node))
+        key, value = _shape_key(node, config)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise _BadShapeValue(key, value, "an integer")
         return value
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len" and len(node.args) == 1:
-        return len(_eval_node(node.args[0], config))
+        if not isinstance(node.args[0], (ast.Name, ast.Attribute)):
+            raise ValueError(f"unsupported shape expression {ast.unparse(node)!r}: len() takes a config key")
+        key, value = _shape_key(node.args[0], config)
+        if not isinstance(value, list):
+            raise _BadShapeValue(key, value, "a list")
+        return len(value)
     if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
         return _BINOPS[type(node.op)](_eval_node(node.left, config), _eval_node(node.right, config))
     raise ValueError(f"unsupported shape expression {ast.unparse(node)!r}")
@@ -413,7 +451,8 @@ def _valid_shape_expr(expr) -> bool:
         return False
     allowed = (ast.Expression, ast.Constant, ast.Name, ast.Attribute, ast.Load, ast.Call, ast.BinOp, *_BINOPS)
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
-    calls_ok = all(isinstance(n.func, ast.Name) and n.func.id == "len" for n in calls)
+    calls_ok = all(isinstance(n.func, ast.Name) and n.func.id == "len" and len(n.args) == 1 and not n.keywords
+                   and isinstance(n.args[0], (ast.Name, ast.Attribute)) for n in calls)
     return calls_ok and all(isinstance(n, allowed) for n in ast.walk(tree))
 
 

@@ -3,6 +3,7 @@
 import time
 
 import pytest
+from gguf import GGUFValueType
 
 from gguf2ov.cli import main
 from ggufs import write_dflash
@@ -39,3 +40,14 @@ def test_error_listings_are_capped(tmp_path, capsys):
     write_dflash(path, tensors_extra=extra)
     line = _one_error(["convert", str(path), "-o", str(tmp_path / "out")], capsys)
     assert "junk.0.weight" in line and "junk.29.weight" not in line and "... and 20 more" in line
+
+
+@pytest.mark.parametrize("value", ["ab", (["a", "b"], GGUFValueType.ARRAY), True])
+def test_shape_expressions_read_only_integers(tmp_path, capsys, value):
+    path = tmp_path / "draft.gguf"
+    write_dflash(path, kv_extra={"dflash.attention.head_count": value, "dflash.attention.key_length": 10**9})
+    start = time.monotonic()
+    line = _one_error(["convert", str(path), "-o", str(tmp_path / "out")], capsys)
+    assert "num_attention_heads (from dflash.attention.head_count) is" in line and "not an integer" in line
+    assert line.count("not an integer") == 1
+    assert time.monotonic() - start < 5
