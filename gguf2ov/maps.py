@@ -358,8 +358,12 @@ MAX_LISTED = 10  # names shown in one listing of an error message
 def capped(names, limit: int = MAX_LISTED) -> str:
     """Comma-separated names, at most `limit` of them, then "... and K more"."""
     names = list(names)
-    text = ", ".join(str(n) for n in names[:limit])
+    text = ", ".join(_clip(str(n)) for n in names[:limit])
     return text + (f", ... and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _clip(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else f"{text[:limit - 20]}...({len(text)} chars)"
 
 
 def _short(value, limit: int = 60) -> str:
@@ -622,4 +626,6 @@ def _tensor_rule(gguf, value, required, group, bad) -> TensorRule:
 
 
 def _template_re(template: str) -> re.Pattern:
-    return re.compile(re.escape(template).replace(r"\{N\}", r"(\d+)"))
+    # {N} matches at most 9 digits: a name with thousands of digits in its layer index (int() refuses
+    # more than 4300) is simply a tensor the map does not know.
+    return re.compile(re.escape(template).replace(r"\{N\}", r"(\d{1,9})"))

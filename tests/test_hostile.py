@@ -51,3 +51,15 @@ def test_shape_expressions_read_only_integers(tmp_path, capsys, value):
     assert "num_attention_heads (from dflash.attention.head_count) is" in line and "not an integer" in line
     assert line.count("not an integer") == 1
     assert time.monotonic() - start < 5
+
+
+def test_a_layer_index_of_thousands_of_digits_is_an_unknown_tensor(tmp_path, capsys):
+    import numpy as np
+
+    name = "blk." + "7" * 5000 + ".attn_norm.weight"
+    path = tmp_path / "draft.gguf"
+    write_dflash(path, tensors_extra={name: (np.zeros(64, np.float32), None)})
+    line = _one_error(["convert", str(path), "-o", str(tmp_path / "out")], capsys)
+    assert "tensors the map does not know: blk.777" in line and "(5021 chars)" in line and len(line) < 1000
+    assert main(["inspect", str(path)]) == 0
+    assert "does not fit" in capsys.readouterr().out
