@@ -267,12 +267,17 @@ def _tensor_info(name, ne, raw_type, offset, file_size) -> TensorInfo:
         block, type_size = GGML_QUANT_SIZES[qtype]
     except (ValueError, KeyError):
         raise _Corrupt(f"tensor {name} has unknown GGML type {raw_type}") from None
+    # A dimension of 0 makes the element count 0, so the size check below would pass for any other
+    # dimension (e.g. [0, 2^63]) and numpy would fail later: GGUF tensors are never empty.
+    if 0 in ne:
+        raise _Corrupt(f"tensor {name} has a dimension of 0 (ne {list(ne)})")
     if ne[0] % block:
         raise _Corrupt(f"tensor {name} has ne[0]={ne[0]}, not a multiple of the {qtype.name} block size {block}")
     n_elements = 1
     for d in ne:
         n_elements *= d  # python ints: no overflow on absurd shapes
     n_bytes = n_elements // block * type_size
+    # every dimension is at most the element count, which the byte count bounds by the file size
     if offset + n_bytes > file_size:
         raise _Corrupt(f"tensor {name} ({qtype.name}, ne {list(ne)}) needs bytes {offset}..{offset + n_bytes} "
                        f"but the file has {file_size}")

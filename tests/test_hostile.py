@@ -63,3 +63,25 @@ def test_a_layer_index_of_thousands_of_digits_is_an_unknown_tensor(tmp_path, cap
     assert "tensors the map does not know: blk.777" in line and "(5021 chars)" in line and len(line) < 1000
     assert main(["inspect", str(path)]) == 0
     assert "does not fit" in capsys.readouterr().out
+
+
+def _set_dims(path, name: str, dims) -> None:
+    import struct
+
+    data = bytearray(path.read_bytes())
+    key = name.encode()
+    at = data.index(struct.pack("<Q", len(key)) + key) + 8 + len(key)
+    assert struct.unpack_from("<I", data, at)[0] == len(dims)
+    struct.pack_into(f"<{len(dims)}Q", data, at + 4, *dims)
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("dims, needle", [((0, 2**63), "has a dimension of 0"), ((2**63, 0), "has a dimension of 0"),
+                                          ((64, 2**63), "needs bytes"), ((2**64 - 1, 2**64 - 1), "needs bytes")])
+def test_absurd_dimensions_are_a_corrupt_file(tmp_path, capsys, dims, needle):
+    path = tmp_path / "draft.gguf"
+    write_dflash(path)
+    _set_dims(path, "blk.0.attn_q.weight", dims)
+    for cmd in (["convert", str(path), "-o", str(tmp_path / "out")], ["inspect", str(path), "--json"]):
+        line = _one_error(cmd, capsys)
+        assert "corrupt or truncated GGUF: tensor blk.0.attn_q.weight" in line and needle in line
