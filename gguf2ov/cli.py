@@ -5,6 +5,7 @@ plain library function in the same module. This is the only place that exits.
 """
 
 import argparse
+import errno
 import importlib
 import os
 import sys
@@ -76,7 +77,36 @@ def main(argv=None) -> int:
     except MemoryError:
         print("error: out of memory", file=sys.stderr)
         return 1
+    except OSError as e:  # unreadable input, an output path that is a folder, disk full, file-size limit
+        if debug:
+            raise
+        print(f"error: {_os_error_text(e)}", file=sys.stderr)
+        print(f"hint: {_os_error_hint(e)}", file=sys.stderr)
+        return 1
     return int(code or 0)
+
+
+def _os_error_text(e: OSError) -> str:
+    path = e.filename2 if e.filename2 is not None else e.filename  # a rename fails on its destination
+    reason = e.strerror or str(e) or type(e).__name__
+    return f"{path}: {reason}" if path is not None else reason
+
+
+_OS_HINTS = {
+    errno.EACCES: "check the permissions of the path (and of its folders)",
+    errno.EPERM: "check the permissions of the path (and of its folders)",
+    errno.EISDIR: "give a file path, not a folder",
+    errno.ENOTDIR: "a part of the path is a file, not a folder",
+    errno.ENOENT: "check that the path and its folder exist",
+    errno.ENOSPC: "free some disk space (or write elsewhere) and run again",
+    errno.EDQUOT: "free some disk space (or write elsewhere) and run again",
+    errno.EFBIG: "the file-size limit was reached (ulimit -f); raise it or write elsewhere",
+    errno.EROFS: "the file system is read-only; write elsewhere",
+}
+
+
+def _os_error_hint(e: OSError) -> str:
+    return _OS_HINTS.get(e.errno, "check the path and the file system, then run again")
 
 
 if __name__ == "__main__":

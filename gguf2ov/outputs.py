@@ -76,9 +76,12 @@ def atomic_write_bytes(path, data: bytes) -> None:
             f.write(data)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private; a finished file gets the usual mode
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(e, OSError):  # disk full, file-size limit, the path is a folder: name the path
+            raise Gguf2ovError(f"cannot write {path}: {e.strerror or e}",
+                               hint="check the path, its permissions and the free disk space") from e
         raise
 
 

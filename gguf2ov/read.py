@@ -15,6 +15,7 @@ Layout: magic, version, tensor count, kv count, kv pairs, tensor infos, padding 
 """
 
 import mmap
+import stat
 import struct
 from dataclasses import dataclass
 from functools import cached_property
@@ -126,12 +127,25 @@ class GgufFile:
 
 def open_gguf(path) -> GgufFile:
     path = Path(path)
-    if not path.is_file():
-        raise Gguf2ovError(f"{path}: no such file")
-    size = path.stat().st_size
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise Gguf2ovError(f"{path}: no such file") from None
+    except OSError as e:  # a symlink loop, a name too long, a folder on the way that cannot be searched
+        raise Gguf2ovError(f"{path}: cannot open: {e.strerror or e}", hint="check the path") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise Gguf2ovError(f"{path}: is a directory, not a GGUF file", hint="pass the .gguf file inside it")
+    if not stat.S_ISREG(st.st_mode):
+        raise Gguf2ovError(f"{path}: not a regular file (a FIFO, socket or device); a GGUF is read by memory map",
+                           hint="save the GGUF to a file first")
+    size = st.st_size
     if size < 24:
         raise Gguf2ovError(f"{path}: not a GGUF file (only {size} bytes)")
-    with open(path, "rb") as f:
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        raise Gguf2ovError(f"{path}: cannot open: {e.strerror or e}", hint="check the file's permissions") from None
+    with f:
         if (magic := f.read(4)) != GGUF_MAGIC:
             raise Gguf2ovError(f"{path}: not a GGUF file (magic {magic!r}, expected {GGUF_MAGIC!r})")
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:

@@ -104,10 +104,16 @@ def write_checkpoint(out_dir, config: dict, specs: list[TensorSpec], tensors, *,
     items = iter(progress_bar(tensors, desc="writing", total=len(specs), enabled=progress, unit="tensor"))
     with atomic_dir(out_dir, overwrite=overwrite) as tmp:
         for file_name, shard in zip(files, shards):
-            with open(tmp / file_name, "wb") as f:
-                f.write(safetensors_header(shard))
-                for spec in shard:
-                    _write_tensor(f, spec, next(items, None))
+            try:
+                with open(tmp / file_name, "wb") as f:
+                    f.write(safetensors_header(shard))
+                    for spec in shard:
+                        _write_tensor(f, spec, next(items, None))
+            except OSError as e:
+                if e.filename is not None:
+                    raise
+                # a failed write() names no file: say which one (disk full, file-size limit)
+                raise OSError(e.errno, e.strerror or str(e), str(Path(out_dir) / file_name)) from e
         if len(shards) > 1:
             weight_map = {s.name: file_name for file_name, shard in zip(files, shards) for s in shard}
             index = {"metadata": {"total_size": sum(s.n_bytes for s in specs)}, "weight_map": weight_map}

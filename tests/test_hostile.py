@@ -85,3 +85,63 @@ def test_absurd_dimensions_are_a_corrupt_file(tmp_path, capsys, dims, needle):
     for cmd in (["convert", str(path), "-o", str(tmp_path / "out")], ["inspect", str(path), "--json"]):
         line = _one_error(cmd, capsys)
         assert "corrupt or truncated GGUF: tensor blk.0.attn_q.weight" in line and needle in line
+
+
+def test_the_input_check_says_what_is_wrong(tmp_path, capsys):
+    import os
+
+    os.mkfifo(tmp_path / "fifo.gguf")
+    os.symlink(tmp_path / "loop.gguf", tmp_path / "loop.gguf")
+    (tmp_path / "dir.gguf").mkdir()
+    for name, needle in (("dir.gguf", "is a directory"), ("fifo.gguf", "not a regular file"),
+                         ("loop.gguf", "symbolic links")):
+        line = _one_error(["inspect", str(tmp_path / name)], capsys)
+        assert needle in line and "no such file" not in line, line
+
+
+def test_unreadable_input_is_one_error_line(tmp_path, capsys, monkeypatch):
+    import errno
+    import os
+
+    from gguf2ov import read
+
+    path = tmp_path / "draft.gguf"
+    write_dflash(path)
+
+    def denied(file, *args, **kwargs):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(file))
+
+    monkeypatch.setattr(read, "open", denied, raising=False)  # root can read a chmod 000 file
+    line = _one_error(["inspect", str(path)], capsys)
+    assert f"{path}: cannot open: Permission denied" in line
+
+
+def test_os_errors_while_writing_are_one_error_line(tmp_path, capsys):
+    path = tmp_path / "draft.gguf"
+    write_dflash(path)
+    (tmp_path / "report").mkdir()
+    line = _one_error(["convert", str(path), "-o", str(tmp_path / "out"), "--quiet",
+                       "--json", str(tmp_path / "report")], capsys)
+    assert f"cannot write {tmp_path / 'report'}: Is a directory" in line
+
+
+def test_file_size_limit_while_writing_is_one_error_line(tmp_path):
+    import os
+    import resource
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    path = tmp_path / "draft.gguf"
+    write_dflash(path)
+    repo = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(repo))
+    proc = subprocess.run(
+        [sys.executable, "-m", "gguf2ov", "convert", str(path), "-o", str(tmp_path / "out"), "--quiet"],
+        capture_output=True, text=True, env=env, timeout=120,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096)))
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "model.safetensors: File too large" in lines[0], proc.stderr
+    assert "hint: the file-size limit" in proc.stderr
