@@ -54,7 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    parser = build_parser()
+    _robust_streams()
+    try:
+        parser = build_parser()  # imports every stage module: Ctrl-C lands here at start-up
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
@@ -84,6 +89,15 @@ def main(argv=None) -> int:
         print(f"hint: {_os_error_hint(e)}", file=sys.stderr)
         return 1
     return int(code or 0)
+
+
+def _robust_streams() -> None:
+    """Text a terminal cannot encode (PYTHONIOENCODING=ascii, a C locale) prints escaped, not a crash."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError, OSError):
+            pass  # not a TextIOWrapper (replaced by the caller), or closed
 
 
 def _os_error_text(e: OSError) -> str:

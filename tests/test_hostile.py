@@ -145,3 +145,32 @@ def test_file_size_limit_while_writing_is_one_error_line(tmp_path):
     lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and "model.safetensors: File too large" in lines[0], proc.stderr
     assert "hint: the file-size limit" in proc.stderr
+
+
+def test_an_ascii_terminal_gets_escaped_text(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    path = tmp_path / "draft.gguf"
+    write_dflash(path, kv_extra={"general.name": "héllo ✓"})
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]), PYTHONIOENCODING="ascii")
+    proc = subprocess.run([sys.executable, "-m", "gguf2ov", "inspect", str(path)], capture_output=True, env=env,
+                          timeout=120)
+    assert proc.returncode == 0 and b"Traceback" not in proc.stderr, proc.stderr
+    assert b"h\\xe9llo \\u2713" in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "gguf2ov", "inspect", str(tmp_path / "é.gguf")],
+                          capture_output=True, env=env, timeout=120)
+    assert proc.returncode == 1 and b"Traceback" not in proc.stderr
+    assert proc.stderr.count(b"error:") == 1 and b"\\xe9.gguf: no such file" in proc.stderr
+
+
+def test_ctrl_c_during_start_up_is_one_error_line(capsys, monkeypatch):
+    from gguf2ov import cli
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert "interrupted" in _one_error(["inspect", "x.gguf"], capsys, code=130)
