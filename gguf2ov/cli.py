@@ -11,7 +11,7 @@ import os
 import sys
 
 from . import __version__
-from .errors import Gguf2ovError
+from .errors import Gguf2ovError, printable
 from .progress import quiet_third_party
 
 # (subcommand, module, one-line help). Modules keep heavy imports (torch, openvino) inside
@@ -72,9 +72,9 @@ def main(argv=None) -> int:
     except Gguf2ovError as e:
         if debug:
             raise
-        print(f"error: {e.message}", file=sys.stderr)
+        print(f"error: {printable(e.message)}", file=sys.stderr)
         if e.hint:
-            print(f"hint: {e.hint}", file=sys.stderr)
+            print(f"hint: {printable(e.hint)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("error: interrupted; no partial output was left in place", file=sys.stderr)
@@ -85,7 +85,7 @@ def main(argv=None) -> int:
     except OSError as e:  # unreadable input, an output path that is a folder, disk full, file-size limit
         if debug:
             raise
-        print(f"error: {_os_error_text(e)}", file=sys.stderr)
+        print(f"error: {printable(_os_error_text(e))}", file=sys.stderr)
         print(f"hint: {_os_error_hint(e)}", file=sys.stderr)
         return 1
     return int(code or 0)

@@ -7,7 +7,7 @@ from pathlib import Path
 from gguf import GGMLQuantizationType
 
 from .check import add_convert_arguments, check_after_convert
-from .errors import Gguf2ovError
+from .errors import Gguf2ovError, printable
 from .maps import config_get, open_mapped
 from .outputs import check_output_dir
 from .progress import step
@@ -128,5 +128,5 @@ def cli(args) -> int:
                      progress=not args.quiet, max_shard_size=args.max_shard_size)
     write_reports(result, json_path=args.json)
     if not args.quiet:
-        print("\n".join(result.summary()))
+        print("\n".join(printable(line) for line in result.summary()))
     return check_after_convert(args, result.out_dir)

@@ -24,3 +24,15 @@ def library_message(error: Exception, limit: int = 300) -> str:
     lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
     useful = [line for line in lines if not line.startswith("Exception from") and not line.startswith("Check '")]
     return ((useful or lines or [type(error).__name__])[0])[:limit]
+
+
+def printable(text) -> str:
+    """`text` with every non-printable character escaped the way repr() does (\\n, \\x1b, \\u202e).
+
+    Tensor names and metadata come from untrusted files: raw, a crafted name could break an error
+    into several lines, fake a `hint:` line or send terminal escape sequences.
+    """
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .errors import printable
 from .outputs import atomic_write_text
 
 
@@ -39,7 +40,7 @@ def fmt_cell(value) -> str:
         return f"{v:.4f}" if abs(v) < 10 else f"{v:.2f}"
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(fmt_cell(v) for v in value) + "]"
-    return str(value)
+    return printable(value)  # names and metadata from untrusted files: no newlines or escape sequences
 
 
 def human_bytes(n: int | float | None) -> str:
@@ -105,7 +106,7 @@ def to_jsonable(obj):
 
 def render(result, fmt: str = "text", title: str | None = None) -> str:
     tables = result.tables() if hasattr(result, "tables") else []
-    summary = result.summary() if hasattr(result, "summary") else []
+    summary = [printable(line) for line in result.summary()] if hasattr(result, "summary") else []
     if fmt == "json":
         return json.dumps(to_jsonable(result), indent=2) + "\n"
     if fmt == "markdown":

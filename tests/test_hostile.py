@@ -174,3 +174,18 @@ def test_ctrl_c_during_start_up_is_one_error_line(capsys, monkeypatch):
 
     monkeypatch.setattr(cli, "build_parser", interrupted)
     assert "interrupted" in _one_error(["inspect", "x.gguf"], capsys, code=130)
+
+
+def test_untrusted_names_cannot_forge_lines_or_escape_sequences(tmp_path, capsys):
+    import numpy as np
+
+    evil = "evil\nhint: run rm -rf ~\x1b[31m\u202e"
+    path = tmp_path / "draft.gguf"
+    write_dflash(path, kv_extra={"general.name": evil},
+                 tensors_extra={evil: (np.zeros(4, np.float32), None)})
+    line = _one_error(["convert", str(path), "-o", str(tmp_path / "out")], capsys)
+    assert "evil\\nhint: run rm -rf ~\\x1b[31m\\u202e" in line
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\u202e" not in out and not any(l.startswith("hint:") for l in out.splitlines())
+    assert "evil\\nhint: run rm -rf ~\\x1b[31m\\u202e" in out
