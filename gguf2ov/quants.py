@@ -12,7 +12,6 @@ different summation order changes which search step wins and so the bytes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from typing import Callable
 
 import gguf
@@ -269,115 +268,6 @@ def dequantize(data: np.ndarray, qtype: QType) -> np.ndarray:
         for start in range(0, blocks.shape[0], step):
             kernel(blocks[start:start + step], out[start:start + step])
     return out.reshape(*raw.shape[:-1], raw.shape[-1] // type_size * block_size)
-
-
-# ---------------------------------------------------------------------------------------------
-# the affine view: integer codes with one scale and zero point per group
-# ---------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class AffineCodes:
-    """A block-quantized tensor as value = scale * (code - zero_point), per group along the row.
-
-    This is the form of OpenVINO's compressed weights, so a GGUF tensor can be carried into an IR
-    with its own codes. For Q4_0/Q5_0/Q6_K/Q8_0 the zero point is an integer and the values are
-    bit-identical to `dequantize`; for types with a stored minimum (Q4_1, Q5_1, Q4_K, Q5_K)
-    zero_point = min / scale, exact up to float32 rounding.
-    """
-    codes: np.ndarray       # uint8 (..., n)
-    scale: np.ndarray       # float32 (..., n // group_size)
-    zero_point: np.ndarray  # float32 (..., n // group_size)
-    group_size: int
-    bits: int
-
-    def values(self) -> np.ndarray:
-        shape = (*self.codes.shape[:-1], -1, self.group_size)
-        grouped = (self.codes.reshape(shape).astype(np.float32) - self.zero_point[..., None]) * self.scale[..., None]
-        return grouped.reshape(self.codes.shape)
-
-    def reshape_rows(self, shape: tuple[int, ...]) -> "AffineCodes":
-        """The same codes for a tensor of torch-order `shape` (last axis = GGUF ne[0])."""
-        groups = (*shape[:-1], shape[-1] // self.group_size)
-        return replace(self, codes=self.codes.reshape(shape), scale=self.scale.reshape(groups),
-                       zero_point=self.zero_point.reshape(groups))
-
-
-def _affine_from_min(codes: np.ndarray, scale: np.ndarray, minimum: np.ndarray):
-    """(scale, zero point) for value = scale*q - minimum, per group of `codes` (n, groups*g).
-
-    A group with scale 0 holds the constant -minimum whatever its codes: its codes are set to 0
-    and it becomes (0 - (-1)) * (-minimum).
-    """
-    zero = scale == 0
-    codes.reshape(*scale.shape, -1)[zero] = 0
-    safe = np.where(zero, np.float32(1), scale)
-    return np.where(zero, -minimum, scale), np.where(zero, np.float32(-1), minimum / safe)
-
-
-def _affine_k(codes_fn):
-    def affine(blocks, codes):
-        codes_fn(blocks, codes)
-        scales, mins = _k_scales_mins(blocks[:, 4:16])
-        return _affine_from_min(codes, _f16_field(blocks, 0) * scales.astype(np.float32),
-                                _f16_field(blocks, 2) * mins.astype(np.float32))
-    return affine
-
-
-def _affine_legacy(qs_offset, qh_offset, center=None):
-    def affine(blocks, codes):
-        _legacy_codes(blocks, codes, qs_offset, qh_offset)
-        d = _f16_field(blocks, 0)
-        if center is not None:
-            return d, np.full_like(d, center)
-        return _affine_from_min(codes, d, -_f16_field(blocks, 2))
-    return affine
-
-
-def _affine_q8_0(blocks, codes):
-    codes[...] = blocks[:, 2:].view(np.int8).astype(np.float32) + 128  # int8 as uint8 around 128
-    d = _f16_field(blocks, 0)
-    return d, np.full_like(d, 128)
-
-
-def _affine_q6_k(blocks, codes):
-    _q6_k_codes(blocks, codes)
-    scale = _f16_field(blocks, 208) * blocks[:, 192:208].view(np.int8).astype(np.float32)
-    return scale, np.full_like(scale, 32)
-
-
-# qtype -> (bits, group size, kernel(blocks, float32 codes out) -> (scale, zero point) per group)
-_AFFINE_KERNELS = {
-    QType.Q8_0: (8, 32, _affine_q8_0),
-    QType.Q4_0: (4, 32, _affine_legacy(2, None, center=8)),
-    QType.Q5_0: (5, 32, _affine_legacy(6, 2, center=16)),
-    QType.Q4_1: (4, 32, _affine_legacy(4, None)),
-    QType.Q5_1: (5, 32, _affine_legacy(8, 4)),
-    QType.Q4_K: (4, 32, _affine_k(_q4_k_codes)),
-    QType.Q5_K: (5, 32, _affine_k(_q5_k_codes)),
-    QType.Q6_K: (6, 16, _affine_q6_k),
-}
-
-
-def has_affine_codes(qtype) -> bool:
-    return _known_type(qtype) in _AFFINE_KERNELS
-
-
-def affine_codes(data: np.ndarray, qtype: QType) -> AffineCodes:
-    """The codes, scales and zero points of a block-quantized tensor's raw data (rows kept)."""
-    qtype = _known_type(qtype)
-    if qtype not in _AFFINE_KERNELS:
-        raise _unsupported("the affine view", qtype, tuple(_AFFINE_KERNELS))
-    bits, group, kernel = _AFFINE_KERNELS[qtype]
-    block_size, type_size = GGML_QUANT_SIZES[qtype]
-    raw = np.asarray(data).view(np.uint8)
-    blocks = raw.reshape(-1, type_size)
-    codes = np.empty((blocks.shape[0], block_size), dtype=np.float32)
-    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        scale, zero_point = kernel(blocks, codes)
-    n = raw.shape[-1] // type_size * block_size
-    rows = raw.shape[:-1]
-    return AffineCodes(codes.astype(np.uint8).reshape(*rows, n), scale.astype(np.float32).reshape(*rows, n // group),
-                       zero_point.astype(np.float32).reshape(*rows, n // group), group, bits)
 
 
 def _known_type(qtype) -> QType:

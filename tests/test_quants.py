@@ -202,37 +202,3 @@ def test_quantize_errors():
     assert "IQ4_NL" in str(caught.value) and "Q6_K" in caught.value.hint
     with pytest.raises(Gguf2ovError, match="unknown GGML type"):
         quants.quantize(np.zeros(256, np.float32), 999)
-
-
-# The affine view (codes, scale, zero point) carries a GGUF tensor into OpenVINO's compressed
-# weights; integer-centred types must reproduce dequantize bit for bit, types with a stored
-# minimum to float32 rounding.
-@pytest.mark.parametrize("qtype, exact", [
-    (Q.Q8_0, True), (Q.Q4_0, True), (Q.Q5_0, True), (Q.Q6_K, True),
-    (Q.Q4_1, False), (Q.Q5_1, False), (Q.Q4_K, False), (Q.Q5_K, False),
-], ids=lambda v: getattr(v, "name", str(v)))
-def test_affine_codes_reproduce_dequantize(qtype, exact):
-    rng = np.random.default_rng(7)
-    x = rng.normal(0, 0.02, (16, 512)).astype(np.float32)
-    x[3, :256] = 0.0          # an all-zero super-block: scale 0
-    x[5, 32:64] = 0.013       # a constant sub-block
-    raw = quants.quantize(x, qtype)
-    reference = quants.dequantize(raw, qtype)
-    affine = quants.affine_codes(raw, qtype)
-    assert affine.codes.dtype == np.uint8 and affine.codes.shape == x.shape
-    assert int(affine.codes.max()) < 2 ** (8 if qtype == Q.Q8_0 else affine.bits)
-    assert affine.scale.shape == (16, 512 // affine.group_size)
-    values = affine.values()
-    if exact:
-        assert_same_bits(values, reference)
-    else:
-        assert np.abs(values - reference).max() <= 1e-6 * np.abs(reference).max()
-        assert np.array_equal(values[3, :256], reference[3, :256])
-
-
-def test_affine_codes_keep_rows_and_refuse_float_types():
-    raw = quants.quantize(np.ones((2, 3, 256), np.float32), Q.Q4_K)
-    assert quants.affine_codes(raw, Q.Q4_K).codes.shape == (2, 3, 256)
-    assert not quants.has_affine_codes(Q.F16)
-    with pytest.raises(Gguf2ovError, match="F16"):
-        quants.affine_codes(np.zeros(4, np.uint8), Q.F16)
