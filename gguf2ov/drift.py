@@ -142,11 +142,12 @@ class WeightMeter:
         self.overall = _Accumulator()
         self.tensors: list[TensorDrift] = []
 
-    def __call__(self, name: str, output) -> None:
+    def __call__(self, name: str, output, values=None) -> None:
+        """`values`: the source tensor when the export has just read it (not read a second time)."""
         from .irweights import evaluate
 
         value = evaluate(output)
-        reference = self.draft.f32(name)
+        reference = values if values is not None else self.draft.f32(name)
         if value.shape != reference.shape:
             raise Gguf2ovError(f"{name}: the variant's weight is {value.shape}, the source's {reference.shape}")
         rel, cos = self.overall.add(value, reference)

@@ -151,7 +151,7 @@ def export_draft(source, out_dir, weight_format: str = "fp32", overwrite: bool =
                  all_layers: bool = False, variant=None, observe=None) -> ExportResult:
     """Export `source` (a path, or a DraftSource opened once by the caller) as one variant.
 
-    `observe(name, output)` sees each weight as it is made (drift measures it there).
+    `observe(name, output, values)` sees each weight as it is made (drift measures it there).
     """
     from .requantize import variant_from_flags
 

@@ -99,8 +99,9 @@ class WeightForms:
     fp32/fp16 weights are PostponedConstants: OpenVINO asks for their values only while it writes
     the .bin, one tensor at a time, so exporting holds no copy of the draft (1 GB written with a
     200 MB peak, measured). `gguf` carries the file's codes (transcode.py); int8/int4 compress each
-    weight with NNCF as the whole-model pass would (nncf_weights.py). `observe(name, output)` is
-    called for every weight made, so `drift` can measure it while it streams.
+    weight with NNCF as the whole-model pass would (nncf_weights.py). `observe(name, output, values)`
+    is called for every weight made, so `drift` can measure it while it streams; `values` is the
+    source's float32 tensor when making the weight already read it (NNCF), else None.
     """
 
     draft: object  # DraftSource
@@ -127,15 +128,16 @@ class WeightForms:
         return [(n, s) for n, s in self.draft.expected.items() if len(s) == 2]
 
     def weight(self, name: str):
-        output = self._make(name)
+        output, values = self._make(name)
         if self.observe is not None:
-            self.observe(name, output)
+            self.observe(name, output, values)
         return output
 
     def vector(self, name: str) -> np.ndarray:
         return self.draft.f32(name)
 
     def _make(self, name: str):
+        """(the weight's output in the graph, the source values read to make it or None)."""
         kind = self.variant.weight_format
         if kind == "gguf":
             from .transcode import grid_weight, has_grid
@@ -143,13 +145,14 @@ class WeightForms:
             stored = self.draft.quantized(name)
             if stored is not None and has_grid(stored[1]):
                 self.transcoded.append(name)
-                return grid_weight(stored[0], stored[1], self.draft.expected[name])
-            return self._postponed(name, "f32")  # a float tensor in the file: its values, exactly
+                return grid_weight(stored[0], stored[1], self.draft.expected[name]), None
+            return self._postponed(name, "f32"), None  # a float tensor in the file: its values, exactly
         if self.variant.nncf:
             from .nncf_weights import compress_weight
 
-            return compress_weight(self.draft.f32(name), self.plan[name], name=name)
-        return self._postponed(name, "f16" if kind == "fp16" else "f32")
+            values = self.draft.f32(name)
+            return compress_weight(values, self.plan[name], name=name), values
+        return self._postponed(name, "f16" if kind == "fp16" else "f32"), None
 
     def _postponed(self, name: str, dtype: str):
         import openvino as ov
