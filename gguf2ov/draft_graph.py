@@ -16,6 +16,11 @@ The graph reproduces optimum-intel 2.2.0's export of that class, which stays the
   reordered by `beam_idx` like every stateful optimum export;
 - non-causal attention inside the block, the caller's padding mask, and for sliding layers the
   same window as optimum (the last `sliding_window` cached positions, and a relative window mask).
+A DFlash 2 draft (`config.is_dflash2`) adds the four dynamic depthwise convolutions of each layer
+(z-lab's `GroupedDynamicCausalConv`, gguf2ov/dflash2_torch.py): before and after attention, before
+and after the MLP. They run along the block rows only (dim 1 of `inputs_embeds`, where GenAI's
+DFlash runtime puts them), row 0 reading zero; the context features and the K/V state are those of
+v1. The candidate selector is not part of the graph.
 Node names follow optimum's (`__module.layers.0.self_attn.q_proj/aten::linear/MatMul`, ...), so
 every tool that reads an optimum draft IR by name reads this one too.
 """
@@ -136,12 +141,49 @@ def _window_mask(q_len, kv_len, window: int):
     return ops.select(outside, _const(F32_MIN), _const(0.0))
 
 
+def _shift_rows(x, taps: int):
+    """x moved `taps` rows down along dim 1, zeros on top: row i reads row i - taps of the block."""
+    ops = _ops()
+    padded = ops.pad(x, _const([0, taps, 0], np.int64), _const([0, 0, 0], np.int64), "constant")
+    return ops.slice(padded, _const([0], np.int64), _dim(x, 1), _const([1], np.int64), _const([1], np.int64))
+
+
+class DynamicConv:
+    """One `GroupedDynamicCausalConv`: y[i,c] = sum_t (base[side,t,c] + dyn[i,side,t,c // gs]) * x[i-t,c].
+
+    The coefficients of both sides come from one projection of the normed sublayer input, made once
+    (`__init__`); `apply(x, side)` is the convolution before (side 0) or after (side 1) the sublayer.
+    """
+
+    def __init__(self, config: DraftConfig, normed, base: np.ndarray, projection, scope: str):
+        ops = _ops()
+        ks, gs = config.conv_kernel_size, config.conv_group_size
+        self.groups, self.group_size, self.hidden = config.hidden_size // gs, gs, config.hidden_size
+        dyn = linear(normed, projection, scope + ".kernel_projection")  # [B, T, 2*ks*G], group fastest
+        dyn = ops.reshape(dyn, _const([0, 0, 2, ks, self.groups, 1], np.int64), True)
+        base = _const(np.asarray(base, np.float32).reshape(1, 1, 2, ks, self.groups, gs))
+        self.kernel = _named(ops.add(dyn, base), f"__module.{scope}/aten::add/Add")  # [B, T, 2, ks, G, gs]
+        self.taps = ks
+
+    def apply(self, x, side: int):
+        ops = _ops()
+        grouped = _const([0, 0, self.groups, self.group_size], np.int64)
+        kernel = ops.gather(self.kernel, _const(side, np.int64), _const(2, np.int64))  # [B, T, ks, G, gs]
+        y = None
+        for tap in range(self.taps):
+            rows = x if tap == 0 else _shift_rows(x, tap)
+            term = ops.multiply(ops.gather(kernel, _const(tap, np.int64), _const(2, np.int64)),
+                                ops.reshape(rows, grouped, True))
+            y = term if y is None else ops.add(y, term)
+        return ops.reshape(y, _const([0, 0, self.hidden], np.int64), True)
+
+
 def build_draft_model(config: DraftConfig, weight: Callable[[str], object], vector: Callable[[str], np.ndarray],
                       progress: Callable[[str], None] | None = None):
     """The stateful DFlash draft `ov.Model`.
 
     `weight(name)` returns the float32 [out, in] output for a Linear weight (a Constant or a
-    decompression subgraph); `vector(name)` the float32 values of a norm weight. They are called
+    decompression subgraph); `vector(name)` the float32 values of a norm weight or a convolution's base. They are called
     once per tensor, in graph order, so a caller can stream and free each source tensor.
     """
     import openvino as ov
@@ -171,12 +213,23 @@ def build_draft_model(config: DraftConfig, weight: Callable[[str], object], vect
     additive = ops.unsqueeze(additive, _const([1, 2], np.int64))
 
     x, sinks = inputs_embeds, []
+    if config.input_embedding_scale != 1.0:
+        x = ops.multiply(x, _const(config.input_embedding_scale))
+
+    def conv(normed, name: str):
+        if not config.is_dflash2:
+            return None
+        return DynamicConv(config, normed, vector(f"{name}.base_kernel"), weight(f"{name}.kernel_projection.weight"), name)
+
     for i in range(config.num_layers):
         if progress:
             progress(f"layer {i + 1}/{config.num_layers}")
         p, scope = f"layers.{i}.", f"layers.{i}"
         residual = x
         normed = rms_norm(x, vector(p + "input_layernorm.weight"), eps, p + "input_layernorm")
+        attention_conv = conv(normed, p + "attention_conv")
+        if attention_conv:
+            normed = attention_conv.apply(normed, 0)  # queries and the block's keys/values read the conv
         q_len = _dim(normed, 1)
         q = ops.reshape(linear(normed, weight(p + "self_attn.q_proj.weight"), p + "self_attn.q_proj"),
                         _const([0, 0, heads, hd], np.int64), True)
@@ -212,15 +265,22 @@ def build_draft_model(config: DraftConfig, weight: Callable[[str], object], vect
         values = _repeat_kv(values, kv_heads, heads // kv_heads, hd)
         attn = ops.scaled_dot_product_attention(q, keys, values, mask, _const(hd ** -0.5), causal=False)
         attn = ops.reshape(ops.transpose(attn, _const([0, 2, 1, 3], np.int64)), _const([0, 0, heads * hd], np.int64), True)
-        x = _named(ops.add(residual, linear(attn, weight(p + "self_attn.o_proj.weight"), p + "self_attn.o_proj")),
-                   f"__module.{scope}/aten::add/Add")
+        attn = linear(attn, weight(p + "self_attn.o_proj.weight"), p + "self_attn.o_proj")
+        if attention_conv:
+            attn = attention_conv.apply(attn, 1)
+        x = _named(ops.add(residual, attn), f"__module.{scope}/aten::add/Add")
 
         residual = x
         normed = rms_norm(x, vector(p + "post_attention_layernorm.weight"), eps, p + "post_attention_layernorm")
+        mlp_conv = conv(normed, p + "mlp_conv")
+        if mlp_conv:
+            normed = mlp_conv.apply(normed, 0)
         gate = _named(ops.swish(linear(normed, weight(p + "mlp.gate_proj.weight"), p + "mlp.gate_proj")),
                       f"__module.{p}mlp.act_fn/aten::silu/Swish")
         up = linear(normed, weight(p + "mlp.up_proj.weight"), p + "mlp.up_proj")
         mlp = linear(ops.multiply(gate, up), weight(p + "mlp.down_proj.weight"), p + "mlp.down_proj")
+        if mlp_conv:
+            mlp = mlp_conv.apply(mlp, 1)
         x = _named(ops.add(residual, mlp), f"__module.{scope}/aten::add/Add_1")
 
     out = rms_norm(x, vector("norm.weight"), eps, "norm")

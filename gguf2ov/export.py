@@ -26,7 +26,7 @@ from .outputs import atomic_dir, atomic_write_text, check_output_dir
 from .progress import step
 from .provenance import provenance
 from .report import Table, human_bytes
-from .source import DraftConfig, DraftSource, is_gguf, open_draft
+from .source import SELECTOR_PREFIX, DraftConfig, DraftSource, is_gguf, open_draft
 from .verify import VerifyResult
 
 IR_XML = "openvino_model.xml"
@@ -50,6 +50,9 @@ class ExportResult:
     ignored_keys: list[str]
     seconds: float
     verify: VerifyResult | None = field(default=None)
+    dflash_version: int = 1
+    # DFlash 2: what GenAI cannot run and the IR therefore leaves out
+    left_out: list[str] = field(default_factory=list)
 
     def tables(self) -> list[Table]:
         io_rows = [["input", *row] for row in self.inputs] + [["output", *row] for row in self.outputs]
@@ -70,11 +73,22 @@ class ExportResult:
             f"draft: {self.num_layers} layers, hidden {self.hidden_size}, target layers "
             f"{self.target_layer_ids}, mask token {self.mask_token_id}",
         ]
-        if self.ignored_keys:
-            lines.append(f"not exported (GenAI uses the target's): {', '.join(self.ignored_keys)}")
+        borrowed = [k for k in self.ignored_keys if k not in self.left_out]
+        if borrowed:
+            lines.append(f"not exported (GenAI uses the target's): {', '.join(borrowed)}")
+        if self.dflash_version == 2:
+            lines.append(f"DFlash 2: {4 * self.num_layers} dynamic convolutions exported (4 per layer). "
+                         + SELECTOR_LEFT_OUT)
         if self.verify is not None:
             lines += self.verify.summary()
         return lines
+
+
+# GenAI's DFlash runtime proposes each row's top-1 through the target's lm_head; the selector's
+# path over the top-k candidates needs a sampler it does not have.
+SELECTOR_LEFT_OUT = ("The candidate selector stays in the checkpoint, out of the IR: GenAI proposes each row's "
+                     "top-1, which is lossless but accepts fewer tokens than the selector's path "
+                     "(`gguf2ov drift --target` measures the difference).")
 
 
 # --- building, rt_info, saving ------------------------------------------------------------------
@@ -203,7 +217,8 @@ def export_draft(source, out_dir, weight_format: str = "fp32", overwrite: bool =
         hidden_size=config.hidden_size, num_layers=config.num_layers, target_layer_ids=config.target_layer_ids,
         mask_token_id=config.mask_token_id, inputs=info["inputs"], outputs=info["outputs"],
         state_variables=info["state_variables"], rt_info=info["rt_info"], files=files, ignored_keys=draft.ignored,
-        seconds=time.perf_counter() - start,
+        seconds=time.perf_counter() - start, dflash_version=2 if config.is_dflash2 else 1,
+        left_out=[k for k in draft.ignored if k.startswith(SELECTOR_PREFIX)],
         verify=_relocated(verified, out_dir, draft.path),
     )
 

@@ -1,7 +1,8 @@
 """References for an exported draft: the draft's function in NumPy, and optimum-intel's own trace.
 
 `reference_outputs()` is what `verify`'s checkpoint-match compares the IR with. It computes
-optimum-intel's `Qwen3DFlashForCausalLM` in NumPy, one decoder layer at a time: each layer's
+optimum-intel's `Qwen3DFlashForCausalLM` in NumPy (with a DFlash 2 draft's convolutions, as the
+PyTorch reference in dflash2_torch.py computes them), one decoder layer at a time: each layer's
 weights come from the opened source, run every call, and are dropped, so the peak is one layer in
 float32 whatever the draft's size, and nothing of transformers or optimum is imported (10-12 s and
 400 MB on their own, more than the rest of a gguf export of a 1 B draft). The tests hold it to
@@ -55,6 +56,8 @@ def reference_outputs(draft: DraftSource, calls: list[dict], chained: bool = Tru
     eps = config.rms_norm_eps
     inv_freq, scaling = config.rope()
     runs = [_Call(feeds, inv_freq, scaling) for feeds in calls]
+    for run in runs:
+        run.x = run.x * np.float32(config.input_embedding_scale)
     fc = draft.f32("fc.weight")
     hidden_norm = draft.f32("hidden_norm.weight")
     for run in runs:
@@ -70,12 +73,34 @@ def reference_outputs(draft: DraftSource, calls: list[dict], chained: bool = Tru
     return [_rms_norm(run.x, norm, eps)[:, 1:] for run in runs]
 
 
+def _conv_kernels(normed: np.ndarray, w: dict, name: str, config) -> np.ndarray | None:
+    """A DFlash 2 convolution's per-row coefficients [B, T, 2, ks, H] (None for a v1 draft)."""
+    if not config.is_dflash2:
+        return None
+    b, t, h = normed.shape
+    ks, gs = config.conv_kernel_size, config.conv_group_size
+    dyn = (normed @ w[f"{name}.kernel_projection.weight"].T).reshape(b, t, 2, ks, h // gs)
+    return w[f"{name}.base_kernel"][None, None] + np.repeat(dyn, gs, axis=-1)  # group g covers channels g*gs..
+
+
+def _conv(x: np.ndarray, kernels: np.ndarray | None, side: int) -> np.ndarray:
+    """y[i] = sum_t kernel[i, side, t] * x[i - t], zero before the block's first row."""
+    if kernels is None:
+        return x
+    y = np.zeros_like(x)
+    for tap in range(kernels.shape[3]):
+        y[:, tap:] += kernels[:, tap:, side, tap] * x[:, :x.shape[1] - tap]
+    return y
+
+
 def _layer(run: _Call, w: dict, config, window: int | None, cache):
     """One decoder layer on the block rows, reading [context, block]; returns (rows, updated cache)."""
     heads, kv_heads, hd, eps = config.num_heads, config.num_kv_heads, config.head_dim, config.rms_norm_eps
     x, context = run.x, run.context
     b, t, c = x.shape[0], x.shape[1], context.shape[1]
     normed = _rms_norm(x, w["input_layernorm.weight"], eps)
+    attention_conv = _conv_kernels(normed, w, "attention_conv", config)
+    normed = _conv(normed, attention_conv, 0)
     q = _rms_norm((normed @ w["self_attn.q_proj.weight"].T).reshape(b, t, heads, hd), w["self_attn.q_norm.weight"], eps)
     kv_in = np.concatenate([context, normed], axis=1)
     k = _rms_norm((kv_in @ w["self_attn.k_proj.weight"].T).reshape(b, c + t, kv_heads, hd),
@@ -102,11 +127,13 @@ def _layer(run: _Call, w: dict, config, window: int | None, cache):
     keys, values = np.repeat(keys, groups, axis=1), np.repeat(values, groups, axis=1)
     scores = (q @ keys.transpose(0, 1, 3, 2)) * np.float32(hd ** -0.5) + mask
     attn = (_softmax(scores) @ values).transpose(0, 2, 1, 3).reshape(b, t, heads * hd)
-    x = x + attn @ w["self_attn.o_proj.weight"].T
+    x = x + _conv(attn @ w["self_attn.o_proj.weight"].T, attention_conv, 1)
     normed = _rms_norm(x, w["post_attention_layernorm.weight"], eps)
+    mlp_conv = _conv_kernels(normed, w, "mlp_conv", config)
+    normed = _conv(normed, mlp_conv, 0)
     gate = normed @ w["mlp.gate_proj.weight"].T
     mlp = (gate / (1 + np.exp(-gate)) * (normed @ w["mlp.up_proj.weight"].T)) @ w["mlp.down_proj.weight"].T
-    return (x + mlp).astype(np.float32), new_cache
+    return (x + _conv(mlp, mlp_conv, 1)).astype(np.float32), new_cache
 
 
 def trace_optimum(draft: DraftSource, xml_path):

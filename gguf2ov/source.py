@@ -22,6 +22,10 @@ IGNORED_KEYS = ("embed_tokens.weight", "lm_head.weight", "d2t", "t2d")
 # What only a DFlash 2 draft has: per-layer convolutions and a candidate selector.
 DFLASH2_KEY_MARKERS = ("candidate_selector.", ".attention_conv.", ".mlp_conv.")
 DFLASH2_CONFIG_KEYS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
+DFLASH2_ARCHITECTURE = "DFlash2DraftModel"
+# The selector re-ranks the top-k of the draft's logits along a path; GenAI's DFlash runtime takes
+# the top-1 of each row, so the selector's tensors stay in the checkpoint and out of the IR.
+SELECTOR_PREFIX = "candidate_selector."
 
 CONFIG_FILE = "config.json"
 # transformers' Qwen3Config defaults for keys a draft config may leave out
@@ -39,6 +43,16 @@ class DraftConfig:
     target_layer_ids: list[int]
     mask_token_id: int
     block_size: int | None
+    # DFlash 2: taps and channels per group of each dynamic convolution (None for a v1 draft)
+    conv_kernel_size: int | None = None
+    conv_group_size: int | None = None
+    selector_rank: int | None = None
+    # multiplies the block's token embeddings before the first layer (DFlash 2's optional key)
+    input_embedding_scale: float = 1.0
+
+    @property
+    def is_dflash2(self) -> bool:
+        return self.conv_kernel_size is not None
 
     @property
     def num_heads(self) -> int:
@@ -95,7 +109,6 @@ def draft_config(raw: dict, where) -> DraftConfig:
     if not isinstance(dflash, dict):
         raise Gguf2ovError(f"{where} has no dflash_config: not a DFlash draft",
                            hint="export targets with optimum-cli; this command exports DFlash drafts")
-    refuse_dflash2(where, config=raw)
     if raw.get("model_type") != "qwen3":
         raise Gguf2ovError(f"{where}: model_type is {raw.get('model_type')!r}; OpenVINO DFlash drafts are "
                            "exported only as model_type 'qwen3'")
@@ -112,14 +125,58 @@ def draft_config(raw: dict, where) -> DraftConfig:
     for key in ("num_key_value_heads", "head_dim"):
         if raw.get(key) is not None and (not _is_int(raw[key]) or raw[key] <= 0):
             raise Gguf2ovError(f"{where}: {key} is {raw[key]!r}, not a positive integer")
+    if raw.get("is_causal") is True:
+        # optimum's class and the graph here attend both ways inside the block, as DFlash trains
+        raise Gguf2ovError(f"{where}: is_causal is true, but OpenVINO DFlash drafts attend bidirectionally "
+                           "inside the block; the IR would compute another function",
+                           hint="a DFlash draft's config has is_causal false or leaves it out")
     block = dflash.get("block_size")
     config = DraftConfig(raw=raw, hidden_size=raw["hidden_size"], num_layers=raw["num_hidden_layers"],
                          target_layer_ids=list(ids), mask_token_id=dflash["mask_token_id"],
-                         block_size=block if _is_int(block) else None)
+                         block_size=block if _is_int(block) else None, **_dflash2_fields(raw, where))
     if config.num_heads % config.num_kv_heads:
         raise Gguf2ovError(f"{where}: {config.num_heads} attention heads do not split into "
                            f"{config.num_kv_heads} key/value heads")
     return config
+
+
+def draft_value(raw: dict, name: str):
+    """A DFlash key as z-lab's reference reads it: under dflash_config first, then at the top level."""
+    dflash = raw.get("dflash_config") or {}
+    return dflash[name] if name in dflash else raw.get(name)
+
+
+def _dflash2_fields(raw: dict, where) -> dict:
+    """The DFlash 2 part of a config, validated; empty for a v1 draft.
+
+    A config that names any DFlash 2 key (or the DFlash 2 architecture) must give the whole
+    convolution geometry: a v1 graph for a DFlash 2 checkpoint runs, attaches and is silently
+    accepted less.
+    """
+    present = [k for k in DFLASH2_CONFIG_KEYS if draft_value(raw, k) is not None]
+    if DFLASH2_ARCHITECTURE in (raw.get("architectures") or []):
+        present.append(DFLASH2_ARCHITECTURE)
+    if not present:
+        return {}
+    fields = {}
+    for key in ("conv_kernel_size", "conv_group_size", "selector_rank"):
+        value = draft_value(raw, key)
+        if value is None and key == "selector_rank":
+            continue
+        if not _is_int(value) or value <= 0:
+            raise Gguf2ovError(f"{where} is a DFlash 2 draft ({', '.join(present)}) but dflash_config.{key} is "
+                               f"{value!r}, not a positive integer",
+                               hint="a DFlash 2 config gives conv_kernel_size and conv_group_size under dflash_config")
+        fields[key] = value
+    if raw["hidden_size"] % fields["conv_group_size"]:
+        raise Gguf2ovError(f"{where}: hidden_size {raw['hidden_size']} does not split into convolution groups of "
+                           f"{fields['conv_group_size']} channels")
+    scale = draft_value(raw, "input_embedding_scale")
+    if scale is not None:
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not np.isfinite(scale):
+            raise Gguf2ovError(f"{where}: dflash_config.input_embedding_scale is {scale!r}, not a finite number")
+        fields["input_embedding_scale"] = float(scale)
+    return fields
 
 
 def read_draft_config(checkpoint_dir) -> DraftConfig:
@@ -137,50 +194,74 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def refuse_dflash2(where, config: dict | None = None, keys=()) -> None:
-    found = [k for k in keys if any(m in f".{k}" for m in DFLASH2_KEY_MARKERS)][:3]
-    if config is not None:
-        scopes = (config, config.get("dflash_config") or {})
-        found += [k for k in DFLASH2_CONFIG_KEYS if any(k in s for s in scopes)]
-    if found:
-        raise Gguf2ovError(
-            f"{where} is a DFlash 2 draft ({', '.join(found)}): optimum-intel and OpenVINO GenAI cannot "
-            "run DFlash 2 yet, so there is no OpenVINO draft to export",
-            hint="the Hugging Face checkpoint written by `gguf2ov convert` stays available for PyTorch",
-        )
-
-
 def draft_tensor_shapes(config: DraftConfig) -> dict[str, tuple[int, ...]]:
-    """Every tensor of optimum-intel's `Qwen3DFlashForCausalLM` for this config, with its shape."""
+    """Every tensor the draft IR is built from, with its shape, in the graph's order (NNCF's too).
+
+    A v1 draft is optimum-intel's `Qwen3DFlashForCausalLM`; a DFlash 2 draft adds the two dynamic
+    convolutions of each layer.
+    """
     h, hd, inter = config.hidden_size, config.head_dim, config.intermediate_size
     q, kv = config.num_heads * hd, config.num_kv_heads * hd
-    shapes = {"fc.weight": (h, len(config.target_layer_ids) * h), "hidden_norm.weight": (h,), "norm.weight": (h,)}
+    shapes = {"fc.weight": (h, len(config.target_layer_ids) * h), "hidden_norm.weight": (h,)}
     for i in range(config.num_layers):
         p = f"layers.{i}."
-        shapes.update({
-            p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,),
-            p + "self_attn.q_proj.weight": (q, h), p + "self_attn.k_proj.weight": (kv, h),
-            p + "self_attn.v_proj.weight": (kv, h), p + "self_attn.o_proj.weight": (h, q),
-            p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,),
-            p + "mlp.gate_proj.weight": (inter, h), p + "mlp.up_proj.weight": (inter, h),
-            p + "mlp.down_proj.weight": (h, inter),
-        })
+        attn, mlp = _conv_shapes(config, p + "attention_conv."), _conv_shapes(config, p + "mlp_conv.")
+        shapes.update({p + "input_layernorm.weight": (h,), **attn,
+                       p + "self_attn.q_proj.weight": (q, h), p + "self_attn.q_norm.weight": (hd,),
+                       p + "self_attn.k_proj.weight": (kv, h), p + "self_attn.k_norm.weight": (hd,),
+                       p + "self_attn.v_proj.weight": (kv, h), p + "self_attn.o_proj.weight": (h, q),
+                       p + "post_attention_layernorm.weight": (h,), **mlp,
+                       p + "mlp.gate_proj.weight": (inter, h), p + "mlp.up_proj.weight": (inter, h),
+                       p + "mlp.down_proj.weight": (h, inter)})
+    shapes["norm.weight"] = (h,)
     return shapes
 
 
-def check_keys(expected: dict, found: dict, where) -> list[str]:
-    """Compare names and shapes exactly; return the ignorable keys that were found.
+def _conv_shapes(config: DraftConfig, prefix: str) -> dict[str, tuple[int, ...]]:
+    if not config.is_dflash2:
+        return {}
+    ks, h = config.conv_kernel_size, config.hidden_size
+    return {prefix + "base_kernel": (2, ks, h),
+            prefix + "kernel_projection.weight": (2 * ks * (h // config.conv_group_size), h)}
 
-    `expected` and `found` map names to shapes. Any missing, unexpected or mis-shaped tensor is
-    one error naming them, because loading with strict=False would keep random weights.
+
+def selector_shapes(config: DraftConfig) -> dict[str, tuple[int, ...]]:
+    """The candidate selector's tensors a DFlash 2 checkpoint may carry (not part of the IR)."""
+    rank, vocab = config.selector_rank, config.raw.get("vocab_size")
+    if not config.is_dflash2 or rank is None:
+        return {}
+    vocab = vocab if _is_int(vocab) else None  # a GGUF without a tokenizer does not say
+    return {SELECTOR_PREFIX + "hidden_projection.weight": (rank, config.hidden_size),
+            SELECTOR_PREFIX + "predecessor_codebook": (vocab, rank),
+            SELECTOR_PREFIX + "successor_codebook": (vocab, rank)}
+
+
+def check_keys(expected: dict, found: dict, where, kept: dict | None = None) -> list[str]:
+    """Compare names and shapes exactly; return the found keys the IR does not use.
+
+    `expected` and `found` map names to shapes; `kept` names tensors a checkpoint may carry beside
+    the IR's (a DFlash 2 selector), checked by shape when present (None: any size). Any missing, unexpected or
+    mis-shaped tensor is one error naming them, because loading with strict=False would keep
+    random weights.
     """
-    ignored = sorted(k for k in found if k in IGNORED_KEYS)
-    refuse_dflash2(where, keys=found)
+    kept = kept or {}
+    ignored = sorted(k for k in found if k in IGNORED_KEYS or k in kept)
     missing = sorted(set(expected) - set(found))
     unexpected = sorted(set(found) - set(expected) - set(ignored))
-    shapes = sorted(k for k in set(expected) & set(found) if tuple(expected[k]) != tuple(found[k]))
+    known = {**expected, **kept}
+    shapes = sorted(k for k in set(known) & set(found) if not _fits(found[k], known[k]))
     if not (missing or unexpected or shapes):
         return ignored
+    # the convolutions first: they are what a v1 graph would lose
+    dflash2 = sorted((k for k in unexpected if any(m in f".{k}" for m in DFLASH2_KEY_MARKERS)),
+                     key=lambda k: k.startswith(SELECTOR_PREFIX))
+    if dflash2 and not kept:
+        # The silent failure DFlash 2 invites: a v1 graph drops the convolutions and is accepted less.
+        raise Gguf2ovError(
+            f"{where} holds DFlash 2 tensors ({_some(dflash2, 3)}) but its config gives no convolution geometry: "
+            "exported as a DFlash v1 draft it would drop them, run without an error and be accepted less",
+            hint="a DFlash 2 config sets dflash_config.conv_kernel_size and conv_group_size "
+                 "(GGUF: dflash.conv_kernel_size, dflash.conv_group_size)")
     prefix = _common_prefix(unexpected, missing)
     parts = []
     if missing:
@@ -188,7 +269,7 @@ def check_keys(expected: dict, found: dict, where) -> list[str]:
     if unexpected:
         parts.append(f"{len(unexpected)} unexpected ({_some(unexpected)})")
     if shapes:
-        parts.append("shape mismatch (" + _some([f"{k} {tuple(found[k])} != {tuple(expected[k])}" for k in shapes]) + ")")
+        parts.append("shape mismatch (" + _some([f"{k} {tuple(found[k])} != {tuple(known[k])}" for k in shapes]) + ")")
     if prefix:
         # The silent failure: strict=False ignores these and keeps random weights.
         raise Gguf2ovError(
@@ -197,9 +278,16 @@ def check_keys(expected: dict, found: dict, where) -> list[str]:
             hint=f"strip the {prefix!r} prefix from the tensor names (or fix the tensor map) and convert again",
         )
     hint = "the checkpoint must hold exactly the tensors of optimum-intel's Qwen3DFlashForCausalLM"
+    if any(".attention_conv." in k or ".mlp_conv." in k for k in missing + shapes):
+        hint = "a DFlash 2 draft has both convolutions in every layer, shaped by conv_kernel_size and conv_group_size"
     if "fc.weight" in shapes:
         hint = "fc.weight must be [hidden_size, len(target_layer_ids) * hidden_size]: check target_layer_ids"
     raise Gguf2ovError(f"{where}: checkpoint tensors do not match the draft model: " + "; ".join(parts), hint=hint)
+
+
+def _fits(shape, expected) -> bool:
+    """`shape` equals `expected`, where a None in `expected` takes any size."""
+    return len(shape) == len(expected) and all(e is None or int(n) == e for n, e in zip(shape, expected))
 
 
 def _common_prefix(unexpected: list[str], missing: list[str]) -> str | None:
@@ -244,7 +332,7 @@ class DraftSource:
     def __init__(self, path: Path, kind: str, config: DraftConfig, found: dict, mapped=None, checkpoint=None):
         self.path, self.kind, self.config = path, kind, config
         self.expected = draft_tensor_shapes(config)
-        self.ignored = check_keys(self.expected, found, path)
+        self.ignored = check_keys(self.expected, found, path, kept=selector_shapes(config))
         self._mapped = mapped
         self._checkpoint = checkpoint
         self._entries = {e.hf_name: e for e in mapped.plan if e.hf_name} if mapped is not None else {}

@@ -65,6 +65,45 @@ def write_checkpoint(path: Path, config: dict | None = None, prefix: str = "", e
     return path
 
 
+def dflash2_config(kernel: int = 2, group: int = 16, rank: int = 8, **extra) -> dict:
+    config = json.loads(json.dumps(DRAFT_CONFIG))
+    config.update(architectures=["DFlash2DraftModel"], is_causal=False, **extra)
+    config["dflash_config"].update(conv_kernel_size=kernel, conv_group_size=group, selector_rank=rank,
+                                   selector_top_k=4)
+    return config
+
+
+def dflash2_tensors(config: dict, identity: bool = False, seed: int = 2) -> dict:
+    """A DFlash 2 draft's convolutions and selector; `identity` makes every convolution pass its input through."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    h, layers = config["hidden_size"], config["num_hidden_layers"]
+    d = config["dflash_config"]
+    ks, groups, rank, vocab = d["conv_kernel_size"], h // d["conv_group_size"], d["selector_rank"], config["vocab_size"]
+    out = {}
+    for i in range(layers):
+        for conv in ("attention_conv", "mlp_conv"):
+            base = torch.zeros(2, ks, h)
+            base[:, 0] = 1.0
+            projection = torch.zeros(2 * ks * groups, h)
+            if not identity:
+                base = base + 0.3 * torch.randn(2, ks, h, generator=g)
+                projection = 0.1 * torch.randn(2 * ks * groups, h, generator=g)
+            out[f"layers.{i}.{conv}.base_kernel"] = base
+            out[f"layers.{i}.{conv}.kernel_projection.weight"] = projection
+    out["candidate_selector.hidden_projection.weight"] = 0.1 * torch.randn(rank, h, generator=g)
+    out["candidate_selector.predecessor_codebook"] = torch.randn(vocab, rank, generator=g)
+    out["candidate_selector.successor_codebook"] = torch.randn(vocab, rank, generator=g)
+    return out
+
+
+def write_dflash2_checkpoint(path: Path, identity: bool = False, seed: int = 1, **config_args) -> Path:
+    """A DFlash 2 draft: the v1 weights of `write_checkpoint` plus live (or identity) convolutions."""
+    config = dflash2_config(**config_args)
+    return write_checkpoint(path, config=config, extra=dflash2_tensors(config, identity, seed + 1), seed=seed)
+
+
 def no_slice_class():
     """The Qwen3DFlashDraftModel behaviour (every row, seed included) behind the causal-LM signature."""
     from optimum.exporters.openvino.model_patcher import Qwen3DFlashDraftModel, Qwen3DFlashForCausalLM

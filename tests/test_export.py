@@ -99,22 +99,6 @@ def test_wrong_fc_width_is_refused(tmp_path):
     assert "target_layer_ids" in e.value.hint
 
 
-@pytest.mark.parametrize("where", ["tensors", "config"])
-def test_dflash2_is_refused(tmp_path, where):
-    import torch
-
-    if where == "tensors":
-        extra = {"candidate_selector.hidden_projection.weight": torch.zeros(8, 64)}
-        ckpt = b.write_checkpoint(tmp_path / "ckpt", extra=extra)
-    else:
-        config = json.loads(json.dumps(b.DRAFT_CONFIG))
-        config["dflash_config"]["conv_kernel_size"] = 4
-        ckpt = b.write_checkpoint(tmp_path / "ckpt", config=config)
-    with pytest.raises(Gguf2ovError, match="DFlash 2.*cannot run DFlash 2 yet") as e:
-        export_draft(ckpt, tmp_path / "out", progress=False)
-    assert "gguf2ov convert" in e.value.hint
-
-
 def test_bad_sources_are_refused(tmp_path):
     with pytest.raises(Gguf2ovError, match="does not exist"):
         export_draft(tmp_path / "nope", tmp_path / "out")

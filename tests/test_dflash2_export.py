@@ -1,0 +1,218 @@
+"""DFlash 2 drafts through export and verify: the convolutions are in the graph, computed as the
+reference computes them, in every variant; a DFlash 2 checkpoint never becomes a v1 draft silently.
+"""
+
+import json
+
+import numpy as np
+import openvino as ov
+import pytest
+from safetensors.torch import load_file, save_file
+
+import dflash_builders as b
+from gguf2ov.draft_ir import compile_f32
+from gguf2ov.errors import Gguf2ovError
+from gguf2ov.export import export_draft
+from gguf2ov.reference import reference_outputs
+from gguf2ov.requantize import parse_variant
+from gguf2ov.source import open_draft
+from gguf2ov.verify import synthetic_steps, verify_draft
+
+LAYERS = 2
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """A live DFlash 2 draft, the same weights with identity convolutions, and the v1 draft those weights make."""
+    root = tmp_path_factory.mktemp("dflash2")
+    live = b.write_dflash2_checkpoint(root / "live", num_hidden_layers=LAYERS)
+    identity = b.write_dflash2_checkpoint(root / "identity", identity=True, num_hidden_layers=LAYERS)
+    v1 = root / "v1"
+    v1.mkdir()
+    state = load_file(str(identity / "model.safetensors"))
+    save_file({k: v for k, v in state.items() if "_conv." not in k and "candidate_selector" not in k},
+              str(v1 / "model.safetensors"))
+    config = json.loads((identity / "config.json").read_text())
+    config["architectures"] = ["DFlashDraftModel"]
+    for key in ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k"):
+        del config["dflash_config"][key]
+    (v1 / "config.json").write_text(json.dumps(config))
+    return {"live": live, "identity": identity, "v1": v1, "root": root}
+
+
+def _run(xml, steps):
+    request = compile_f32(str(xml)).create_infer_request()
+    request.reset_state()
+    return [request.infer(feeds)["last_hidden_state"].copy() for feeds in steps]
+
+
+def _steps(config):
+    return synthetic_steps(config["hidden_size"], config["hidden_size"] * len(config["dflash_config"]["target_layer_ids"]),
+                           block=config["dflash_config"]["block_size"], stateful=True)
+
+
+@pytest.mark.parametrize("weight_format", ["fp32", "fp16", "int8", "int4"])
+def test_every_variant_exports_the_convolutions_and_verifies(checkpoints, weight_format):
+    out = checkpoints["root"] / f"out-{weight_format}"
+    result = export_draft(checkpoints["live"], out, weight_format=weight_format, progress=False, overwrite=True)
+    assert result.verify.ok and result.dflash_version == 2
+    model = ov.Core().read_model(str(out / "openvino_model.xml"))
+    projections = [op for op in model.get_ops() if "kernel_projection/aten::linear/MatMul" in op.get_friendly_name()]
+    assert len(projections) == 2 * LAYERS
+    # the selector is named as left out, with what it costs
+    assert sorted(result.left_out) == ["candidate_selector.hidden_projection.weight",
+                                       "candidate_selector.predecessor_codebook", "candidate_selector.successor_codebook"]
+    assert any("selector stays in the checkpoint" in line and "top-1" in line for line in result.summary())
+
+
+def test_the_ir_computes_the_reference_function_and_the_convolutions_matter(checkpoints):
+    out = checkpoints["root"] / "fp32"
+    export_draft(checkpoints["live"], out, progress=False, overwrite=True, run_verify=False)
+    config = json.loads((checkpoints["live"] / "config.json").read_text())
+    steps = _steps(config)
+    ir = _run(out / "openvino_model.xml", steps)
+    ref = reference_outputs(open_draft(checkpoints["live"]), steps)
+    assert max(float(np.abs(a - r).max()) for a, r in zip(ir, ref)) < 1e-4
+    # the same weights without convolutions compute something else
+    plain = reference_outputs(open_draft(checkpoints["v1"]), steps)
+    assert min(float(np.abs(a - r).max()) for a, r in zip(ir, plain)) > 0.05
+
+
+def test_identity_convolutions_give_the_v1_draft_of_the_same_weights(checkpoints):
+    outs = {}
+    for name in ("identity", "v1"):
+        out = checkpoints["root"] / f"same-{name}"
+        export_draft(checkpoints[name], out, progress=False, overwrite=True, run_verify=False)
+        outs[name] = _run(out / "openvino_model.xml", _steps(json.loads((checkpoints[name] / "config.json").read_text())))
+    assert max(float(np.abs(a - v).max()) for a, v in zip(outs["identity"], outs["v1"])) < 1e-5
+
+
+def test_the_convolutions_keep_nothing_between_calls(checkpoints):
+    """Each block starts from zero rows: after two different first blocks, the same second call
+    (same context, same cache) gives the same rows."""
+    config = json.loads((checkpoints["live"] / "config.json").read_text())
+    out = checkpoints["root"] / "rows"
+    export_draft(checkpoints["live"], out, progress=False, overwrite=True, run_verify=False)
+    steps = _steps(config)
+    first, second = steps[0], steps[1]
+    other = dict(first, inputs_embeds=first["inputs_embeds"] * -3.0)  # another block, the same context
+    a = _run(out / "openvino_model.xml", [first, second])[1]
+    c = _run(out / "openvino_model.xml", [other, second])[1]
+    np.testing.assert_array_equal(a, c)
+
+
+def test_nncf_per_weight_equals_whole_model_with_convolutions(checkpoints, tmp_path):
+    from test_nncf_weights import _signatures, differences, nncf_compress
+
+    fp32 = tmp_path / "fp32"
+    export_draft(checkpoints["live"], fp32, progress=False, run_verify=False)
+    for name in ("int8", "int4_asym_g16_r0.8"):
+        out = tmp_path / name
+        export_draft(checkpoints["live"], out, progress=False, run_verify=False, variant=parse_variant(name))
+        exported = ov.Core().read_model(str(out / "openvino_model.xml"))
+        whole = nncf_compress(ov.Core().read_model(str(fp32 / "openvino_model.xml")), parse_variant(name))
+        assert _signatures(whole) == _signatures(exported)
+        ov.save_model(whole, str(tmp_path / "whole.xml"), compress_to_fp16=False)
+        assert differences(ov.Core().read_model(str(tmp_path / "whole.xml")), exported, name) == []
+
+
+# --- the silent failure: a DFlash 2 checkpoint exported as v1 -----------------------------------------
+
+
+def test_conv_tensors_with_a_v1_config_are_refused(checkpoints, tmp_path):
+    ckpt = tmp_path / "half"
+    ckpt.mkdir()
+    (ckpt / "model.safetensors").write_bytes((checkpoints["live"] / "model.safetensors").read_bytes())
+    (ckpt / "config.json").write_text((checkpoints["v1"] / "config.json").read_text())
+    with pytest.raises(Gguf2ovError, match="DFlash 2 tensors .*attention_conv.*drop them, run without an error and be "
+                                           "accepted less") as e:
+        export_draft(ckpt, tmp_path / "out", progress=False)
+    assert "conv_kernel_size" in e.value.hint
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_dflash2_config_without_conv_tensors_is_refused(checkpoints, tmp_path):
+    ckpt = tmp_path / "noconv"
+    ckpt.mkdir()
+    (ckpt / "model.safetensors").write_bytes((checkpoints["v1"] / "model.safetensors").read_bytes())
+    (ckpt / "config.json").write_text((checkpoints["live"] / "config.json").read_text())
+    with pytest.raises(Gguf2ovError, match=r"8 missing \(layers\.0\.attention_conv\.base_kernel") as e:
+        export_draft(ckpt, tmp_path / "out", progress=False)
+    assert "both convolutions" in e.value.hint
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("conv_group_size", None, "dflash_config.conv_group_size is None, not a positive integer"),
+    ("conv_group_size", 24, "hidden_size 64 does not split into convolution groups of 24"),
+    ("conv_kernel_size", "2", "conv_kernel_size is '2', not a positive integer"),
+])
+def test_bad_convolution_geometry_is_one_error(checkpoints, tmp_path, key, value, message):
+    config = json.loads((checkpoints["live"] / "config.json").read_text())
+    config["dflash_config"][key] = value
+    if value is None:
+        del config["dflash_config"][key]
+    ckpt = tmp_path / "bad"
+    ckpt.mkdir()
+    (ckpt / "model.safetensors").write_bytes((checkpoints["live"] / "model.safetensors").read_bytes())
+    (ckpt / "config.json").write_text(json.dumps(config))
+    with pytest.raises(Gguf2ovError, match=message):
+        export_draft(ckpt, tmp_path / "out", progress=False)
+
+
+@pytest.mark.parametrize("weight_format", ["fp32", "int4"])
+def test_verify_flags_an_ir_without_the_convolutions(checkpoints, weight_format):
+    """The v1 export of the same weights, verified against the DFlash 2 checkpoint, fails in words."""
+    out = checkpoints["root"] / f"v1-{weight_format}"
+    export_draft(checkpoints["v1"], out, weight_format=weight_format, progress=False, overwrite=True, run_verify=False)
+    result = verify_draft(out, checkpoint_dir=checkpoints["live"])
+    check = result.check("checkpoint-match")
+    assert not result.ok and check.status == "fail"
+    assert "DFlash 2 draft (4 convolution projections)" in check.reason
+    assert "multiplies by 15 weights instead of 19" in check.reason
+    # the same IR verified against its own v1 source passes: the check is about the pairing
+    assert verify_draft(out, checkpoint_dir=checkpoints["v1"]).ok
+
+
+def test_a_dflash2_gguf_exports_its_own_grid_for_the_convolutions(tmp_path):
+    """llama.cpp's layout: conv bases F32 without `.weight`, conv projections quantized like any Linear."""
+    from gguf2ov.gguf_writer import write_dflash_gguf
+    from gguf2ov.read import open_gguf
+
+    ckpt = b.write_dflash2_checkpoint(tmp_path / "ckpt", hidden_size=256, intermediate_size=512)
+    write_dflash_gguf(ckpt, tmp_path / "draft.gguf", mix="Q4_K_M")
+    gguf = open_gguf(tmp_path / "draft.gguf")
+    assert gguf.tensors["blk.0.attn_conv_base"].ne == (256, 2, 2) and gguf.tensors["blk.0.attn_conv_base"].qtype.name == "F32"
+    assert gguf.tensors["blk.0.ffn_conv_proj.weight"].qtype.name == "Q4_K"
+    result = export_draft(tmp_path / "draft.gguf", tmp_path / "out", weight_format="gguf", progress=False)
+    check = result.verify.check("checkpoint-match")
+    assert check.status == "pass" and "(gguf)" in check.reason  # held to float32's tolerance
+    provenance = json.loads((tmp_path / "out" / "gguf2ov.json").read_text())
+    assert provenance["options"]["transcoded"] == 1 + 9  # fc and every Linear of the layer, both projections included
+    assert len(result.left_out) == 3
+
+
+def test_block_rows_attend_both_ways_in_optimums_class_and_the_ir(checkpoints):
+    """DFlash trains the block bidirectionally (is_causal false): an earlier row sees a later one."""
+    import torch
+    from optimum.exporters.openvino.model_patcher import Qwen3DFlashForCausalLM
+
+    from gguf2ov.source import hf_config
+
+    draft = open_draft(checkpoints["v1"])
+    model = Qwen3DFlashForCausalLM(hf_config(draft.config)).eval()
+    model.load_state_dict({n: torch.from_numpy(draft.f32(n).copy()) for n in draft.names}, strict=True)
+    assert all(layer.self_attn.is_causal is False for layer in model.layers)
+    step = _steps(json.loads((checkpoints["v1"] / "config.json").read_text()))[0]
+    changed = dict(step, inputs_embeds=step["inputs_embeds"].copy())
+    changed["inputs_embeds"][:, -1] += 1.0  # only the last block row
+
+    def first_proposal(feeds):
+        with torch.no_grad():
+            out = model(**{k: torch.from_numpy(np.asarray(v)) for k, v in feeds.items() if k != "beam_idx"})
+        return (out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0])[0, 0].numpy()
+
+    assert np.abs(first_proposal(step) - first_proposal(changed)).max() > 1e-3
+    out = checkpoints["root"] / "both-ways"
+    export_draft(checkpoints["live"], out, progress=False, overwrite=True, run_verify=False)
+    a, c = (_run(out / "openvino_model.xml", [feeds])[0] for feeds in (step, changed))
+    assert np.abs(a[0, 0] - c[0, 0]).max() > 1e-3
