@@ -17,6 +17,7 @@ import numpy as np
 from .accept import DEFAULT_PROMPTS
 from .errors import Gguf2ovError
 from .report import Table, human_bytes
+from .selector import SelectorGain
 
 
 
@@ -58,6 +59,7 @@ class DriftResult:
     plot: str | None
     seconds: float
     provenance: dict
+    selector: SelectorGain | None = None  # DFlash 2 with a target: what GenAI's top-1 path leaves
 
     def tables(self) -> list[Table]:
         grid = any(v.rel_err_gguf is not None for v in self.variants)
@@ -79,12 +81,17 @@ class DriftResult:
             rows.append(row)
         note = (f"weights against the fp32 export{' and the dequantized GGUF grid' if grid else ''}; outputs over "
                 f"{self.n_rows} proposals in {self.n_blocks} blocks ({self.contexts} contexts)")
-        return [Table("Drift per variant", headers, rows, note)]
+        tables = [Table("Drift per variant", headers, rows, note)]
+        return tables + ([self.selector.table()] if self.selector else [])
 
     def summary(self) -> list[str]:
         lines = [f"{len(self.variants)} variants under {self.out_dir} in {self.seconds:.1f} s"]
         if self.plot:
             lines.append(f"plot: {self.plot}")
+        if self.selector:
+            s = self.selector
+            lines.append(f"DFlash 2 selector (offline, not in the IR): {s.selector_accepted:.2f} accepted tokens per block "
+                         f"against {s.top1_accepted:.2f} for GenAI's top-1 path")
         bad = [v.name for v in self.variants if v.verified is False]
         if bad:
             lines.append(f"verify FAILED for: {', '.join(bad)}")
@@ -298,7 +305,7 @@ def drift(source, out_dir, variants=None, target_dir=None, prompts=None, map_pat
             blocks = target_blocks(target_dir, draft.config.raw, prompts or DEFAULT_PROMPTS, block)
         else:
             blocks = synthetic_blocks(draft.config.raw, block)
-        results, baseline_out = [], None
+        results, baseline_out, selector = [], None, None
         for variant in parsed:
             vdir = tmp / variant.name
             step(f"building variant {variant.name}", progress)
@@ -320,6 +327,12 @@ def drift(source, out_dir, variants=None, target_dir=None, prompts=None, map_pat
                 verified=vr.ok, verify_failures=[c.name for c in vr.checks if c.status == "fail"],
                 acceptance=acceptance, tensors=meter.tensors,
             ))
+            if selector is None and _measures_selector(draft, target_dir):
+                step("measuring the DFlash 2 selector against the top-1 path", progress)
+                from .selector import selector_gain
+                from .target import Target
+
+                selector = selector_gain(draft, vdir, Target.open(target_dir), prompts or DEFAULT_PROMPTS)
         plot = plot_drift(results, tmp / "drift.png")
         record = provenance({"source": draft},
                             {"variants": [v.name for v in parsed], "target": str(target_dir) if target_dir else None})
@@ -327,10 +340,17 @@ def drift(source, out_dir, variants=None, target_dir=None, prompts=None, map_pat
             source=str(draft.path), out_dir=str(out_dir), contexts=blocks.kind, n_blocks=len(blocks.embeds),
             n_rows=int(sum(len(e) - 1 for e in blocks.embeds)), variants=results,
             plot=str(out_dir / "drift.png") if plot else None, seconds=time.monotonic() - start,
-            provenance=record,
+            provenance=record, selector=selector,
         )
         write_reports(result, tmp / "drift.json", tmp / "drift.md", title="gguf2ov drift")
     return result
+
+
+def _measures_selector(draft, target_dir) -> bool:
+    """A DFlash 2 draft that carries its selector, with a target to measure it against."""
+    from .selector import SELECTOR
+
+    return target_dir is not None and draft.config.is_dflash2 and sum(n.startswith(SELECTOR) for n in draft.ignored) == 3
 
 
 def _acceptance(target_dir, draft_dir, options: dict, progress: bool) -> dict:

@@ -115,6 +115,33 @@ class Target:
         taps = [np.asarray(result[request.model_outputs[i + 1]])[0] for i in range(len(layer_ids))]
         return np.concatenate(taps, axis=-1).astype(np.float32)
 
+    def logits(self, tokens: np.ndarray) -> np.ndarray:
+        """The target's next-token logits at every position of `tokens` in one pass: [T, vocab] (f32)."""
+        request = self._tap_request(())
+        request.reset_state()
+        t = len(tokens)
+        result = request.infer({
+            "input_ids": np.asarray(tokens, dtype=np.int64)[None], "attention_mask": np.ones((1, t), np.int64),
+            "position_ids": np.arange(t, dtype=np.int64)[None], "beam_idx": np.zeros(1, np.int32),
+        })
+        return np.asarray(result[request.model_outputs[0]])[0]
+
+    def greedy(self, tokens: np.ndarray, new_tokens: int) -> np.ndarray:
+        """`tokens` followed by the target's own greedy continuation of `new_tokens` tokens (f32)."""
+        request = self._tap_request(())
+        request.reset_state()
+        sequence = [int(t) for t in tokens]
+        step = np.asarray(tokens, dtype=np.int64)
+        for _ in range(new_tokens):
+            t, n = len(sequence), len(step)
+            result = request.infer({
+                "input_ids": step[None], "attention_mask": np.ones((1, t), np.int64),
+                "position_ids": np.arange(t - n, t, dtype=np.int64)[None], "beam_idx": np.zeros(1, np.int32),
+            })
+            sequence.append(int(np.asarray(result[request.model_outputs[0]])[0, -1].argmax()))
+            step = np.asarray(sequence[-1:], dtype=np.int64)  # the state holds the rest
+        return np.asarray(sequence, dtype=np.int64)
+
     def _tap_request(self, layer_ids: tuple[int, ...]):
         cache = self.__dict__.setdefault("_tap_requests", {})
         if layer_ids not in cache:
