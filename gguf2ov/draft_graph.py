@@ -14,8 +14,10 @@ The graph reproduces optimum-intel 2.2.0's export of that class, which stays the
 - per layer, queries from the block rows only, keys and values from [context, block], RoPE over
   all positions, and a K/V state per layer holding the context only (the block is never cached),
   reordered by `beam_idx` like every stateful optimum export;
-- non-causal attention inside the block, the caller's padding mask, and for sliding layers the
-  same window as optimum (the last `sliding_window` cached positions, and a relative window mask).
+- attention inside the block both ways, the caller's padding mask, and for sliding layers the
+  same window as optimum (the last `sliding_window` cached positions, and a relative window mask);
+  where the two differ, z-lab's reference decides: a config without `is_causal` makes its sliding
+  layers causal, and a window shorter than the block hides rows after the query too.
 A DFlash 2 draft (`config.is_dflash2`) adds the four dynamic depthwise convolutions of each layer
 (z-lab's `GroupedDynamicCausalConv`, gguf2ov/dflash2_torch.py): before and after attention, before
 and after the MLP. They run along the block rows only (dim 1 of `inputs_embeds`, where GenAI's
@@ -128,8 +130,10 @@ def _repeat_kv(x, kv_heads: int, groups: int, head_dim: int):
     return ops.reshape(x, _const([0, kv_heads * groups, -1, head_dim], np.int64), True)
 
 
-def _window_mask(q_len, kv_len, window: int):
-    """0 inside the sliding window, float32 min outside: [q_len, kv_len], queries the last q_len keys."""
+def _block_mask(q_len, kv_len, window: int | None, causal: bool):
+    """0 where a block row may look, float32 min elsewhere: [q_len, kv_len], the queries being the
+    last q_len keys. z-lab's rule: a causal layer hides later rows; a window hides keys `window` or
+    more positions before the query, and, in a layer attending both ways, as far after it."""
     ops = _ops()
     zero, one = _const(0, np.int64), _const(1, np.int64)
     kv = ops.squeeze(kv_len, _const([0], np.int64))
@@ -137,7 +141,16 @@ def _window_mask(q_len, kv_len, window: int):
     query_pos = ops.range(ops.subtract(kv, q), kv, one, "i64")
     key_pos = ops.range(zero, kv, one, "i64")
     distance = ops.subtract(ops.unsqueeze(query_pos, _const([1], np.int64)), ops.unsqueeze(key_pos, _const([0], np.int64)))
-    outside = ops.greater_equal(distance, _const(window, np.int64))
+    hidden = []
+    if window:
+        hidden.append(ops.greater_equal(distance, _const(window, np.int64)))
+        if not causal:
+            hidden.append(ops.less_equal(distance, _const(-window, np.int64)))
+    if causal:
+        hidden.append(ops.less(distance, zero))
+    outside = hidden[0]
+    for more in hidden[1:]:
+        outside = ops.logical_or(outside, more)
     return ops.select(outside, _const(F32_MIN), _const(0.0))
 
 
@@ -192,7 +205,7 @@ def build_draft_model(config: DraftConfig, weight: Callable[[str], object], vect
     h, heads, kv_heads, hd = config.hidden_size, config.num_heads, config.num_kv_heads, config.head_dim
     n_ids, eps = len(config.target_layer_ids), config.rms_norm_eps
     inv_freq, scaling = config.rope()
-    windows = config.layer_windows
+    windows, causal = config.layer_windows, config.causal_layers
 
     inputs_embeds = ops.parameter([-1, -1, h], np.float32, name="inputs_embeds")
     hidden_states = ops.parameter([-1, -1, n_ids * h], np.float32, name="hidden_states")
@@ -259,8 +272,8 @@ def build_draft_model(config: DraftConfig, weight: Callable[[str], object], vect
         values = ops.concat([v_ctx, v_block], 2)
         kv_len = _dim(keys, 2)
         mask = _last_rows(additive, kv_len, 3)
-        if window:
-            mask = ops.add(mask, _window_mask(q_len, kv_len, window))
+        if window or causal[i]:
+            mask = ops.add(mask, _block_mask(q_len, kv_len, window, causal[i]))
         keys = _repeat_kv(keys, kv_heads, heads // kv_heads, hd)
         values = _repeat_kv(values, kv_heads, heads // kv_heads, hd)
         attn = ops.scaled_dot_product_attention(q, keys, values, mask, _const(hd ** -0.5), causal=False)

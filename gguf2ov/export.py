@@ -51,6 +51,7 @@ class ExportResult:
     seconds: float
     verify: VerifyResult | None = field(default=None)
     dflash_version: int = 1
+    causal_layers: list[int] = field(default_factory=list)  # layers whose block rows see only earlier rows
     # DFlash 2: what GenAI cannot run and the IR therefore leaves out
     left_out: list[str] = field(default_factory=list)
 
@@ -76,6 +77,9 @@ class ExportResult:
         borrowed = [k for k in self.ignored_keys if k not in self.left_out]
         if borrowed:
             lines.append(f"not exported (GenAI uses the target's): {', '.join(borrowed)}")
+        if self.causal_layers:
+            lines.append(f"layers {self.causal_layers} attend causally inside the block: sliding layers of a config "
+                         "without is_causal, as z-lab's reference runs them (optimum-intel's export attends both ways)")
         if self.dflash_version == 2:
             lines.append(f"DFlash 2: {4 * self.num_layers} dynamic convolutions exported (4 per layer). "
                          + SELECTOR_LEFT_OUT)
@@ -218,6 +222,7 @@ def export_draft(source, out_dir, weight_format: str = "fp32", overwrite: bool =
         mask_token_id=config.mask_token_id, inputs=info["inputs"], outputs=info["outputs"],
         state_variables=info["state_variables"], rt_info=info["rt_info"], files=files, ignored_keys=draft.ignored,
         seconds=time.perf_counter() - start, dflash_version=2 if config.is_dflash2 else 1,
+        causal_layers=[i for i, causal in enumerate(config.causal_layers) if causal],
         left_out=[k for k in draft.ignored if k.startswith(SELECTOR_PREFIX)],
         verify=_relocated(verified, out_dir, draft.path),
     )

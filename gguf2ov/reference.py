@@ -63,11 +63,11 @@ def reference_outputs(draft: DraftSource, calls: list[dict], chained: bool = Tru
     for run in runs:
         run.context = _rms_norm(run.hidden @ fc.T, hidden_norm, eps)
     del fc
-    for i, window in enumerate(config.layer_windows):
+    for i, (window, causal) in enumerate(zip(config.layer_windows, config.causal_layers)):
         layer = {name[len(f"layers.{i}."):]: draft.f32(name) for name in draft.names if name.startswith(f"layers.{i}.")}
         cache = None
         for run in runs:
-            run.x, cache = _layer(run, layer, config, window, cache if chained else None)
+            run.x, cache = _layer(run, layer, config, window, causal, cache if chained else None)
         del layer
     norm = draft.f32("norm.weight")
     return [_rms_norm(run.x, norm, eps)[:, 1:] for run in runs]
@@ -93,7 +93,7 @@ def _conv(x: np.ndarray, kernels: np.ndarray | None, side: int) -> np.ndarray:
     return y
 
 
-def _layer(run: _Call, w: dict, config, window: int | None, cache):
+def _layer(run: _Call, w: dict, config, window: int | None, causal: bool, cache):
     """One decoder layer on the block rows, reading [context, block]; returns (rows, updated cache)."""
     heads, kv_heads, hd, eps = config.num_heads, config.num_kv_heads, config.head_dim, config.rms_norm_eps
     x, context = run.x, run.context
@@ -120,9 +120,12 @@ def _layer(run: _Call, w: dict, config, window: int | None, cache):
     values = np.concatenate([v_ctx, v[:, :, c:]], axis=2)
     kv_len = keys.shape[2]
     mask = run.mask[..., -kv_len:]
-    if window:
+    if window or causal:
         distance = np.arange(kv_len - t, kv_len)[:, None] - np.arange(kv_len)[None, :]
-        mask = mask + np.where(distance >= window, np.finfo(np.float32).min, 0).astype(np.float32)
+        hidden = (distance < 0) if causal else np.zeros(distance.shape, bool)
+        if window:
+            hidden |= (distance >= window) | (not causal and distance <= -window)
+        mask = mask + np.where(hidden, np.finfo(np.float32).min, 0).astype(np.float32)
     groups = heads // kv_heads
     keys, values = np.repeat(keys, groups, axis=1), np.repeat(values, groups, axis=1)
     scores = (q @ keys.transpose(0, 1, 3, 2)) * np.float32(hd ** -0.5) + mask

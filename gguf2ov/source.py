@@ -76,14 +76,30 @@ class DraftConfig:
         return float(self.raw.get("rms_norm_eps", QWEN3_DEFAULTS["rms_norm_eps"]))
 
     @property
+    def layer_types(self) -> list[str]:
+        """Per layer, `sliding_attention` or `full_attention`, as Qwen3Config fills them in."""
+        raw = self.raw
+        sliding = raw.get("use_sliding_window")
+        return raw.get("layer_types") or [
+            "sliding_attention" if sliding and i >= raw.get("max_window_layers", QWEN3_DEFAULTS["max_window_layers"])
+            else "full_attention" for i in range(self.num_layers)]
+
+    @property
     def layer_windows(self) -> list[int | None]:
         """Per layer, the sliding window (None: full attention), as Qwen3Config and Qwen3Attention set it."""
         raw = self.raw
         window = raw.get("sliding_window", QWEN3_DEFAULTS["sliding_window"]) if raw.get("use_sliding_window") else None
-        types = raw.get("layer_types") or [
-            "sliding_attention" if window is not None and i >= raw.get("max_window_layers", QWEN3_DEFAULTS["max_window_layers"])
-            else "full_attention" for i in range(self.num_layers)]
-        return [window if t == "sliding_attention" and window else None for t in types]
+        return [window if t == "sliding_attention" and window else None for t in self.layer_types]
+
+    @property
+    def causal_layers(self) -> list[bool]:
+        """Per layer, whether a block row sees only the rows before it, as z-lab's reference decides:
+        `is_causal` when the config states it, else causal exactly in the sliding layers (its rule
+        for v1 drafts, which optimum-intel's class does not follow: it attends both ways)."""
+        stated = self.raw.get("is_causal")
+        if stated is None:
+            return [t == "sliding_attention" for t in self.layer_types]
+        return [bool(stated)] * self.num_layers
 
     def rope(self) -> tuple[np.ndarray, float]:
         """RoPE's inverse frequencies and attention scaling, as transformers' Qwen3RotaryEmbedding makes them.
@@ -125,11 +141,8 @@ def draft_config(raw: dict, where) -> DraftConfig:
     for key in ("num_key_value_heads", "head_dim"):
         if raw.get(key) is not None and (not _is_int(raw[key]) or raw[key] <= 0):
             raise Gguf2ovError(f"{where}: {key} is {raw[key]!r}, not a positive integer")
-    if raw.get("is_causal") is True:
-        # optimum's class and the graph here attend both ways inside the block, as DFlash trains
-        raise Gguf2ovError(f"{where}: is_causal is true, but OpenVINO DFlash drafts attend bidirectionally "
-                           "inside the block; the IR would compute another function",
-                           hint="a DFlash draft's config has is_causal false or leaves it out")
+    if raw.get("is_causal") is not None and not isinstance(raw["is_causal"], bool):
+        raise Gguf2ovError(f"{where}: is_causal is {raw['is_causal']!r}, not true or false")
     block = dflash.get("block_size")
     config = DraftConfig(raw=raw, hidden_size=raw["hidden_size"], num_layers=raw["num_hidden_layers"],
                          target_layer_ids=list(ids), mask_token_id=dflash["mask_token_id"],

@@ -12,7 +12,7 @@ import pytest
 
 import dflash_builders as b
 from gguf2ov.draft_ir import block_feeds, run_draft
-from gguf2ov.export import build_draft_ir, save_draft_ir
+from gguf2ov.export import build_draft_ir, export_draft, save_draft_ir
 from gguf2ov.reference import reference_outputs, trace_optimum
 from gguf2ov.requantize import parse_variant
 from gguf2ov.source import open_draft
@@ -25,9 +25,11 @@ GEOMETRIES = {
                          num_key_value_heads=2, head_dim=24,
                          dflash_config={"target_layer_ids": [3], "mask_token_id": 1, "block_size": 4}),
     # GQA 8, head_dim 32 != 64 / 8, five target layers, a sliding layer with a window shorter than the context
+    # (and not shorter than the block, where optimum's one-sided window and z-lab's two-sided one differ)
     "gqa8-five-taps-sliding": dict(hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=8,
-                                   num_key_value_heads=1, head_dim=32, use_sliding_window=True, sliding_window=4,
+                                   num_key_value_heads=1, head_dim=32, use_sliding_window=True, sliding_window=6,
                                    layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                                   is_causal=False,  # optimum's class attends both ways in every layer
                                    dflash_config={"target_layer_ids": [0, 1, 2, 4, 6], "mask_token_id": 3,
                                                   "block_size": 6}),
 }
@@ -127,3 +129,58 @@ def test_a_wrong_window_is_seen(tmp_path):
         save_draft_ir(model, tmp_path / source.name / "ir")
         outs.append(run_draft(tmp_path / source.name / "ir" / "openvino_model.xml", _steps(draft.config, 6)).outputs[-1])
     assert np.abs(outs[0] - outs[1]).max() > 1e-3
+
+
+def _export_and_run(tmp_path, name, config, steps):
+    draft = open_draft(b.write_checkpoint(tmp_path / name, config, seed=7))
+    model, _ = build_draft_ir(draft, parse_variant("fp32"), progress=False)
+    (tmp_path / name / "ir").mkdir()
+    save_draft_ir(model, tmp_path / name / "ir")
+    ours = run_draft(tmp_path / name / "ir" / "openvino_model.xml", steps).outputs
+    for x, y in zip(ours, reference_outputs(draft, steps)):
+        assert np.abs(x - y).max() <= 1e-5 * max(1.0, np.abs(y).max())
+    return draft, ours
+
+
+def _changed_last_row(steps):
+    changed = [dict(s) for s in steps]
+    changed[-1]["inputs_embeds"] = changed[-1]["inputs_embeds"].copy()
+    changed[-1]["inputs_embeds"][:, -1] += 1.0
+    return changed
+
+
+def test_sliding_layers_of_a_config_without_is_causal_attend_causally(tmp_path):
+    """z-lab's reference makes sliding layers causal when the config does not state is_causal;
+    optimum-intel's class attends both ways. The export follows the reference and says so."""
+    config = {**b.DRAFT_CONFIG, **GEOMETRIES["gqa8-five-taps-sliding"], "layer_types": ["sliding_attention"] * 3}
+    del config["is_causal"]
+    steps = _steps(open_draft(b.write_checkpoint(tmp_path / "probe", config, seed=7)).config, 6)
+    draft, ours = _export_and_run(tmp_path, "causal", config, steps)
+    assert draft.config.causal_layers == [True, True, True]
+    _, changed = _export_and_run(tmp_path, "causal2", config, _changed_last_row(steps))
+    # the first proposal row never sees the block's last row ...
+    np.testing.assert_array_equal(ours[-1][0, 0], changed[-1][0, 0])
+    assert np.abs(ours[-1][0, -1] - changed[-1][0, -1]).max() > 1e-3
+    # ... while optimum's trace of the same weights lets it
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    import openvino as ov
+
+    ov.save_model(trace_optimum(draft, trace / "t.xml"), str(trace / "openvino_model.xml"), compress_to_fp16=False)
+    theirs = run_draft(trace / "openvino_model.xml", steps, segmented=False).outputs
+    assert np.abs(theirs[-1] - ours[-1]).max() > 1e-3
+    result = export_draft(tmp_path / "causal", tmp_path / "out", progress=False)
+    assert result.causal_layers == [0, 1, 2]
+    assert any("attend causally inside the block" in line for line in result.summary())
+
+
+def test_a_window_shorter_than_the_block_hides_rows_on_both_sides(tmp_path):
+    """is_causal false and a window of 2 in a block of 6: a row sees its neighbours only, in both
+    directions, so over three layers the first proposal row cannot feel the last row."""
+    config = {**b.DRAFT_CONFIG, **GEOMETRIES["gqa8-five-taps-sliding"], "sliding_window": 2,
+              "layer_types": ["sliding_attention"] * 3}
+    steps = _steps(open_draft(b.write_checkpoint(tmp_path / "probe", config, seed=7)).config, 6)
+    _, ours = _export_and_run(tmp_path, "window", config, steps)
+    _, changed = _export_and_run(tmp_path, "window2", config, _changed_last_row(steps))
+    np.testing.assert_array_equal(ours[-1][0, 0], changed[-1][0, 0])
+    assert np.abs(ours[-1][0, 3] - changed[-1][0, 3]).max() > 1e-3  # a neighbour's neighbour's neighbour does
