@@ -1,6 +1,7 @@
 """Tokens/s with and without the fixture's DFlash draft, on the small fixture target and a heavy one.
 
     python benchmarks/bench_speedup.py [--repeats 3] [--ks 3,5,7] [--max-new-tokens 100] [--rebuild]
+        [--drafts fp32,gguf,dflash2-fp32,dflash2-gguf,dflash2-int4-g16,dflash2-identity] [--out DIR]
 
 The fixture target (2.5M parameters) is so light that the speculative pipeline's own overhead
 eats most of the gain. The heavy target is the same function widened with zero-padded MLPs and
@@ -9,7 +10,9 @@ tokens while a target step costs what a mid-sized model's would. It is built int
 benchmarks/results/heavy-target and reused while its source and sizes are unchanged.
 
 Drafts: the fixture's Q4_K_M GGUF exported as fp32, as int4 (NNCF, group 16) and with its own
-GGUF grid (weight_format "gguf"). Every run is greedy at f32 inference precision over
+GGUF grid (weight_format "gguf"); the DFlash 2 fixture's (fixtures/tiny-dflash2, trained against
+the same target) the same three ways, and its checkpoint with the convolutions made identity (what
+a DFlash 2 draft run as v1 would be). Every run is greedy at f32 inference precision over
 fixtures/tiny-dflash/prompts.txt. The configurations are measured round-robin, one repeat of all
 of them at a time, so that load from other processes falls on all of them alike; each prompt's
 time is the median over repeats. Writes benchmarks/results/speedup.json.
@@ -38,11 +41,15 @@ from gguf2ov.report import Table, render, write_reports  # noqa: E402
 
 FIXTURES = REPO / "fixtures" / "tiny-dflash"
 RESULTS = REPO / "benchmarks" / "results"
-DRAFTS = {  # label -> export_draft keyword arguments
+FORMATS = {  # export_draft keyword arguments
     "fp32": {"weight_format": "fp32"},
     "int4-g16": {"weight_format": "int4", "group_size": 16},
     "gguf": {"weight_format": "gguf"},
 }
+# label -> (source, export arguments); sources are resolved by draft_sources()
+DRAFTS = {label: ("v1", kwargs) for label, kwargs in FORMATS.items()}
+DRAFTS.update({f"dflash2-{label}": ("dflash2", kwargs) for label, kwargs in FORMATS.items()})
+DRAFTS["dflash2-identity"] = ("dflash2-identity", FORMATS["fp32"])
 
 
 @dataclass(frozen=True)
@@ -132,16 +139,28 @@ def heavy_target(target_hf: Path, out: Path, extra_layers: int, intermediate_siz
     return out
 
 
-def export_drafts(gguf: Path, out: Path, labels: list[str]) -> dict[str, Path]:
+def draft_sources(fixtures: Path, out: Path, labels: list[str]) -> dict[str, Path]:
+    """The source each wanted draft is exported from (the identity copy is written under `out`)."""
+    dflash2 = fixtures.parent / "tiny-dflash2"
+    sources = {"v1": fixtures / "draft-Q4_K_M.gguf", "dflash2": dflash2 / "draft-Q4_K_M.gguf"}
+    if any(DRAFTS[label][0] == "dflash2-identity" for label in labels):
+        sys.path.insert(0, str(REPO / "tests"))
+        from dflash_builders import edit_convolutions
+
+        sources["dflash2-identity"] = edit_convolutions(dflash2 / "draft-ref", out / "dflash2-identity-ckpt", "identity")
+    return sources
+
+
+def export_drafts(sources: dict[str, Path], out: Path, labels: list[str]) -> dict[str, Path]:
     from gguf2ov.errors import Gguf2ovError
     from gguf2ov.export import export_draft
 
     drafts = {}
     for label in labels:
-        kwargs = DRAFTS[label]
+        source, kwargs = DRAFTS[label]
         path = out / label
         try:
-            export_draft(gguf, path, overwrite=True, progress=False, **kwargs)
+            export_draft(sources[source], path, overwrite=True, progress=False, **kwargs)
         except Gguf2ovError as e:  # a variant this GGUF cannot give (e.g. "gguf" on an unsupported grid)
             print(f"skipping the {label} draft: {e}", file=sys.stderr)
             continue
@@ -210,7 +229,7 @@ def main(argv=None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=100)
     ap.add_argument("--extra-layers", type=int, default=DEFAULT_EXTRA_LAYERS)
     ap.add_argument("--intermediate-size", type=int, default=DEFAULT_INTERMEDIATE_SIZE)
-    ap.add_argument("--drafts", default=",".join(DRAFTS), help="draft variants, comma-separated")
+    ap.add_argument("--drafts", default=",".join(FORMATS), help=f"drafts, comma-separated, of: {', '.join(DRAFTS)}")
     ap.add_argument("--no-small", action="store_true", help="skip the small fixture target")
     ap.add_argument("--threads", type=int, help="CPU inference threads (default: OpenVINO's choice, all cores)")
     ap.add_argument("--rebuild", action="store_true", help="rebuild the heavy target even if it is up to date")
@@ -225,7 +244,8 @@ def main(argv=None) -> int:
     unknown = set(wanted) - set(DRAFTS)
     if unknown:
         ap.error(f"unknown draft variants {sorted(unknown)}; choose from {', '.join(DRAFTS)}")
-    drafts = export_drafts(args.fixtures / "draft-Q4_K_M.gguf", args.out / "speedup-drafts", wanted)
+    sources = draft_sources(args.fixtures, args.out / "speedup-drafts", wanted)
+    drafts = export_drafts(sources, args.out / "speedup-drafts", wanted)
 
     targets = {"heavy": heavy} if args.no_small else {"fixture": args.fixtures / "target", "heavy": heavy}
     rows, info = [], {}

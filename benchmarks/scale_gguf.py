@@ -65,6 +65,11 @@ class Geometry:
     rope_theta: float = 1000000.0
     rms_norm_eps: float = 1e-6
     context_length: int = 40960
+    # DFlash 2 (conv_kernel 0: a v1 draft): convolutions per layer and the candidate selector
+    conv_kernel: int = 0
+    conv_group: int = 16
+    selector_rank: int = 256
+    selector_top_k: int = 16
     note: str = ""
 
     @property
@@ -76,7 +81,7 @@ class Geometry:
         return [1 + step * i for i in range(self.n_targets)]
 
     def hf_config(self) -> dict:
-        return {
+        config = {
             "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "hidden_size": self.hidden,
             "num_hidden_layers": self.layers, "num_attention_heads": self.heads,
             "num_key_value_heads": self.kv_heads, "head_dim": self.head_dim, "intermediate_size": self.ffn,
@@ -85,6 +90,11 @@ class Geometry:
             "dflash_config": {"target_layer_ids": self.target_layer_ids, "mask_token_id": self.mask_token_id,
                               "block_size": self.block_size},
         }
+        if self.conv_kernel:
+            config.update(architectures=["DFlash2DraftModel"], is_causal=False, vocab_size=self.vocab)
+            config["dflash_config"].update(conv_kernel_size=self.conv_kernel, conv_group_size=self.conv_group,
+                                           selector_rank=self.selector_rank, selector_top_k=self.selector_top_k)
+        return config
 
     def hf_shapes(self) -> dict[str, tuple[int, ...]]:
         """HF name -> PyTorch shape, sorted by name (a safetensors checkpoint's order)."""
@@ -102,6 +112,15 @@ class Geometry:
                 p + "mlp.gate_proj.weight": (self.ffn, h), p + "mlp.up_proj.weight": (self.ffn, h),
                 p + "mlp.down_proj.weight": (h, self.ffn),
             }
+            if self.conv_kernel:
+                for conv in ("attention_conv.", "mlp_conv."):
+                    shapes |= {p + conv + "base_kernel": (2, self.conv_kernel, h),
+                               p + conv + "kernel_projection.weight": (2 * self.conv_kernel * (h // self.conv_group), h)}
+        if self.conv_kernel:
+            rank = self.selector_rank
+            shapes |= {"candidate_selector.hidden_projection.weight": (rank, h),
+                       "candidate_selector.predecessor_codebook": (self.vocab, rank),
+                       "candidate_selector.successor_codebook": (self.vocab, rank)}
         return dict(sorted(shapes.items()))
 
     @property
@@ -110,7 +129,9 @@ class Geometry:
 
     def key(self) -> str:
         """Cache key: every field that changes the file's bytes, plus the builder version."""
-        fields = {k: v for k, v in asdict(self).items() if k != "note"}
+        # a v1 geometry's key leaves the DFlash 2 fields out, so cached v1 files stay valid
+        dflash2 = ("conv_kernel", "conv_group", "selector_rank", "selector_top_k")
+        fields = {k: v for k, v in asdict(self).items() if k != "note" and (self.conv_kernel or k not in dflash2)}
         blob = json.dumps({"v": BUILDER_VERSION, **fields}, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:10]
 
@@ -125,6 +146,10 @@ GEOMETRIES = {g.name: g for g in [
              n_targets=5, note="Qwen3-8B-DFlash-b16 geometry (the issue's)"),
     Geometry("guide-1.3b", hidden=4096, layers=6, ffn=12288, heads=32, kv_heads=8, head_dim=128, n_targets=8,
              note="the guide's GGUF-only draft: 8 target layers, fc 4096x32768"),
+    Geometry("qwen3.8-27b-dflash2", hidden=5120, layers=5, ffn=17408, heads=32, kv_heads=8, head_dim=128,
+             n_targets=5, vocab=248320, mask_token_id=248070, block_size=8, rope_theta=10000000.0,
+             conv_kernel=2, conv_group=16, selector_rank=256, selector_top_k=16,
+             note="incoai/Qwen3.8-27B-DFlash2's geometry: convolutions, and a selector the IR leaves out"),
 ]}
 
 

@@ -104,6 +104,35 @@ def write_dflash2_checkpoint(path: Path, identity: bool = False, seed: int = 1, 
     return write_checkpoint(path, config=config, extra=dflash2_tensors(config, identity, seed + 1), seed=seed)
 
 
+def edit_convolutions(src: Path, dst: Path, mode: str) -> Path:
+    """A copy of a DFlash 2 checkpoint with its convolutions changed: "identity" passes every input
+    through (base tap 0 = 1, everything else 0); "no-shift" drops tap 1 and beyond (the rows before),
+    leaving each row's own term: what a shift that silently read zeros would compute."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    config = json.loads((src / "config.json").read_text())
+    groups = config["hidden_size"] // config["dflash_config"]["conv_group_size"]
+    state = load_file(str(src / "model.safetensors"))
+    for name, value in state.items():
+        if name.endswith("_conv.base_kernel"):
+            value = value.clone()
+            if mode == "identity":
+                value[:, 0] = 1
+            value[:, 1:] = 0
+        elif name.endswith("_conv.kernel_projection.weight"):
+            value = value.clone()
+            rows = value.view(2, -1, groups, value.shape[-1])  # [side, tap, group, in]
+            if mode == "identity":
+                rows[:, 0] = 0
+            rows[:, 1:] = 0
+        state[name] = value.contiguous()
+    dst.mkdir(parents=True, exist_ok=True)
+    save_file(state, str(dst / "model.safetensors"), metadata={"format": "pt"})
+    (dst / "config.json").write_text(json.dumps(config, indent=2))
+    return dst
+
+
 def no_slice_class():
     """The Qwen3DFlashDraftModel behaviour (every row, seed included) behind the causal-LM signature."""
     from optimum.exporters.openvino.model_patcher import Qwen3DFlashDraftModel, Qwen3DFlashForCausalLM
