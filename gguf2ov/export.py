@@ -26,7 +26,7 @@ from .outputs import atomic_dir, atomic_write_text, check_output_dir
 from .progress import step
 from .provenance import provenance
 from .report import Table, human_bytes
-from .source import SELECTOR_PREFIX, DraftConfig, DraftSource, is_gguf, open_draft
+from .source import SELECTOR_LEFT_OUT, SELECTOR_PREFIX, DraftConfig, DraftSource, is_gguf, open_draft
 from .verify import VerifyResult
 
 IR_XML = "openvino_model.xml"
@@ -86,13 +86,6 @@ class ExportResult:
         if self.verify is not None:
             lines += self.verify.summary()
         return lines
-
-
-# GenAI's DFlash runtime proposes each row's top-1 through the target's lm_head; the selector's
-# path over the top-k candidates needs a sampler it does not have.
-SELECTOR_LEFT_OUT = ("The candidate selector stays in the checkpoint, out of the IR: GenAI proposes each row's "
-                     "top-1, which is lossless but accepts fewer tokens than the selector's path "
-                     "(`gguf2ov drift --target` measures the difference).")
 
 
 # --- building, rt_info, saving ------------------------------------------------------------------

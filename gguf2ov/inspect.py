@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from .errors import Gguf2ovError
 from .read import open_gguf, summarise
 from .report import Table, human_bytes, render
+from .source import DFLASH2_ARCHITECTURE, SELECTOR_LEFT_OUT
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,7 @@ class InspectResult:
     map_path: str | None
     map_fits: bool | None     # does the map consume every tensor and produce every HF tensor?
     map_problems: list[str]
+    model: str | None = None  # the HF class the map converts to
 
     def tables(self) -> list[Table]:
         return [
@@ -46,6 +48,10 @@ class InspectResult:
             lines.append("map: none applies")
         elif self.map_fits:
             lines.append(f"map: {self.map_path} consumes every tensor and produces every HF tensor")
+            if self.model == DFLASH2_ARCHITECTURE:
+                lines.append(f"model: {self.model}, four dynamic convolutions per layer, all exported. {SELECTOR_LEFT_OUT}")
+            elif self.model:
+                lines.append(f"model: {self.model}")
         else:
             lines.append(f"map: {self.map_path} does not fit: " + "; ".join(self.map_problems))
         return lines
@@ -55,7 +61,7 @@ def inspect(gguf_path, map_path=None) -> InspectResult:
     from .maps import map_for
 
     gguf = open_gguf(gguf_path)
-    hf_names, problems, map_name, fits = {}, [], None, None
+    hf_names, problems, map_name, fits, model = {}, [], None, None, None
     try:
         amap = map_for(gguf, map_path)
     except Gguf2ovError as e:
@@ -67,6 +73,7 @@ def inspect(gguf_path, map_path=None) -> InspectResult:
         try:
             config = amap.hf_config(gguf, allow_ambiguous=True)
             problems = amap.problems(gguf, config)
+            model = (config.get("architectures") or [None])[0]
         except Gguf2ovError as e:
             problems = [e.message]
         fits = not problems
@@ -81,7 +88,7 @@ def inspect(gguf_path, map_path=None) -> InspectResult:
         tensors=[TensorRow(t.gguf_name, t.type_name, list(t.ne), list(t.shape), t.n_bytes, hf_names.get(name))
                  for name, t in gguf.tensors.items()],
         type_counts=dict(Counter(t.type_name for t in gguf.tensors.values()).most_common()),
-        map_path=map_name, map_fits=fits, map_problems=problems,
+        map_path=map_name, map_fits=fits, map_problems=problems, model=model,
     )
 
 

@@ -26,6 +26,9 @@ DFLASH2_ARCHITECTURE = "DFlash2DraftModel"
 # The selector re-ranks the top-k of the draft's logits along a path; GenAI's DFlash runtime takes
 # the top-1 of each row, so the selector's tensors stay in the checkpoint and out of the IR.
 SELECTOR_PREFIX = "candidate_selector."
+SELECTOR_LEFT_OUT = ("The candidate selector stays in the checkpoint, out of the IR: GenAI proposes each row's "
+                     "top-1, which is lossless but accepts fewer tokens than the selector's path "
+                     "(`gguf2ov drift --target` measures the difference).")
 
 CONFIG_FILE = "config.json"
 # transformers' Qwen3Config defaults for keys a draft config may leave out
