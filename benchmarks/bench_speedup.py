@@ -168,36 +168,26 @@ def export_drafts(sources: dict[str, Path], out: Path, labels: list[str]) -> dic
     return drafts
 
 
-def _pipeline(target: Path, draft: Path | None, props: dict):
-    import openvino_genai as ov_genai
-
-    from gguf2ov.accept import _scheduler
-
-    if draft is None:
-        return ov_genai.LLMPipeline(str(target), "CPU", scheduler_config=_scheduler(), **props)
-    d = ov_genai.draft_model(str(draft), "CPU", **props)
-    return ov_genai.LLMPipeline(str(target), "CPU", scheduler_config=_scheduler(), draft_model=d, **props)
-
-
 def measure_target(label: str, target: Path, drafts: dict[str, Path], prompts: list[str], ks: list[int],
                    max_new_tokens: int, repeats: int, precision: str, threads: int | None = None) -> list[Row]:
-    from gguf2ov.accept import _generate, _generation_config, _properties
+    from gguf2ov.genai import Prompt, generate, generation_config, make_pipeline, properties
 
-    props = _properties(precision)
+    props = properties(precision)
+    prompts = [Prompt(p) for p in prompts]
     if threads:
         props["INFERENCE_NUM_THREADS"] = threads
     # One pipeline per draft, reused for every K (K is a generation setting, not a load setting).
     configs = [(None, None)] + [(d, k) for d in drafts for k in ks]
-    pipes = {None: _pipeline(target, None, props)}
-    pipes.update({d: _pipeline(target, drafts[d], props) for d in drafts})
-    gen_cfg = {(d, k): _generation_config(pipes[d], max_new_tokens, k, False) for d, k in configs}
+    pipes = {None: make_pipeline(target, "CPU", props)}
+    pipes.update({d: make_pipeline(target, "CPU", props, drafts[d]) for d in drafts})
+    gen_cfg = {(d, k): generation_config(pipes[d], max_new_tokens, k, False) for d, k in configs}
     runs = {c: [[] for _ in prompts] for c in configs}
     for c in configs:  # warm-up: kernel compilation and cache allocation, per pipeline and K
-        _generate(pipes[c[0]], prompts[0], gen_cfg[c], c[0] is not None)
+        generate(pipes[c[0]], prompts[0], gen_cfg[c], c[0] is not None)
     for rep in range(repeats):
         for c in configs:
             for i, p in enumerate(prompts):
-                runs[c][i].append(_generate(pipes[c[0]], p, gen_cfg[c], c[0] is not None))
+                runs[c][i].append(generate(pipes[c[0]], p, gen_cfg[c], c[0] is not None))
         print(f"{label}: repeat {rep + 1}/{repeats} done", file=sys.stderr)
     del pipes
 

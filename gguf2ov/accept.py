@@ -15,17 +15,16 @@ Derived, with the vLLM names: acceptance rate = accepted / drafted, mean accepta
 """
 
 import argparse
+import dataclasses
 import statistics
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import Gguf2ovError, library_message
 from .progress import progress as progress_bar
 from .progress import step
+from .genai import PIPELINES, PRECISIONS, Generation, Prompt, generate, generation_config, make_pipeline, properties, target_kind
 from .report import Table, render, write_reports
-
-PRECISIONS = ("f32", "auto")
 
 # Used when no prompt file is given: plain English openings any text model can continue.
 DEFAULT_PROMPTS = [
@@ -54,6 +53,7 @@ class PromptAcceptance:
     first_difference: int | None = None  # character offset where the texts part, if they do
     text_target: str | None = None
     text_draft: str | None = None
+    images: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,8 @@ class AcceptResult:
     reasons: tuple[str, ...]
     per_position_acceptance: tuple[float, ...]  # P(proposal i accepted | proposed), i = 1..K
     properties: dict = field(default_factory=dict)
+    pipeline: str = "LLMPipeline"
+    by_kind: dict = field(default_factory=dict)  # "text" / "image" totals when a run has both
     # The overall figures again at the top level of the JSON, under their usual names.
     identical: bool = field(init=False)
     accepted_tokens: int = field(init=False)
@@ -97,9 +99,10 @@ class AcceptResult:
                     p.target_steps, p.acceptance_rate, p.accepted_share, p.mean_acceptance_length,
                     p.tok_s_target, p.tok_s_draft, p.speedup]
 
-        rows = [row(str(i), p) for i, p in enumerate(self.prompts)]
+        rows = [row(f"{i} (image)" if p.images else str(i), p) for i, p in enumerate(self.prompts)]
+        rows += [row(f"all {kind}", total) for kind, total in self.by_kind.items()]
         rows.append(row("all", self.overall))
-        note = (f"K={self.num_assistant_tokens} assistant tokens, {self.max_new_tokens} new tokens, "
+        note = (f"{self.pipeline}, K={self.num_assistant_tokens} assistant tokens, {self.max_new_tokens} new tokens, "
                 f"{self.device} {self.precision}, throughput = median of {self.repeats} run(s) after a warm-up")
         tables = [Table("Acceptance: target alone vs target + DFlash draft", headers, rows, note)]
         if self.per_position_acceptance:
@@ -118,6 +121,10 @@ class AcceptResult:
             f"throughput {o.tok_s_target:.1f} tok/s alone, {o.tok_s_draft:.1f} tok/s with the draft "
             f"(speedup {o.speedup:.2f}x)",
         ]
+        for kind, total in self.by_kind.items():
+            lines.append(f"{kind} prompts: accepted {total.accepted_tokens} of {total.generated_tokens} "
+                         f"({total.accepted_share:.1%}), text {'identical' if total.identical else 'DIFFERENT'}")
+        lines.append(f"pipeline: {self.pipeline} on {self.device}")
         return lines
 
 
@@ -168,67 +175,10 @@ def _check_dirs(target_dir: Path, draft_dir: Path) -> None:
 def check_options(max_new_tokens: int, num_assistant_tokens: int, repeats: int, precision: str) -> None:
     if repeats < 1 or max_new_tokens < 1 or num_assistant_tokens < 1:
         raise Gguf2ovError("--repeats, --max-new-tokens and --num-assistant-tokens must be at least 1")
-    _properties(precision)
+    properties(precision)
 
 
-def _properties(precision: str) -> dict:
-    if precision not in PRECISIONS:
-        raise Gguf2ovError(f"unknown precision {precision!r}", hint=f"use one of {', '.join(PRECISIONS)}")
-    # f32 keeps the target's verify pass and its single-token decode numerically identical; with the
-    # CPU's default bf16 the two can part for reasons that have nothing to do with the draft.
-    return {"INFERENCE_PRECISION_HINT": "f32"} if precision == "f32" else {}
-
-
-def _scheduler():
-    import openvino_genai as ov_genai
-
-    s = ov_genai.SchedulerConfig()
-    s.enable_prefix_caching = False  # DFlash with the paged-attention backend rejects it
-    return s
-
-
-def _generation_config(pipe, max_new_tokens: int, num_assistant_tokens: int | None, apply_chat_template: bool):
-    cfg = pipe.get_generation_config()
-    cfg.max_new_tokens = max_new_tokens
-    cfg.do_sample = False
-    cfg.num_beams = 1
-    cfg.num_return_sequences = 1
-    if hasattr(cfg, "apply_chat_template"):
-        cfg.apply_chat_template = apply_chat_template
-    if num_assistant_tokens is not None:
-        cfg.num_assistant_tokens = num_assistant_tokens
-        cfg.assistant_confidence_threshold = 0.0
-    return cfg
-
-
-@dataclass
-class _Run:
-    text: str
-    seconds: float
-    generated: int
-    accepted: int = 0
-    drafted: int = 0
-    steps: int = 0
-    emitted_per_step: tuple[int, ...] = ()   # target: accepted + 1 per step (the first is the prefill)
-    drafted_per_call: tuple[int, ...] = ()   # draft: candidates per call, one call per later step
-
-
-def _generate(pipe, prompt: str, cfg, speculative: bool) -> _Run:
-    t = time.perf_counter()
-    r = pipe.generate([prompt], cfg)  # a list gives DecodedResults with the metrics
-    seconds = time.perf_counter() - t
-    run = _Run(text=r.texts[0], seconds=seconds, generated=int(r.perf_metrics.get_num_generated_tokens()))
-    if speculative:
-        m = r.extended_perf_metrics
-        run.accepted = int(m.get_num_accepted_tokens())
-        run.emitted_per_step = tuple(int(x) for x in m.main_model_metrics.raw_metrics.m_batch_sizes)
-        run.drafted_per_call = tuple(int(x) for x in m.draft_model_metrics.raw_metrics.m_batch_sizes)
-        run.steps = len(run.emitted_per_step)
-        run.drafted = sum(run.drafted_per_call)
-    return run
-
-
-def per_position_acceptance(runs: list[_Run], k: int) -> tuple[float, ...]:
+def per_position_acceptance(runs: list[Generation], k: int) -> tuple[float, ...]:
     """P(the i-th proposal is accepted | it was proposed), from the per-step counts.
 
     Each verify step after the prefill emits accepted + 1 tokens for the draft call before it; when
@@ -281,13 +231,13 @@ def explain_broken(target_dir, draft_dir) -> list[str]:
             "target layer ids (--target-layer-offset) and that draft and target were trained together"]
 
 
-def _run_all(pipe, prompts, cfg, speculative: bool, repeats: int, label: str, show: bool) -> list[list[_Run]]:
+def _run_all(pipe, prompts, cfg, speculative: bool, repeats: int, label: str, show: bool) -> list[list[Generation]]:
     # Warm-up: the first call compiles kernels and allocates the KV cache.
-    _generate(pipe, prompts[0], cfg, speculative)
-    runs: list[list[_Run]] = [[] for _ in prompts]
+    generate(pipe, prompts[0], cfg, speculative)
+    runs: list[list[Generation]] = [[] for _ in prompts]
     for _ in range(repeats):
         for i, p in enumerate(progress_bar(prompts, desc=label, enabled=show, unit="prompt")):
-            runs[i].append(_generate(pipe, p, cfg, speculative))
+            runs[i].append(generate(pipe, p, cfg, speculative))
     return runs
 
 
@@ -305,31 +255,30 @@ def run_acceptance(
 ) -> AcceptResult:
     """Generate greedily with the target alone and with the draft attached; compare and count."""
     target_dir, draft_dir = Path(target_dir), Path(draft_dir)
-    prompts = [p for p in prompts if p.strip()]
+    prompts = [p if isinstance(p, Prompt) else Prompt(p) for p in prompts]
+    prompts = [p for p in prompts if p.text.strip() or p.images]
     if not prompts:
         raise Gguf2ovError("no prompts to run")
     check_options(max_new_tokens, num_assistant_tokens, repeats, precision)
     _check_dirs(target_dir, draft_dir)
-    props = _properties(precision)
+    kind = target_kind(target_dir)
+    if kind != "vlm" and any(p.images for p in prompts):
+        raise Gguf2ovError(f"image prompts need a VLM target; {target_dir} is a text model",
+                           hint="pass a folder exported with optimum-intel's image-text-to-text task")
+    props = properties(precision, device)
 
     try:
-        import openvino_genai as ov_genai
-    except ImportError as e:  # pragma: no cover - part of the install
-        raise Gguf2ovError(f"openvino_genai cannot be imported: {e}") from e
-
-    try:
-        step(f"target alone: {len(prompts)} prompt(s) x {repeats}", progress)
-        pipe = ov_genai.LLMPipeline(str(target_dir), device, scheduler_config=_scheduler(), **props)
-        cfg = _generation_config(pipe, max_new_tokens, None, apply_chat_template)
+        step(f"target alone ({PIPELINES[kind]}): {len(prompts)} prompt(s) x {repeats}", progress)
+        pipe = make_pipeline(target_dir, device, props)
+        cfg = generation_config(pipe, max_new_tokens, None, apply_chat_template)
         base = _run_all(pipe, prompts, cfg, False, repeats, "target", progress)
         del pipe
 
         step(f"target + draft (K={num_assistant_tokens}): {len(prompts)} prompt(s) x {repeats}", progress)
-        draft = ov_genai.draft_model(str(draft_dir), device, **props)
-        pipe = ov_genai.LLMPipeline(str(target_dir), device, scheduler_config=_scheduler(), draft_model=draft, **props)
-        cfg = _generation_config(pipe, max_new_tokens, num_assistant_tokens, apply_chat_template)
+        pipe = make_pipeline(target_dir, device, props, draft_dir)
+        cfg = generation_config(pipe, max_new_tokens, num_assistant_tokens, apply_chat_template)
         spec = _run_all(pipe, prompts, cfg, True, repeats, "target+draft", progress)
-        del pipe, draft
+        del pipe
     except Gguf2ovError:
         raise
     except Exception as e:  # GenAI reports everything as RuntimeError with a C++ message
@@ -345,7 +294,8 @@ def run_acceptance(
         tok_s_t = statistics.median(r.generated / r.seconds for r in b_runs)
         tok_s_d = statistics.median(r.generated / r.seconds for r in s_runs)
         per_prompt.append(PromptAcceptance(
-            prompt=p,
+            prompt=p.text,
+            images=p.images,
             identical=b.text == s.text,
             generated_tokens=s.generated,
             accepted_tokens=s.accepted,
@@ -362,31 +312,14 @@ def run_acceptance(
             text_draft=s.text,
         ))
 
-    gen = sum(p.generated_tokens for p in per_prompt)
-    acc = sum(p.accepted_tokens for p in per_prompt)
-    drafted = sum(p.draft_candidates for p in per_prompt)
-    steps = sum(p.target_steps for p in per_prompt)
-    # Overall throughput: total tokens over total time, each prompt's time being its median run.
-    t_target = sum(statistics.median(r.seconds for r in runs) for runs in base)
-    t_draft = sum(statistics.median(r.seconds for r in runs) for runs in spec)
-    gen_target = sum(runs[-1].generated for runs in base)
-    tok_s_t = _ratio(gen_target, t_target)
-    tok_s_d = _ratio(gen, t_draft)
-    overall = PromptAcceptance(
-        prompt=None,
-        identical=all(p.identical for p in per_prompt),
-        generated_tokens=gen,
-        accepted_tokens=acc,
-        draft_candidates=drafted,
-        target_steps=steps,
-        acceptance_rate=_ratio(acc, drafted),
-        accepted_share=_ratio(acc, gen),
-        mean_acceptance_length=1 + _ratio(acc, steps),
-        tok_s_target=tok_s_t,
-        tok_s_draft=tok_s_d,
-        speedup=_ratio(tok_s_d, tok_s_t),
-    )
-    verdict, reasons = judge(overall, precision)
+    overall = _total(per_prompt, base, spec)
+    kinds = sorted({p.kind for p in prompts})
+    by_kind = {} if len(kinds) < 2 else {
+        k: _total(*zip(*[(a, b, c) for a, b, c, p in zip(per_prompt, base, spec, prompts) if p.kind == k]))
+        for k in kinds}
+    # Image prompts count for identical text; acceptance is judged on the text prompts when there are any.
+    judged = dataclasses.replace(by_kind["text"], identical=overall.identical) if by_kind else overall
+    verdict, reasons = judge(judged, precision)
     if verdict == "BROKEN":
         reasons += explain_broken(target_dir, draft_dir)
     return AcceptResult(
@@ -403,6 +336,35 @@ def run_acceptance(
         prompts=tuple(per_prompt),
         overall=overall,
         properties=props,
+        pipeline=PIPELINES[kind],
+        by_kind=by_kind,
+    )
+
+
+def _total(per_prompt, base, spec) -> PromptAcceptance:
+    """The figures over a set of prompts; throughput is total tokens over total time, each prompt's
+    time being its median run."""
+    gen = sum(p.generated_tokens for p in per_prompt)
+    acc = sum(p.accepted_tokens for p in per_prompt)
+    drafted = sum(p.draft_candidates for p in per_prompt)
+    steps = sum(p.target_steps for p in per_prompt)
+    t_target = sum(statistics.median(r.seconds for r in runs) for runs in base)
+    t_draft = sum(statistics.median(r.seconds for r in runs) for runs in spec)
+    tok_s_t = _ratio(sum(runs[-1].generated for runs in base), t_target)
+    tok_s_d = _ratio(gen, t_draft)
+    return PromptAcceptance(
+        prompt=None,
+        identical=all(p.identical for p in per_prompt),
+        generated_tokens=gen,
+        accepted_tokens=acc,
+        draft_candidates=drafted,
+        target_steps=steps,
+        acceptance_rate=_ratio(acc, drafted),
+        accepted_share=_ratio(acc, gen),
+        mean_acceptance_length=1 + _ratio(acc, steps),
+        tok_s_target=tok_s_t,
+        tok_s_draft=tok_s_d,
+        speedup=_ratio(tok_s_d, tok_s_t),
     )
 
 
@@ -424,7 +386,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompts", type=Path, help="text file, one prompt per line (default: 3 built-in prompts)")
     parser.add_argument("--max-new-tokens", type=int, default=100)
     parser.add_argument("--num-assistant-tokens", type=int, default=7, help="tokens the draft proposes per step (K)")
-    parser.add_argument("--device", default="CPU")
+    parser.add_argument("--device", default="CPU", help="device of both pipelines (default CPU; GPU runs with "
+                                                        "ATTENTION_BACKEND=PA)")
     parser.add_argument("--precision", choices=PRECISIONS, default="f32",
                         help="f32 (default) makes greedy output comparable byte for byte; auto = device default")
     parser.add_argument("--repeats", type=int, default=1, help="timed runs per prompt (median is reported)")

@@ -369,6 +369,7 @@ def configure_parser(p) -> None:
     p.add_argument("--target", help="OpenVINO target folder: contexts from its hidden states, proposals through its lm_head")
     p.add_argument("--prompts", help="text file, one prompt per line, for the target contexts")
     p.add_argument("--accept", action="store_true", help="with --target: also run an acceptance run per variant")
+    p.add_argument("--device", default="CPU", help="device of the acceptance runs (default CPU)")
     p.add_argument("--map", help="tensor map YAML to use instead of the shipped one")
     p.add_argument("--target-layer-offset", type=int, help="see gguf2ov convert")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
@@ -386,7 +387,8 @@ def cli(args) -> int:
     prompts = read_prompts(args.prompts) if args.prompts else None
     result = drift(args.source, args.output, variants=variants, target_dir=args.target,
                    prompts=prompts, map_path=args.map, target_layer_offset=args.target_layer_offset,
-                   accept_options={"prompts": prompts or list(DEFAULT_PROMPTS)} if args.accept else None,
+                   accept_options={"prompts": prompts or list(DEFAULT_PROMPTS), "device": args.device}
+                   if args.accept else None,
                    overwrite=args.overwrite, progress=not args.quiet)
     print(render(result, "text", title="gguf2ov drift"))
     if args.json:

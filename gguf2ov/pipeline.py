@@ -64,7 +64,7 @@ class RunResult:
 def run(gguf_path, target_dir, out_dir, reference_dir=None, requant: str = DEFAULT_REQUANT, variants=None,
         prompts=None, max_new_tokens: int = 100, num_assistant_tokens: int = 7, precision: str = "f32",
         repeats: int = 1, map_path=None, target_layer_offset=None, overwrite: bool = False,
-        progress: bool = True) -> RunResult:
+        progress: bool = True, device: str = "CPU") -> RunResult:
     from .accept import DEFAULT_PROMPTS, check_options, check_target_dir, run_acceptance
     from .check import check
     from .convert import convert
@@ -93,7 +93,8 @@ def run(gguf_path, target_dir, out_dir, reference_dir=None, requant: str = DEFAU
     stages, results = [], {}
     options = {"reference": str(reference_dir) if reference_dir else None, "requant": requant, "variants": variants,
                "max_new_tokens": max_new_tokens, "num_assistant_tokens": num_assistant_tokens,
-               "precision": precision, "repeats": repeats, "target_layer_offset": target_layer_offset}
+               "precision": precision, "repeats": repeats, "target_layer_offset": target_layer_offset,
+               "device": device}
 
     def finish(verdict: str) -> RunResult:
         result = RunResult(str(gguf_path), str(target_dir), str(out_dir), verdict, stages, results,
@@ -153,7 +154,8 @@ def run(gguf_path, target_dir, out_dir, reference_dir=None, requant: str = DEFAU
             draft = Path(next(v.path for v in d.variants if v.name == name))
             stage(f"accept:{name}", lambda: run_acceptance(
                 target_dir, draft, prompts, max_new_tokens=max_new_tokens,
-                num_assistant_tokens=num_assistant_tokens, precision=precision, repeats=repeats, progress=progress),
+                num_assistant_tokens=num_assistant_tokens, precision=precision, repeats=repeats, progress=progress,
+                device=device),
                 lambda r: (r.verdict == "PASS", f"{r.verdict}: {r.accepted_tokens}/{r.overall.generated_tokens} tokens "
                                                  f"from the draft, {r.speedup:.2f}x" + "".join(f"; {x}" for x in r.reasons)))
         verdict = "PASS"
@@ -192,6 +194,8 @@ def configure_parser(p) -> None:
     p.add_argument("--max-new-tokens", type=int, default=100)
     p.add_argument("--num-assistant-tokens", type=int, default=7)
     p.add_argument("--precision", choices=("f32", "auto"), default="f32")
+    p.add_argument("--device", default="CPU", help="device of every GenAI run (default CPU; GPU runs with "
+                                                   "ATTENTION_BACKEND=PA)")
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--map", help="tensor map YAML to use instead of the shipped one")
     p.add_argument("--target-layer-offset", type=int, help="see gguf2ov convert")
@@ -207,7 +211,8 @@ def cli(args) -> int:
                  prompts=read_prompts(args.prompts) if args.prompts else None,
                  max_new_tokens=args.max_new_tokens, num_assistant_tokens=args.num_assistant_tokens,
                  precision=args.precision, repeats=args.repeats, map_path=args.map,
-                 target_layer_offset=args.target_layer_offset, overwrite=args.overwrite, progress=not args.quiet)
+                 target_layer_offset=args.target_layer_offset, overwrite=args.overwrite, progress=not args.quiet,
+                 device=args.device)
     if "drift" in result.results:
         print(render(result.results["drift"], "text"))
     print(render(result, "text", title="gguf2ov run"))

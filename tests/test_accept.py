@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from gguf2ov.accept import AcceptResult, PromptAcceptance, _Run, judge, per_position_acceptance, read_prompts, run_acceptance
+from gguf2ov.accept import AcceptResult, PromptAcceptance, judge, per_position_acceptance, read_prompts, run_acceptance
+from gguf2ov.genai import Generation
 from gguf2ov.cli import build_parser
 from gguf2ov.errors import Gguf2ovError
 from gguf2ov.report import render
@@ -100,10 +101,10 @@ def test_verdicts():
 
 def test_per_position_acceptance_from_step_counts():
     # measured shape: a prefill step emitting 1, then one draft call of K before each verify step
-    run = _Run(text="", seconds=1.0, generated=16, accepted=12, emitted_per_step=(1, 8, 4, 3),
+    run = Generation(text="", seconds=1.0, generated=16, accepted=12, emitted_per_step=(1, 8, 4, 3),
                drafted_per_call=(7, 7, 2))
     rates = per_position_acceptance([run], 7)
     # accepted 7, 3 and 2 of 7, 7 and 2 proposals
     assert rates == (1.0, 1.0, 1.0, 0.5, 0.5, 0.5, 0.5)
-    inconsistent = _Run(text="", seconds=1.0, generated=5, accepted=9, emitted_per_step=(1, 4), drafted_per_call=(7,))
+    inconsistent = Generation(text="", seconds=1.0, generated=5, accepted=9, emitted_per_step=(1, 4), drafted_per_call=(7,))
     assert per_position_acceptance([inconsistent], 7) == ()

@@ -1,0 +1,141 @@
+"""OpenVINO GenAI as every stage runs it: the pipeline for a text or a VLM target, with or without
+a DFlash draft, the greedy generation config, and a generate that counts what the draft did.
+
+What GenAI 2026.4.1 needs for DFlash (measured; FACTS.md and notes/vlm-dflash.md):
+- a scheduler config with prefix caching off, on `LLMPipeline` and `VLMPipeline` alike (the VLM
+  default turns it on, and DFlash's paged-attention path refuses it);
+- greedy decoding, one sequence, `assistant_confidence_threshold` 0;
+- `INFERENCE_PRECISION_HINT=f32` on both models for byte-identical text with and without the
+  draft (the CPU's default bf16 can part the multi-token verify pass from single-token decoding);
+- on GPU, the paged-attention backend (`ATTENTION_BACKEND=PA`), as the DFlash recipe sets it.
+Counting, where `get_num_draft_tokens()` returns 0 in the DFlash path: target steps are the
+entries of the main model's `m_batch_sizes` (each step emits accepted + 1 tokens), draft
+candidates the sum of the draft model's.
+"""
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import Gguf2ovError
+
+TEXT_MODEL = "openvino_model.xml"
+VLM_LANGUAGE_MODEL = "openvino_language_model.xml"
+VLM_TEXT_EMBEDDINGS = "openvino_text_embeddings_model.xml"
+TOKENIZERS = ("openvino_tokenizer.xml", "openvino_detokenizer.xml")
+PRECISIONS = ("f32", "auto")
+PIPELINES = {"llm": "LLMPipeline", "vlm": "VLMPipeline"}
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A prompt: text, and the images a VLM target sees with it."""
+
+    text: str
+    images: tuple[str, ...] = ()
+
+    @property
+    def kind(self) -> str:
+        return "image" if self.images else "text"
+
+
+def target_kind(target_dir) -> str | None:
+    """"vlm" for a VLM folder (language model + text embeddings), "llm" for a text model, else None."""
+    target_dir = Path(target_dir)
+    if (target_dir / VLM_LANGUAGE_MODEL).is_file() and (target_dir / VLM_TEXT_EMBEDDINGS).is_file():
+        return "vlm"
+    if (target_dir / TEXT_MODEL).is_file():
+        return "llm"
+    return None
+
+
+def properties(precision: str, device: str = "CPU") -> dict:
+    if precision not in PRECISIONS:
+        raise Gguf2ovError(f"unknown precision {precision!r}", hint=f"use one of {', '.join(PRECISIONS)}")
+    props = {"INFERENCE_PRECISION_HINT": "f32"} if precision == "f32" else {}
+    if device.upper().startswith("GPU"):
+        props["ATTENTION_BACKEND"] = "PA"
+    return props
+
+
+def scheduler():
+    import openvino_genai as ov_genai
+
+    s = ov_genai.SchedulerConfig()
+    s.enable_prefix_caching = False  # DFlash with the paged-attention backend rejects it
+    return s
+
+
+def make_pipeline(target_dir, device: str, props: dict, draft_dir=None):
+    """`LLMPipeline` or `VLMPipeline` (by the target folder), with the DFlash draft attached when given."""
+    import openvino_genai as ov_genai
+
+    target_dir = Path(target_dir)
+    cls = ov_genai.VLMPipeline if target_kind(target_dir) == "vlm" else ov_genai.LLMPipeline
+    extra = {} if draft_dir is None else {"draft_model": ov_genai.draft_model(str(draft_dir), device, **props)}
+    return cls(str(target_dir), device, scheduler_config=scheduler(), **extra, **props)
+
+
+def generation_config(pipe, max_new_tokens: int, num_assistant_tokens: int | None, apply_chat_template: bool = False):
+    cfg = pipe.get_generation_config()
+    cfg.max_new_tokens = max_new_tokens
+    cfg.do_sample = False
+    cfg.num_beams = 1
+    cfg.num_return_sequences = 1
+    if hasattr(cfg, "apply_chat_template"):
+        cfg.apply_chat_template = apply_chat_template
+    if num_assistant_tokens is not None:
+        cfg.num_assistant_tokens = num_assistant_tokens
+        cfg.assistant_confidence_threshold = 0.0
+    return cfg
+
+
+@dataclass
+class Generation:
+    """One greedy generation, and what the draft did in it."""
+
+    text: str
+    seconds: float
+    generated: int
+    accepted: int = 0
+    drafted: int = 0
+    steps: int = 0
+    emitted_per_step: tuple[int, ...] = ()   # target: accepted + 1 per step (the first is the prefill)
+    drafted_per_call: tuple[int, ...] = ()   # draft: candidates per call, one call per later step
+
+
+def load_image(path):
+    """An image file as the uint8 [1, H, W, 3] tensor VLMPipeline takes."""
+    import numpy as np
+    import openvino as ov
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as image:
+            pixels = np.asarray(image.convert("RGB"), dtype=np.uint8)
+    except (OSError, UnidentifiedImageError) as e:
+        raise Gguf2ovError(f"cannot read image {path}: {e}", hint="pass a PNG or JPEG file") from e
+    return ov.Tensor(pixels[None].copy())
+
+
+def generate(pipe, prompt: Prompt, cfg, speculative: bool) -> Generation:
+    if prompt.images:
+        images = [load_image(p) for p in prompt.images]
+        start = time.perf_counter()
+        r = pipe.generate(prompt.text, images=images, generation_config=cfg)
+    elif type(pipe).__name__ == "VLMPipeline":
+        start = time.perf_counter()
+        r = pipe.generate(prompt.text, generation_config=cfg)
+    else:
+        start = time.perf_counter()
+        r = pipe.generate([prompt.text], cfg)  # a list gives DecodedResults with the metrics
+    seconds = time.perf_counter() - start
+    run = Generation(text=r.texts[0], seconds=seconds, generated=int(r.perf_metrics.get_num_generated_tokens()))
+    if speculative:
+        m = r.extended_perf_metrics
+        run.accepted = int(m.get_num_accepted_tokens())
+        run.emitted_per_step = tuple(int(x) for x in m.main_model_metrics.raw_metrics.m_batch_sizes)
+        run.drafted_per_call = tuple(int(x) for x in m.draft_model_metrics.raw_metrics.m_batch_sizes)
+        run.steps = len(run.emitted_per_step)
+        run.drafted = sum(run.drafted_per_call)
+    return run
