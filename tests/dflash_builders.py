@@ -108,7 +108,6 @@ def edit_convolutions(src: Path, dst: Path, mode: str) -> Path:
     """A copy of a DFlash 2 checkpoint with its convolutions changed: "identity" passes every input
     through (base tap 0 = 1, everything else 0); "no-shift" drops tap 1 and beyond (the rows before),
     leaving each row's own term: what a shift that silently read zeros would compute."""
-    import torch
     from safetensors.torch import load_file, save_file
 
     config = json.loads((src / "config.json").read_text())
