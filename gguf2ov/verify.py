@@ -492,6 +492,24 @@ def _target_checks(d: _Draft, target_dir: Path) -> list[Check]:
     return out
 
 
+def pattern_fallback_layers(target, ids) -> dict[int, str]:
+    """What GenAI does without the annotation: per id, the first Add named `layers.<id>/` whose second
+    input is MatMul(Multiply(...)), the MLP residual add of a Llama/Qwen-style block (GenAI's
+    eagle3::find_decoder_layer_hidden_state_outputs). {id: the Add's name} for the ids it finds."""
+    found = {}
+    for op in target.get_ordered_ops():
+        if op.get_type_name() != "Add" or op.get_input_size() < 2:
+            continue
+        mlp = op.input_value(1).get_node()
+        if mlp.get_type_name() != "MatMul" or mlp.input_value(0).get_node().get_type_name() != "Multiply":
+            continue
+        name = op.get_friendly_name()
+        for i in ids:
+            if i not in found and f"layers.{i}/" in name:
+                found[i] = name
+    return found
+
+
 def _locator_check(target, n_layers, ids) -> Check:
     from .target import LOCATORS_KEY, read_locators
 
@@ -500,8 +518,14 @@ def _locator_check(target, n_layers, ids) -> Check:
     except Gguf2ovError as e:
         return Check("target-locators", "target", "fail", e.message)
     if layers is None:
-        return Check("target-locators", "target", "warn", f"no {LOCATORS_KEY} rt_info: GenAI falls back to guessing "
-                     "the hidden states; re-export the target with optimum-intel >= 2.2 to be sure")
+        found = pattern_fallback_layers(target, ids or [])
+        if ids and len(found) == len(ids):
+            return Check("target-locators", "target", "warn", f"no {LOCATORS_KEY} rt_info: GenAI will use its name-pattern "
+                         f"fallback, which finds the MLP residual add of layers {sorted(found)} (Llama/Qwen-style "
+                         "blocks); re-export the target with optimum-intel >= 2.2 to be sure")
+        return Check("target-locators", "target", "fail", f"no {LOCATORS_KEY} rt_info, and GenAI's name-pattern fallback "
+                     f"finds {len(found)} of the {len(ids or [])} draft layers ({sorted(found)}): GenAI will refuse the pair "
+                     f"(\"Eagle3 fallback found {len(found)} outputs for {len(ids or [])} requested target layers\")")
     ops = {op.get_friendly_name(): op for op in target.get_ops()}
     missing = [str(k) for k, loc in layers.items() if loc.get("producer") not in ops
                or int(loc.get("output_index", 0)) >= ops[loc["producer"]].get_output_size()]

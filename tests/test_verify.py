@@ -107,7 +107,31 @@ def test_target_geometry_mismatches_fail(tmp_path, good_ir, target):
 def test_target_without_locators_only_warns(tmp_path, good_ir, target):
     bare = b.edit_ir(target, tmp_path, drop_rt_info=("hidden_states_decoder_layers",))
     result = verify_draft(good_ir, target_dir=bare)
-    assert result.ok and result.check("target-locators").status == "warn"
+    check = result.check("target-locators")
+    assert result.ok and check.status == "warn"
+    ids = json.loads((good_ir / "config.json").read_text())["dflash_config"]["target_layer_ids"]
+    assert f"name-pattern fallback, which finds the MLP residual add of layers {sorted(ids)}" in check.reason
+
+
+def test_target_without_locators_nor_the_pattern_fails_as_genai_would(tmp_path, good_ir, target):
+    """No annotation and no Llama/Qwen-style residual add under the layer names: GenAI refuses."""
+    import openvino as ov
+
+    from gguf2ov.verify import pattern_fallback_layers
+
+    bare = b.edit_ir(target, tmp_path, drop_rt_info=("hidden_states_decoder_layers",))
+    xml = bare / "openvino_model.xml"
+    model = ov.Core().read_model(str(xml))
+    for op in model.get_ops():  # what a post-norm block (Gemma) looks like to the pattern: no layers.N/ Add
+        op.set_friendly_name(op.get_friendly_name().replace(".layers.", ".blocks."))
+    ov.save_model(model, str(tmp_path / "renamed.xml"), compress_to_fp16=False)
+    (tmp_path / "renamed.xml").replace(xml)
+    (tmp_path / "renamed.bin").replace(bare / "openvino_model.bin")
+    assert pattern_fallback_layers(ov.Core().read_model(str(xml)), [0, 1]) == {}
+    result = verify_draft(good_ir, target_dir=bare)
+    check = result.check("target-locators")
+    assert not result.ok and check.status == "fail"
+    assert "GenAI will refuse the pair" in check.reason and "Eagle3 fallback found 0 outputs" in check.reason
 
 
 def test_missing_dflash_rt_info_fails(tmp_path, good_ir):
