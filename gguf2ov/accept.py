@@ -152,9 +152,11 @@ def check_target_dir(target_dir) -> None:
     _check_gguf_suffix("target", target_dir)
     if not target_dir.is_dir():
         raise Gguf2ovError(f"target folder {target_dir} does not exist")
-    if not (target_dir / "openvino_model.xml").is_file():
-        raise Gguf2ovError(f"target folder {target_dir} has no openvino_model.xml",
-                           hint="export the target with optimum-intel (task text-generation-with-past)")
+    if target_kind(target_dir) is None:
+        raise Gguf2ovError(f"target folder {target_dir} has no openvino_model.xml (a text model) nor "
+                           "openvino_language_model.xml with openvino_text_embeddings_model.xml (a VLM)",
+                           hint="export the target with optimum-intel (task text-generation-with-past, or "
+                                "image-text-to-text for a VLM)")
     missing = [n for n in ("openvino_tokenizer.xml", "openvino_detokenizer.xml") if not (target_dir / n).is_file()]
     if missing:
         raise Gguf2ovError(f"target folder {target_dir} has no {' / '.join(missing)}",

@@ -199,7 +199,7 @@ def target_blocks(target_dir, draft_config: dict, prompts, block_size: int, max_
         for p in anchors:
             block = np.full(block_size, mask, dtype=np.int64)
             block[0] = tokens[p]  # the seed: the last token the target committed
-            embeds.append(target.embedding[block])
+            embeds.append(target.embed(block))
             contexts.append(hidden[:p])
     if not embeds:
         raise Gguf2ovError("the prompts gave no tokens to build draft blocks from")

@@ -108,7 +108,7 @@ def selector_gain(draft, draft_dir, target, prompts, new_tokens: int = 48, block
         for p in starts[starts >= 1]:
             rows = np.full(block, config.mask_token_id, dtype=np.int64)
             rows[0] = sequence[p]  # the last token the target committed
-            embeds.append(target.embedding[rows])
+            embeds.append(target.embed(rows))
             contexts.append(hidden[:p])
             anchors.append(int(sequence[p]))
             truths.append(sequence[p + 1:p + block])

@@ -4,6 +4,10 @@ A DFlash draft reads the target's hidden states at `target_layer_ids` (located t
 target IR's `hidden_states_decoder_layers` rt_info), embeds its block with the target's token
 embedding, and scores its outputs with the target's lm_head. Drift and behaviour checks use the
 same three pieces, read from the target's OpenVINO IR.
+
+A VLM target folder (optimum-intel's image-text-to-text export) holds the language model, which
+takes embeddings, and a text-embeddings model, which makes them from token ids (Gemma scales
+them there); GenAI embeds the draft's block with the latter, and so does `embed()`.
 """
 
 import json
@@ -14,8 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from .errors import Gguf2ovError
+from .genai import TEXT_MODEL, VLM_LANGUAGE_MODEL, VLM_TEXT_EMBEDDINGS, target_kind
 
-TARGET_IR = "openvino_model.xml"
 TOKENIZER_IR = "openvino_tokenizer.xml"
 LOCATORS_KEY = "hidden_states_decoder_layers"
 
@@ -35,29 +39,38 @@ def read_locators(model) -> dict[int, dict] | None:
 @dataclass
 class Target:
     path: Path
+    kind: str = "llm"  # "llm" | "vlm"
 
     @classmethod
     def open(cls, path) -> "Target":
         path = Path(path)
-        if not (path / TARGET_IR).is_file():
+        kind = target_kind(path)
+        if kind is None:
             raise Gguf2ovError(
-                f"{path} is not an OpenVINO target folder: {TARGET_IR} is missing",
-                hint="export the target with optimum-intel (task text-generation-with-past)",
+                f"{path} is not an OpenVINO target folder: neither {TEXT_MODEL} nor {VLM_LANGUAGE_MODEL} with "
+                f"{VLM_TEXT_EMBEDDINGS}",
+                hint="export the target with optimum-intel (task text-generation-with-past, or image-text-to-text)",
             )
-        return cls(path)
+        return cls(path, kind)
+
+    @property
+    def model_path(self) -> Path:
+        return self.path / (VLM_LANGUAGE_MODEL if self.kind == "vlm" else TEXT_MODEL)
 
     @cached_property
     def model(self):
         import openvino as ov
 
-        return ov.Core().read_model(str(self.path / TARGET_IR))
+        return ov.Core().read_model(str(self.model_path))
 
     @cached_property
     def config(self) -> dict:
+        """The language model's config (a VLM's `text_config`)."""
         p = self.path / "config.json"
         from .checkpoint import read_json_object
 
-        return read_json_object(p, required=False) or {}
+        raw = read_json_object(p, required=False) or {}
+        return raw.get("text_config") or raw if "num_hidden_layers" not in raw else raw
 
     @cached_property
     def locators(self) -> dict[int, dict] | None:
@@ -77,7 +90,33 @@ class Target:
 
     @cached_property
     def embedding(self) -> np.ndarray:
+        """The token embedding table (a text target's; a VLM's lives in its text-embeddings model)."""
+        if self.kind == "vlm":
+            import openvino as ov
+
+            from .irweights import ir_weights
+
+            weights = ir_weights(ov.Core().read_model(str(self.path / VLM_TEXT_EMBEDDINGS)), kinds=("Gather",))
+            found = [w for name, w in weights.items() if name.endswith("embed_tokens.weight")]
+            if not found:
+                raise Gguf2ovError(f"the text-embeddings model in {self.path} has no embed_tokens.weight that could be read back")
+            return found[0]
         return self._find_weight("embed_tokens.weight")
+
+    def embed(self, ids) -> np.ndarray:
+        """The embeddings GenAI feeds the draft for token `ids`: [len(ids), H] float32."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if self.kind != "vlm":
+            return self.embedding[ids]
+        request = self.__dict__.get("_embedder")
+        if request is None:
+            import openvino as ov
+
+            compiled = ov.Core().compile_model(str(self.path / VLM_TEXT_EMBEDDINGS), "CPU",
+                                               {"INFERENCE_PRECISION_HINT": "f32"})
+            request = self.__dict__["_embedder"] = compiled.create_infer_request()
+        out = request.infer({request.model_inputs[0]: ids[None]})
+        return np.asarray(out[request.model_outputs[0]])[0].astype(np.float32)
 
     @cached_property
     def lm_head(self) -> np.ndarray:
@@ -107,11 +146,7 @@ class Target:
             raise Gguf2ovError(f"the target has no hidden-state locator for layer ids {missing}")
         request = self._tap_request(tuple(layer_ids))
         request.reset_state()
-        t = len(tokens)
-        result = request.infer({
-            "input_ids": tokens[None], "attention_mask": np.ones((1, t), np.int64),
-            "position_ids": np.arange(t, dtype=np.int64)[None], "beam_idx": np.zeros(1, np.int32),
-        })
+        result = request.infer(self._feeds(request, tokens, 0))
         taps = [np.asarray(result[request.model_outputs[i + 1]])[0] for i in range(len(layer_ids))]
         return np.concatenate(taps, axis=-1).astype(np.float32)
 
@@ -119,11 +154,7 @@ class Target:
         """The target's next-token logits at every position of `tokens` in one pass: [T, vocab] (f32)."""
         request = self._tap_request(())
         request.reset_state()
-        t = len(tokens)
-        result = request.infer({
-            "input_ids": np.asarray(tokens, dtype=np.int64)[None], "attention_mask": np.ones((1, t), np.int64),
-            "position_ids": np.arange(t, dtype=np.int64)[None], "beam_idx": np.zeros(1, np.int32),
-        })
+        result = request.infer(self._feeds(request, tokens, 0))
         return np.asarray(result[request.model_outputs[0]])[0]
 
     def greedy(self, tokens: np.ndarray, new_tokens: int) -> np.ndarray:
@@ -133,21 +164,36 @@ class Target:
         sequence = [int(t) for t in tokens]
         step = np.asarray(tokens, dtype=np.int64)
         for _ in range(new_tokens):
-            t, n = len(sequence), len(step)
-            result = request.infer({
-                "input_ids": step[None], "attention_mask": np.ones((1, t), np.int64),
-                "position_ids": np.arange(t - n, t, dtype=np.int64)[None], "beam_idx": np.zeros(1, np.int32),
-            })
+            result = request.infer(self._feeds(request, step, len(sequence) - len(step)))
             sequence.append(int(np.asarray(result[request.model_outputs[0]])[0, -1].argmax()))
             step = np.asarray(sequence[-1:], dtype=np.int64)  # the state holds the rest
         return np.asarray(sequence, dtype=np.int64)
+
+    def _feeds(self, request, tokens, past: int) -> dict:
+        """One forward step over `tokens` after `past` cached positions, in the inputs the model has."""
+        tokens = np.asarray(tokens, dtype=np.int64)
+        t = past + len(tokens)
+        feeds = {"attention_mask": np.ones((1, t), np.int64),
+                 "position_ids": np.arange(past, t, dtype=np.int64)[None], "beam_idx": np.zeros(1, np.int32)}
+        names = {name for port in request.model_inputs for name in port.get_names()}
+        if "inputs_embeds" in names:
+            feeds["inputs_embeds"] = self.embed(tokens)[None]
+        else:
+            feeds["input_ids"] = tokens[None]
+        if "token_type_ids" in names:
+            feeds["token_type_ids"] = np.zeros((1, len(tokens)), np.int64)
+        missing = names - set(feeds)
+        if missing:
+            raise Gguf2ovError(f"the target's {self.model_path.name} takes inputs this tool cannot feed: "
+                               f"{', '.join(sorted(missing))}")
+        return {k: v for k, v in feeds.items() if k in names}
 
     def _tap_request(self, layer_ids: tuple[int, ...]):
         cache = self.__dict__.setdefault("_tap_requests", {})
         if layer_ids not in cache:
             import openvino as ov
 
-            model = ov.Core().read_model(str(self.path / TARGET_IR))
+            model = ov.Core().read_model(str(self.model_path))
             nodes = {op.get_friendly_name(): op for op in model.get_ordered_ops()}
             outputs = []
             for i in layer_ids:
