@@ -23,7 +23,8 @@ from pathlib import Path
 from .errors import Gguf2ovError, library_message
 from .progress import progress as progress_bar
 from .progress import step
-from .genai import PIPELINES, PRECISIONS, Generation, Prompt, generate, generation_config, make_pipeline, properties, target_kind
+from .genai import (IMAGE_PROMPT_TEXT, PIPELINES, PRECISIONS, Generation, Prompt, as_prompts, generate,
+                    generation_config, make_pipeline, parse_prompt, properties, target_kind)
 from .report import Table, render, write_reports
 
 # Used when no prompt file is given: plain English openings any text model can continue.
@@ -257,8 +258,7 @@ def run_acceptance(
 ) -> AcceptResult:
     """Generate greedily with the target alone and with the draft attached; compare and count."""
     target_dir, draft_dir = Path(target_dir), Path(draft_dir)
-    prompts = [p if isinstance(p, Prompt) else Prompt(p) for p in prompts]
-    prompts = [p for p in prompts if p.text.strip() or p.images]
+    prompts = [p for p in as_prompts(prompts) if p.text.strip() or p.images]
     if not prompts:
         raise Gguf2ovError("no prompts to run")
     check_options(max_new_tokens, num_assistant_tokens, repeats, precision)
@@ -370,22 +370,47 @@ def _total(per_prompt, base, spec) -> PromptAcceptance:
     )
 
 
-def read_prompts(path) -> list[str]:
-    path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as e:
-        raise Gguf2ovError(f"cannot read prompts file {path}: {e.strerror}") from e
-    prompts = [line for line in lines if line.strip()]
-    if not prompts:
-        raise Gguf2ovError(f"prompts file {path} has no prompts", hint="write one prompt per line")
+def read_prompts(path, images=()) -> list[Prompt]:
+    """One prompt per line (`[image=FILE] text` for an image prompt), then one image prompt per file
+    in `images` (`--image`)."""
+    prompts = []
+    if path is not None:
+        path = Path(path)
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except OSError as e:
+            raise Gguf2ovError(f"cannot read prompts file {path}: {e.strerror}") from e
+        prompts = [parse_prompt(line, path.parent) for line in lines if line.strip()]
+        if not prompts:
+            raise Gguf2ovError(f"prompts file {path} has no prompts", hint="write one prompt per line")
+    prompts += [Prompt(IMAGE_PROMPT_TEXT, (str(image),)) for image in images]
+    for image in (i for p in prompts for i in p.images):
+        if not Path(image).is_file():
+            raise Gguf2ovError(f"image {image} does not exist", hint="image paths in a prompts file are relative to it")
+    return prompts
+
+
+def add_prompt_arguments(parser) -> None:
+    parser.add_argument("--prompts", type=Path, help="text file, one prompt per line; `[image=FILE] text` for an "
+                                                     "image prompt (VLM targets)")
+    parser.add_argument("--image", action="append", default=[], metavar="FILE",
+                        help=f"add an image prompt ({IMAGE_PROMPT_TEXT!r}) for a VLM target; repeatable")
+
+
+def prompts_from_args(args, default=DEFAULT_PROMPTS) -> list[Prompt] | None:
+    """The prompts the command line names, or `default` (None: the stage's own)."""
+    if args.prompts is None and not args.image:
+        return None if default is None else as_prompts(default)
+    prompts = read_prompts(args.prompts, args.image)
+    if args.prompts is None:
+        prompts = as_prompts(DEFAULT_PROMPTS) + prompts
     return prompts
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", required=True, type=Path, help="target OpenVINO folder (with its tokenizer)")
     parser.add_argument("--draft", required=True, type=Path, help="draft OpenVINO folder")
-    parser.add_argument("--prompts", type=Path, help="text file, one prompt per line (default: 3 built-in prompts)")
+    add_prompt_arguments(parser)
     parser.add_argument("--max-new-tokens", type=int, default=100)
     parser.add_argument("--num-assistant-tokens", type=int, default=7, help="tokens the draft proposes per step (K)")
     parser.add_argument("--device", default="CPU", help="device of both pipelines (default CPU; GPU runs with "
@@ -398,7 +423,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def cli(args) -> int:
-    prompts = read_prompts(args.prompts) if args.prompts else list(DEFAULT_PROMPTS)
+    prompts = prompts_from_args(args)
     result = run_acceptance(
         args.target,
         args.draft,

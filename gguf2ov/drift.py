@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .accept import DEFAULT_PROMPTS
+from .accept import DEFAULT_PROMPTS, add_prompt_arguments
+from .genai import text_prompts
 from .errors import Gguf2ovError
 from .report import Table, human_bytes
 from .selector import SelectorGain
@@ -190,7 +191,7 @@ def target_blocks(target_dir, draft_config: dict, prompts, block_size: int, max_
         raise Gguf2ovError("the draft's config.json has no dflash_config.target_layer_ids / mask_token_id")
     embeds, contexts = [], []
     per_prompt = max(1, max_blocks // max(1, len(prompts)))
-    for text in prompts:
+    for text in text_prompts(prompts):
         tokens = target.tokenize(text)
         if len(tokens) < 2:
             continue
@@ -367,7 +368,7 @@ def configure_parser(p) -> None:
     p.add_argument("--variants", help="comma-separated, e.g. fp32,int8,int4_sym_g16,gguf (default: all of "
                                       "fp32, int8, int4 sym/asym at group 16/32/128, gguf)")
     p.add_argument("--target", help="OpenVINO target folder: contexts from its hidden states, proposals through its lm_head")
-    p.add_argument("--prompts", help="text file, one prompt per line, for the target contexts")
+    add_prompt_arguments(p)  # image prompts count for --accept only: contexts come from text
     p.add_argument("--accept", action="store_true", help="with --target: also run an acceptance run per variant")
     p.add_argument("--device", default="CPU", help="device of the acceptance runs (default CPU)")
     p.add_argument("--map", help="tensor map YAML to use instead of the shipped one")
@@ -378,13 +379,13 @@ def configure_parser(p) -> None:
 
 
 def cli(args) -> int:
-    from .accept import read_prompts
+    from .accept import prompts_from_args
     from .report import render, write_reports
 
     if args.accept and not args.target:
         raise Gguf2ovError("--accept needs --target")
     variants = [v for v in args.variants.split(",") if v.strip()] if args.variants else None
-    prompts = read_prompts(args.prompts) if args.prompts else None
+    prompts = prompts_from_args(args, default=None)
     result = drift(args.source, args.output, variants=variants, target_dir=args.target,
                    prompts=prompts, map_path=args.map, target_layer_offset=args.target_layer_offset,
                    accept_options={"prompts": prompts or list(DEFAULT_PROMPTS), "device": args.device}

@@ -13,6 +13,7 @@ entries of the main model's `m_batch_sizes` (each step emits accepted + 1 tokens
 candidates the sum of the draft model's.
 """
 
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,31 @@ class Prompt:
     @property
     def kind(self) -> str:
         return "image" if self.images else "text"
+
+
+# A prompts-file line `[image=cat.png] What is in the picture?` is an image prompt (the path is
+# relative to the file; several tags give several images).
+IMAGE_TAG = re.compile(r"\[image=([^\]]+)\]\s*")
+IMAGE_PROMPT_TEXT = "Describe this image."
+
+
+def parse_prompt(line: str, base_dir=None) -> Prompt:
+    images = []
+    while m := IMAGE_TAG.match(line):
+        path = Path(m.group(1).strip())
+        images.append(str(path if path.is_absolute() or base_dir is None else Path(base_dir) / path))
+        line = line[m.end():]
+    return Prompt(line, tuple(images))
+
+
+def as_prompts(items) -> list[Prompt]:
+    """Prompts from strings or Prompts."""
+    return [p if isinstance(p, Prompt) else Prompt(p) for p in items]
+
+
+def text_prompts(items) -> list[str]:
+    """The texts of the prompts that have no image (what a draft's offline contexts are built from)."""
+    return [p.text for p in as_prompts(items) if not p.images]
 
 
 def target_kind(target_dir) -> str | None:

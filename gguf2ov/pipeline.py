@@ -184,13 +184,15 @@ def markdown_report(result: RunResult) -> str:
 
 
 def configure_parser(p) -> None:
+    from .accept import add_prompt_arguments
+
     p.add_argument("gguf", help="the draft GGUF")
     p.add_argument("--target", required=True, help="the target's OpenVINO folder (IR, tokenizer, config.json)")
     p.add_argument("-o", "--output", required=True, help="output folder: checkpoint/, drafts/, report.md, report.json")
     p.add_argument("--reference", help="reference HF checkpoint of the draft, for the correlation check")
     p.add_argument("--requant", default=DEFAULT_REQUANT, help=f"the requantized draft to accept (default {DEFAULT_REQUANT})")
     p.add_argument("--variants", help="comma-separated drift variants (default: the drift command's list)")
-    p.add_argument("--prompts", help="text file, one prompt per line")
+    add_prompt_arguments(p)
     p.add_argument("--max-new-tokens", type=int, default=100)
     p.add_argument("--num-assistant-tokens", type=int, default=7)
     p.add_argument("--precision", choices=("f32", "auto"), default="f32")
@@ -204,11 +206,11 @@ def configure_parser(p) -> None:
 
 
 def cli(args) -> int:
-    from .accept import read_prompts
+    from .accept import prompts_from_args
 
     result = run(args.gguf, args.target, args.output, reference_dir=args.reference, requant=args.requant,
                  variants=[v for v in args.variants.split(",") if v.strip()] if args.variants else None,
-                 prompts=read_prompts(args.prompts) if args.prompts else None,
+                 prompts=prompts_from_args(args, default=None),
                  max_new_tokens=args.max_new_tokens, num_assistant_tokens=args.num_assistant_tokens,
                  precision=args.precision, repeats=args.repeats, map_path=args.map,
                  target_layer_offset=args.target_layer_offset, overwrite=args.overwrite, progress=not args.quiet,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import Gguf2ovError
+from .genai import text_prompts
 from .report import Table
 
 SELECTOR = "candidate_selector."
@@ -97,7 +98,7 @@ def selector_gain(draft, draft_dir, target, prompts, new_tokens: int = 48, block
     top_k = draft_value(config.raw, "selector_top_k") or DEFAULT_TOP_K
     block = config.block_size or 16
     embeds, contexts, anchors, truths = [], [], [], []
-    for text in prompts:
+    for text in text_prompts(prompts):
         prompt = target.tokenize(text)
         if len(prompt) < 1:
             continue

@@ -108,3 +108,29 @@ def test_per_position_acceptance_from_step_counts():
     assert rates == (1.0, 1.0, 1.0, 0.5, 0.5, 0.5, 0.5)
     inconsistent = Generation(text="", seconds=1.0, generated=5, accepted=9, emitted_per_step=(1, 4), drafted_per_call=(7,))
     assert per_position_acceptance([inconsistent], 7) == ()
+
+
+def test_prompts_file_image_lines_and_image_flags(tmp_path):
+    from gguf2ov.genai import IMAGE_PROMPT_TEXT, Prompt
+
+    (tmp_path / "cat.png").write_bytes(b"png")
+    (tmp_path / "dog.png").write_bytes(b"png")
+    (tmp_path / "prompts.txt").write_text("Once upon a time\n[image=cat.png] What is this?\n\n"
+                                          "[image=cat.png][image=dog.png] Compare them.\n")
+    prompts = read_prompts(tmp_path / "prompts.txt", images=[tmp_path / "dog.png"])
+    assert prompts == [Prompt("Once upon a time"), Prompt("What is this?", (str(tmp_path / "cat.png"),)),
+                       Prompt("Compare them.", (str(tmp_path / "cat.png"), str(tmp_path / "dog.png"))),
+                       Prompt(IMAGE_PROMPT_TEXT, (str(tmp_path / "dog.png"),))]
+    assert [p.kind for p in prompts] == ["text", "image", "image", "image"]
+    (tmp_path / "bad.txt").write_text("[image=missing.png] hello\n")
+    with pytest.raises(Gguf2ovError, match="image .*missing.png does not exist"):
+        read_prompts(tmp_path / "bad.txt")
+
+
+def test_image_prompts_need_a_vlm_target(fixtures_dir, tmp_path):
+    from gguf2ov.genai import Prompt
+
+    (tmp_path / "draft").mkdir()
+    (tmp_path / "draft" / "openvino_model.xml").write_text("<net/>")
+    with pytest.raises(Gguf2ovError, match="image prompts need a VLM target"):
+        run_acceptance(fixtures_dir / "target", tmp_path / "draft", [Prompt("look", ("x.png",))])
