@@ -45,16 +45,16 @@ class RunResult:
     def tables(self) -> list[Table]:
         rows = [[s.name, s.status.upper(), f"{s.seconds:.1f} s", s.reason] for s in self.stages]
         tables = [Table("Pipeline stages", ["stage", "status", "time", "result"], rows)]
-        accept_rows = []
-        for name, r in self.results.items():
-            if name.startswith("accept"):
-                o = r.overall
-                accept_rows.append([name.split(":", 1)[1], r.verdict, o.identical, f"{o.accepted_tokens}/{o.generated_tokens}",
-                                    o.acceptance_rate, o.mean_acceptance_length, o.tok_s_target, o.tok_s_draft, o.speedup])
-        if accept_rows:
+        runs = {name.split(":", 1)[1]: r for name, r in self.results.items() if name.startswith("accept")}
+        accept_rows = [[label, r.verdict, r.overall.identical, f"{r.overall.accepted_tokens}/{r.overall.generated_tokens}",
+                        r.overall.acceptance_rate, r.overall.mean_acceptance_length, r.overall.tok_s_target,
+                        r.overall.tok_s_draft, r.overall.speedup] for label, r in runs.items()]
+        if runs:
+            first = next(iter(runs.values()))
+            note = f"{first.pipeline} on {first.device}, {first.precision}"
             tables.append(Table("Drafts on the target", ["draft", "verdict", "identical", "accepted/generated",
                                                          "accepted/drafted", "mean accept len", "tok/s target",
-                                                         "tok/s draft", "speedup"], accept_rows))
+                                                         "tok/s draft", "speedup"], accept_rows, note))
         return tables
 
     def summary(self) -> list[str]:

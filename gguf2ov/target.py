@@ -22,6 +22,7 @@ from .genai import TEXT_MODEL, VLM_LANGUAGE_MODEL, VLM_TEXT_EMBEDDINGS, target_k
 
 TOKENIZER_IR = "openvino_tokenizer.xml"
 LOCATORS_KEY = "hidden_states_decoder_layers"
+VLM_PER_LAYER_EMBEDDINGS = "openvino_text_embeddings_per_layer_model.xml"
 
 
 def read_locators(model) -> dict[int, dict] | None:
@@ -108,14 +109,18 @@ class Target:
         ids = np.asarray(ids, dtype=np.int64)
         if self.kind != "vlm":
             return self.embedding[ids]
-        request = self.__dict__.get("_embedder")
-        if request is None:
+        return self._run_ids_model(VLM_TEXT_EMBEDDINGS, ids)
+
+    def _run_ids_model(self, filename: str, ids: np.ndarray) -> np.ndarray:
+        """The single output of one of the VLM's token-id models for `ids` (batch dimension dropped)."""
+        requests = self.__dict__.setdefault("_id_models", {})
+        if filename not in requests:
             import openvino as ov
 
-            compiled = ov.Core().compile_model(str(self.path / VLM_TEXT_EMBEDDINGS), "CPU",
-                                               {"INFERENCE_PRECISION_HINT": "f32"})
-            request = self.__dict__["_embedder"] = compiled.create_infer_request()
-        out = request.infer({request.model_inputs[0]: ids[None]})
+            compiled = ov.Core().compile_model(str(self.path / filename), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+            requests[filename] = compiled.create_infer_request()
+        request = requests[filename]
+        out = request.infer({request.model_inputs[0]: np.asarray(ids, dtype=np.int64)[None]})
         return np.asarray(out[request.model_outputs[0]])[0].astype(np.float32)
 
     @cached_property
@@ -180,6 +185,8 @@ class Target:
             feeds["inputs_embeds"] = self.embed(tokens)[None]
         else:
             feeds["input_ids"] = tokens[None]
+        if "per_layer_inputs" in names and (self.path / VLM_PER_LAYER_EMBEDDINGS).is_file():
+            feeds["per_layer_inputs"] = self._run_ids_model(VLM_PER_LAYER_EMBEDDINGS, tokens)[None]  # Gemma's
         if "token_type_ids" in names:
             feeds["token_type_ids"] = np.zeros((1, len(tokens)), np.int64)
         missing = names - set(feeds)
