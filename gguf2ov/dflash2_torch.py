@@ -248,3 +248,24 @@ def load_dflash2(folder, cls=DFlash2ForCausalLM, dtype=torch.float32):
                          f"unexpected {unexpected[:8]}, shapes {shapes[:8]}")
     model.load_state_dict({k: v.to(dtype) for k, v in state.items()}, strict=True)
     return model.to(dtype).eval()
+
+
+def export_with_optimum(model, out_dir) -> Path:
+    """The export form traced by optimum-intel's stateful DFlash export, as the fixture build
+    exports its v1 reference draft; returns the .xml path.
+
+    optimum recognises a DFlash draft by the v1 architecture name (and then writes the dflash
+    rt_info), so the export config says DFlashDraftModel; the graph traced is this model's,
+    convolutions included. The selector is not in the graph: GenAI proposes the top-1 tokens.
+    """
+    import copy
+
+    from optimum.exporters.openvino.convert import export
+    from optimum.exporters.openvino.model_configs import Qwen3OpenVINOConfig
+
+    config = copy.deepcopy(model.config)
+    config.architectures = ["DFlashDraftModel"]
+    xml = Path(out_dir) / "openvino_model.xml"
+    export(model=model.eval(), output=xml, stateful=True, library_name="transformers",
+           config=Qwen3OpenVINOConfig(config, task="text-generation", use_past=True, use_past_in_inputs=True))
+    return xml
