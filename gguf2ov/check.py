@@ -52,7 +52,7 @@ CONFIG_KEYS = {
     "target_layer_ids": ("dflash_config.target_layer_ids", "target_layer_ids"),
     "mask_token_id": ("dflash_config.mask_token_id", "mask_token_id"),
     "block_size": ("dflash_config.block_size", "block_size"),
-    # DFlash 2 (absent on both sides for a v1 draft)
+    # DFlash 2: compared when either side states them (published configs nest them too)
     "conv_kernel_size": ("dflash_config.conv_kernel_size", "conv_kernel_size"),
     "conv_group_size": ("dflash_config.conv_group_size", "conv_group_size"),
     "selector_rank": ("dflash_config.selector_rank", "selector_rank"),

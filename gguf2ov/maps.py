@@ -15,6 +15,8 @@ Map sections:
 - `tensors`: GGUF name template (`{N}` = block index) -> HF template, or `{to:, ops: [...]}`.
 - `optional`: like `tensors`, copied when present; `null` accepts a tensor but does not write it.
 - `groups`: named sets of tensors that are present all together or not at all.
+- `group_hf`: group name -> fixed config fields that apply when the file holds that group (a
+  variant of the architecture that the tensors tell apart, e.g. DFlash 2 within `dflash`).
 - `shapes`: HF template -> expected PyTorch shape, as expressions over config keys.
 - `legacy`: config rules an older converter used (only used to write GGUF in the old layout).
 """
@@ -31,7 +33,8 @@ import yaml
 
 from .errors import Gguf2ovError
 
-TOP_LEVEL_KEYS = {"arch", "extends", "hf", "config", "tensors", "optional", "groups", "shapes", "legacy"}
+TOP_LEVEL_KEYS = {"arch", "extends", "hf", "config", "tensors", "optional", "groups", "group_hf", "shapes",
+                  "legacy"}
 RULE_KEYS = {"from", "tensor_absent", "add", "default", "optional", "len", "map", "constant", "min", "flag",
              "ambiguous_when", "choices", "write_also", "hf_aliases"}
 FLAGS = {"target_layer_offset": "--target-layer-offset"}
@@ -120,6 +123,7 @@ class ArchMap:
     rules: list[TensorRule]
     shapes: dict
     legacy: dict
+    group_hf: dict = field(default_factory=dict)
 
     # -- config ------------------------------------------------------------------------------------
 
@@ -137,7 +141,15 @@ class ArchMap:
         if missing:
             raise Gguf2ovError(f"{gguf.path}: metadata needed by the {self.arch} map ({self.path}) is missing: "
                                + ", ".join(missing))
+        for group in sorted(self.groups_present(gguf)):
+            out.update(copy.deepcopy(self.group_hf.get(group, {})))
         return out
+
+    def groups_present(self, gguf) -> set[str]:
+        """The tensor groups of which the file holds at least one tensor."""
+        if not self.group_hf:
+            return set()
+        return {rule.group for name in gguf.tensors for rule, _ in self.match(name) if rule.group}
 
     def flag_rule(self, flag: str):
         """(hf_key, gguf_key) of the config rule a command-line flag overrides, or None."""
@@ -577,7 +589,14 @@ def _build(data: dict, name: str) -> ArchMap:
         for e in expr:
             if not _valid_shape_expr(e):
                 raise bad(f"shape of {hf}: {e!r} is not an expression of config keys, integers, + - * // and len()")
-    return ArchMap(arch, name, dict(data.get("hf") or {}), config, rules, shapes, legacy)
+    group_hf = data.get("group_hf") or {}
+    groups = {r.group for r in rules if r.group}
+    for group, fields in group_hf.items():
+        if group not in groups:
+            raise bad(f"group_hf names {group!r}, which is not a group of this map")
+        if not isinstance(fields, dict):
+            raise bad(f"group_hf {group} must be a mapping of config fields")
+    return ArchMap(arch, name, dict(data.get("hf") or {}), config, rules, shapes, legacy, group_hf)
 
 
 def _rule(hf_key, rule, arch, bad) -> dict:

@@ -18,7 +18,11 @@ Q = GGMLQuantizationType
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, FFN, LAYERS, TARGET_IDS, MASK = 256, 2, 1, 64, 256, 5, [1, 9, 17], 300
 
 
-def _checkpoint(path, layers=LAYERS, seed=0, vocab_size=None):
+DFLASH2 = {"conv_kernel_size": 2, "conv_group_size": 16, "selector_rank": 32, "selector_top_k": 8}
+
+
+def _checkpoint(path, layers=LAYERS, seed=0, vocab_size=None, dflash2=False):
+    """A random draft checkpoint with every tensor the map requires (and the DFlash 2 group)."""
     rng = np.random.default_rng(seed)
     config = {
         "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "tie_word_embeddings": False,
@@ -31,10 +35,13 @@ def _checkpoint(path, layers=LAYERS, seed=0, vocab_size=None):
     }
     if vocab_size:
         config["vocab_size"] = vocab_size
+    if dflash2:
+        config.update(architectures=["DFlash2DraftModel"], is_causal=False)
+        config["dflash_config"].update(DFLASH2)
     amap = load_map("dflash")
     state = {}
     for rule in amap.rules:
-        if not rule.required or rule.hf is None:
+        if not (rule.required or (dflash2 and rule.group == "dflash2")) or rule.hf is None:
             continue
         for n in range(layers) if rule.per_layer else [None]:
             hf = rule.hf_name(n)
@@ -149,3 +156,63 @@ def test_unknown_mix(tmp_path):
 
     with pytest.raises(Gguf2ovError, match="unknown type mix"):
         write_dflash_gguf(tmp_path, tmp_path / "x.gguf", mix="Q3_K_S")
+
+
+def test_dflash2_is_written_in_llama_cpp_layout(tmp_path):
+    """Conv bases F32 without .weight (ne {H, ks, 2}), conv projections and the selector under
+    llama.cpp's names and quantized by the Q4_K_M rule, the DFlash 2 keys, target layers + 1; and
+    the file converts back to the same DFlash 2 checkpoint."""
+    from gguf2ov.check import check
+
+    vocab = 300
+    config, state = _checkpoint(tmp_path / "ckpt", vocab_size=vocab, dflash2=True)
+    gguf_path = tmp_path / "draft2.gguf"
+    result = write_dflash_gguf(tmp_path / "ckpt", gguf_path)
+    assert result.n_tensors == len(state) == 81  # 58 of v1 + 4 per layer + 3 selector tensors
+    gguf = open_gguf(gguf_path)
+    groups, rank = HIDDEN // DFLASH2["conv_group_size"], DFLASH2["selector_rank"]
+    for n in range(LAYERS):
+        for part, hf in (("attn", "attention_conv"), ("ffn", "mlp_conv")):
+            base = gguf.tensors[f"blk.{n}.{part}_conv_base"]
+            assert base.type_name == "F32" and base.ne == (HIDDEN, 2, 2)
+            # same bytes as HF's [side, tap, H]: no transpose
+            np.testing.assert_array_equal(gguf.load(f"blk.{n}.{part}_conv_base"), state[f"layers.{n}.{hf}.base_kernel"])
+            proj = gguf.tensors[f"blk.{n}.{part}_conv_proj.weight"]
+            assert proj.type_name == "Q4_K" and proj.ne == (HIDDEN, 2 * 2 * groups)
+    assert "blk.0.attn_conv_base.weight" not in gguf.tensors
+    assert gguf.tensors["selector_hidden.weight"].ne == (HIDDEN, rank)
+    assert gguf.tensors["selector_hidden.weight"].type_name == "Q4_K"
+    for name in ("selector_predecessor.weight", "selector_successor.weight"):
+        # rows of 32: Q4_K falls back to Q5_0, as llama.cpp's quantizer does
+        assert gguf.tensors[name].ne == (rank, vocab) and gguf.tensors[name].type_name == "Q5_0"
+    m = gguf.metadata
+    assert {k: m[f"dflash.{k}"] for k in DFLASH2} == DFLASH2
+    assert m["dflash.target_layers"] == [i + 1 for i in TARGET_IDS] and m["dflash.block_size"] == 16
+
+    out = tmp_path / "back"
+    convert(gguf_path, out, dtype="f32", progress=False)
+    written = json.loads((out / "config.json").read_text())
+    assert written["architectures"] == ["DFlash2DraftModel"] and written["is_causal"] is False
+    assert written["dflash_config"] == config["dflash_config"]
+    tensors = load_numpy(out / "model.safetensors")
+    assert set(tensors) == set(state)
+    np.testing.assert_array_equal(tensors["layers.3.mlp_conv.base_kernel"], state["layers.3.mlp_conv.base_kernel"])
+    assert tensors["candidate_selector.predecessor_codebook"].shape == (vocab, rank)
+
+    report = check(gguf_path, tmp_path / "ckpt", progress=False)
+    assert report.passed, report.summary()
+    assert {c.key for c in report.config} >= set(DFLASH2)
+    # a reference with another group size: the config check says so
+    ref = json.loads((tmp_path / "ckpt/config.json").read_text())
+    ref["dflash_config"]["conv_group_size"] = 32
+    (tmp_path / "ckpt/config.json").write_text(json.dumps(ref))
+    report = check(gguf_path, tmp_path / "ckpt", progress=False)
+    bad = [c for c in report.config if not c.agrees]
+    assert not report.passed and [c.key for c in bad] == ["conv_group_size"]
+
+
+def test_a_v1_file_keeps_the_v1_architecture(tmp_path):
+    _checkpoint(tmp_path / "ckpt", layers=2)
+    write_dflash_gguf(tmp_path / "ckpt", tmp_path / "v1.gguf", mix="F32")
+    config = convert(tmp_path / "v1.gguf", tmp_path / "back", progress=False).config
+    assert config["architectures"] == ["DFlashDraftModel"] and "is_causal" not in config

@@ -130,6 +130,7 @@ def test_dflash2_group_and_optional(tmp_path):
     amap = load_map("dflash")
     assert gguf.tensors["blk.0.attn_conv_base"].ne == (h, kernel, 2)
     config = amap.hf_config(gguf)
+    assert config["architectures"] == ["DFlash2DraftModel"] and config["is_causal"] is False
     plan = {e.gguf_name: e for e in amap.plan(gguf, config)}
     assert plan["blk.1.ffn_conv_base"].hf_name == "layers.1.mlp_conv.base_kernel"
     assert plan["blk.1.ffn_conv_base"].shape == (2, kernel, h)
@@ -140,6 +141,27 @@ def test_dflash2_group_and_optional(tmp_path):
     del gguf.tensors["blk.1.attn_conv_base"]
     with pytest.raises(Gguf2ovError, match=r"incomplete tensor group, missing: blk\.1\.attn_conv_base"):
         amap.plan(gguf, config)
+    # once the file states the group size and the rank, the projections' shapes are checked:
+    # [2 * kernel * hidden // group_size, hidden] and [rank, hidden]
+    path = tmp_path / "v2-shapes.gguf"
+    write_dflash(path, tensors_extra=extra, kv_extra={"dflash.conv_kernel_size": kernel, "dflash.conv_group_size": 16,
+                                                      "dflash.selector_rank": rank + 1})
+    with pytest.raises(Gguf2ovError) as e:
+        amap.plan(open_gguf(path))
+    assert "blk.0.attn_conv_proj.weight is [3, 64], expected [24, 64]" in e.value.message
+    assert "selector_hidden.weight is [8, 64], expected [9, 64]" in e.value.message
+
+
+def test_group_hf_must_name_a_group(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("arch: x\ntensors: {a.weight: a.weight}\ngroups: {g: {b.weight: b.weight}}\n"
+                   "group_hf: {other: {architectures: [X]}}\n")
+    with pytest.raises(Gguf2ovError, match="group_hf names 'other'"):
+        load_map(path=bad)
+    bad.write_text("arch: x\ntensors: {a.weight: a.weight}\ngroups: {g: {b.weight: b.weight}}\n"
+                   "group_hf: {g: [X]}\n")
+    with pytest.raises(Gguf2ovError, match="group_hf g must be a mapping"):
+        load_map(path=bad)
 
 
 def test_plan_lists_every_breach_in_one_error(tmp_path):

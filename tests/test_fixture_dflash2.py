@@ -1,0 +1,218 @@
+"""The DFlash 2 fixture: a trained DFlash 2 draft for the tiny-dflash target, stored as the HF
+checkpoint and as a Q4_K_M GGUF in llama.cpp's layout, whose convolutions carry its acceptance."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+import dflash_builders as b
+from gguf2ov.accept import read_prompts, run_acceptance
+from gguf2ov.export import export_draft
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURE = REPO / "fixtures" / "tiny-dflash2"
+MAX_FIXTURES_BYTES = 25 * 1024 * 1024  # the whole fixtures/ folder
+
+
+@pytest.fixture(scope="module")
+def fix2() -> Path:
+    if not FIXTURE.exists():
+        pytest.fail(f"fixture missing at {FIXTURE}: run python fixtures/make_fixtures.py --dflash2")
+    return FIXTURE
+
+
+def _size(p: Path) -> int:
+    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+
+
+def test_files_config_and_keys(fix2, fixtures_dir):
+    from safetensors import safe_open
+
+    from gguf2ov.dflash2_torch import DFlash2ForCausalLM, dflash2_config
+
+    for name in ("prompts.txt", "fixture.json", "draft-Q4_K_M.gguf", "draft-ref/config.json",
+                 "draft-ref/model.safetensors"):
+        assert (fix2 / name).is_file(), name
+    assert _size(REPO / "fixtures") < MAX_FIXTURES_BYTES
+    assert (fix2 / "prompts.txt").read_text() == (fixtures_dir / "prompts.txt").read_text()
+    info = json.loads((fix2 / "fixture.json").read_text())
+    assert (fix2 / info["target"]).resolve() == (fixtures_dir / "target").resolve()
+
+    cfg = json.loads((fix2 / "draft-ref/config.json").read_text())
+    v1 = json.loads((fixtures_dir / "draft-ref/config.json").read_text())
+    assert cfg["architectures"] == ["DFlash2DraftModel"] and cfg["is_causal"] is False
+    dc = cfg["dflash_config"]
+    assert {k: dc[k] for k in ("target_layer_ids", "mask_token_id", "block_size")} == v1["dflash_config"]
+    assert dc["conv_kernel_size"] == 2 and dc["conv_group_size"] == 16 and dc["selector_rank"] == 16
+    assert dc["selector_top_k"] in (4, 8)
+    for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+                "intermediate_size", "vocab_size"):
+        assert cfg[key] == v1[key], key
+
+    with safe_open(str(fix2 / "draft-ref/model.safetensors"), "pt") as f:
+        keys = set(f.keys())
+        assert {str(f.get_slice(k).get_dtype()) for k in keys} == {"BF16"}
+    assert keys == set(DFlash2ForCausalLM(dflash2_config(fix2 / "draft-ref")).state_dict())
+    assert "candidate_selector.predecessor_codebook" in keys and "layers.1.mlp_conv.base_kernel" in keys
+
+
+def test_gguf_is_in_llama_cpp_layout(fix2):
+    from gguf2ov.read import open_gguf
+
+    g = open_gguf(fix2 / "draft-Q4_K_M.gguf")
+    cfg = json.loads((fix2 / "draft-ref/config.json").read_text())
+    dc, hidden, vocab = cfg["dflash_config"], cfg["hidden_size"], cfg["vocab_size"]
+    proj_rows = 2 * dc["conv_kernel_size"] * hidden // dc["conv_group_size"]
+    assert len(g.tensors) == 15 * cfg["num_hidden_layers"] + 3 + 3
+    for n in range(cfg["num_hidden_layers"]):
+        for part in ("attn", "ffn"):
+            base = g.tensors[f"blk.{n}.{part}_conv_base"]
+            assert (base.type_name, base.ne) == ("F32", (hidden, dc["conv_kernel_size"], 2))
+            proj = g.tensors[f"blk.{n}.{part}_conv_proj.weight"]
+            assert (proj.type_name, proj.ne) == ("Q4_K", (hidden, proj_rows))
+    assert g.tensors["selector_hidden.weight"].ne == (hidden, dc["selector_rank"])
+    for name in ("selector_predecessor.weight", "selector_successor.weight"):
+        assert g.tensors[name].ne == (dc["selector_rank"], vocab)
+    m = g.metadata
+    for key in ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k", "block_size"):
+        assert m[f"dflash.{key}"] == dc[key], key
+    assert m["dflash.target_layers"] == [i + 1 for i in dc["target_layer_ids"]]
+    assert m["tokenizer.ggml.mask_token_id"] == dc["mask_token_id"]
+    assert len(m["tokenizer.ggml.tokens"]) == vocab
+
+
+def test_convert_and_check(fix2, tmp_path, capsys):
+    from safetensors import safe_open
+
+    from gguf2ov.cli import main
+
+    gguf = str(fix2 / "draft-Q4_K_M.gguf")
+    assert main(["convert", gguf, "-o", str(tmp_path / "hf")]) == 0
+    written = json.loads((tmp_path / "hf/config.json").read_text())
+    reference = json.loads((fix2 / "draft-ref/config.json").read_text())
+    assert written["architectures"] == ["DFlash2DraftModel"] and written["is_causal"] is False
+    assert written["dflash_config"] == reference["dflash_config"]
+    with safe_open(str(tmp_path / "hf" / "model.safetensors"), "np") as f:
+        assert {"candidate_selector.hidden_projection.weight", "candidate_selector.predecessor_codebook",
+                "candidate_selector.successor_codebook"} <= set(f.keys())  # the checkpoint keeps the selector
+    assert main(["check", gguf, "--reference", str(fix2 / "draft-ref"), "--json", str(tmp_path / "check.json")]) == 0
+    checked = {t["name"] for t in json.loads((tmp_path / "check.json").read_text())["tensors"]}
+    assert {"layers.0.attention_conv.kernel_projection.weight", "layers.1.mlp_conv.base_kernel",
+            "candidate_selector.successor_codebook"} <= checked
+    assert main(["check", str(tmp_path / "hf"), "--reference", str(fix2 / "draft-ref")]) == 0
+    assert "PASS" in capsys.readouterr().out
+
+
+def test_recorded_acceptance(fix2, fixtures_dir):
+    info = json.loads((fix2 / "fixture.json").read_text())
+    v1 = json.loads((fixtures_dir / "fixture.json").read_text())["acceptance"]
+    ours, identity = info["acceptance"], info["acceptance_identity_convs"]
+    assert ours["identical"] and identity["identical"] and ours["generated"] == v1["generated"]
+    assert ours["accepted"] >= v1["accepted"]
+    assert identity["accepted"] < ours["accepted"] - 50
+    assert info["acceptance_v1_draft"] == v1
+
+
+@pytest.mark.slow
+def test_the_draft_is_accepted_in_genai_and_its_convolutions_matter(fix2, fixtures_dir, tmp_path):
+    """The PyTorch reference traced by optimum, attached in GenAI to the v1 fixture's target; then
+    the same weights with identity convolutions."""
+    from gguf2ov.dflash2_torch import export_with_optimum, load_dflash2
+
+    model = load_dflash2(fix2 / "draft-ref")
+    export_with_optimum(model, tmp_path / "d2")
+    full = _accept(fixtures_dir, fix2, tmp_path / "d2").overall
+    for conv in model.convs():
+        conv.reset_to_identity()
+    export_with_optimum(model, tmp_path / "identity")
+    identity = _accept(fixtures_dir, fix2, tmp_path / "identity").overall
+    v1 = json.loads((fixtures_dir / "fixture.json").read_text())["acceptance"]
+    assert full.identical and identity.identical
+    assert full.accepted_tokens >= v1["accepted"], (full.accepted_tokens, v1)
+    assert identity.accepted_tokens < full.accepted_tokens - 50
+
+
+# --- the exported IR in GenAI ------------------------------------------------------------------------
+# GenAI 2026.4.1 runs the draft as the stateful SDPA graph, block rows on dim 1, so the rows' shift
+# inside the convolutions is computed as exported; these runs are what would notice if a later
+# GenAI flattened the draft for paged attention (the shift would then read zeros: text still
+# identical, acceptance lower, different steps).
+
+MAX_NEW_TOKENS, K = 100, 7
+
+
+def _accept(fixtures_dir, prompts_dir, draft_dir):
+    return run_acceptance(fixtures_dir / "target", draft_dir, read_prompts(prompts_dir / "prompts.txt"),
+                          max_new_tokens=MAX_NEW_TOKENS, num_assistant_tokens=K, precision="f32", progress=False)
+
+
+@pytest.fixture(scope="module")
+def v1_accepted(fixtures_dir, fix2, tmp_path_factory):
+    """The v1 fixture draft's acceptance on the same target and prompts: the bar DFlash 2 must reach."""
+    out = tmp_path_factory.mktemp("v1") / "draft"
+    export_draft(fixtures_dir / "draft-Q4_K_M.gguf", out, progress=False)
+    r = _accept(fixtures_dir, fix2, out)
+    assert r.overall.identical
+    return r.overall.accepted_tokens
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("weight_format,options", [("fp32", {}), ("gguf", {}), ("int4", {"group_size": 16})])
+def test_every_export_is_accepted_at_least_as_the_v1_draft(fixtures_dir, fix2, v1_accepted, tmp_path,
+                                                           weight_format, options):
+    out = tmp_path / "draft"
+    result = export_draft(fix2 / "draft-Q4_K_M.gguf", out, weight_format=weight_format, progress=False, **options)
+    assert result.dflash_version == 2 and result.verify.ok
+    r = _accept(fixtures_dir, fix2, out)
+    o = r.overall
+    assert o.identical, [p.first_difference for p in r.prompts]
+    assert o.accepted_tokens >= v1_accepted, (o.accepted_tokens, v1_accepted, r.summary())
+
+
+@pytest.mark.slow
+def test_identity_convolutions_are_accepted_clearly_less_and_verify_flags_them(fixtures_dir, fix2,
+                                                                               tmp_path):
+    from gguf2ov.verify import verify_draft
+
+    runs = {}
+    for mode in ("real", "identity", "no-shift"):
+        ckpt = fix2 / "draft-ref" if mode == "real" else \
+            b.edit_convolutions(fix2 / "draft-ref", tmp_path / mode / "ckpt", mode)
+        export_draft(ckpt, tmp_path / mode / "draft", progress=False)
+        runs[mode] = _accept(fixtures_dir, fix2, tmp_path / mode / "draft")
+        assert runs[mode].overall.identical
+    real, identity, no_shift = (runs[m].overall for m in ("real", "identity", "no-shift"))
+    assert identity.accepted_tokens < 0.85 * real.accepted_tokens, (identity.accepted_tokens, real.accepted_tokens)
+    # the shifted tap is live in GenAI: without it the draft proposes, and is accepted, differently
+    assert no_shift.accepted_tokens < real.accepted_tokens
+    assert [p.accepted_tokens for p in runs["no-shift"].prompts] != [p.accepted_tokens for p in runs["real"].prompts]
+    # the identity IR runs and attaches without a word; given the real checkpoint, verify says it is wrong
+    checked = verify_draft(tmp_path / "identity" / "draft", checkpoint_dir=fix2 / "draft-ref")
+    assert not checked.ok and checked.check("checkpoint-match").status == "fail"
+
+
+@pytest.mark.slow
+def test_drift_measures_the_selector_against_the_top1_path(fixtures_dir, fix2, tmp_path):
+    from gguf2ov.drift import drift
+
+    prompts = read_prompts(fix2 / "prompts.txt")
+    result = drift(fix2 / "draft-Q4_K_M.gguf", tmp_path / "drift", variants=["fp32"],
+                   target_dir=fixtures_dir / "target", prompts=prompts, progress=False)
+    s = result.selector
+    assert s is not None and s.blocks >= len(prompts) and s.proposals == 7
+    assert 0 < s.top1_accepted <= s.proposals and 0 <= s.selector_accepted <= s.proposals
+    assert any(t.title == "DFlash 2 selector, offline" for t in result.tables())
+    # a selector whose pairwise term is zero walks the top-1 path exactly
+    from safetensors.torch import load_file, save_file
+
+    zeroed = tmp_path / "zeroed"
+    zeroed.mkdir()
+    state = load_file(str(fix2 / "draft-ref" / "model.safetensors"))
+    state["candidate_selector.successor_codebook"] = state["candidate_selector.successor_codebook"] * 0
+    save_file(state, str(zeroed / "model.safetensors"))
+    (zeroed / "config.json").write_text((fix2 / "draft-ref" / "config.json").read_text())
+    flat = drift(zeroed, tmp_path / "drift-zeroed", variants=["fp32"], target_dir=fixtures_dir / "target",
+                 prompts=prompts, progress=False).selector
+    assert flat.selector_accepted == flat.top1_accepted
+    assert flat.selector_by_position == flat.top1_by_position
