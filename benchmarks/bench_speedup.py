@@ -170,10 +170,10 @@ def export_drafts(sources: dict[str, Path], out: Path, labels: list[str]) -> dic
 
 def measure_target(label: str, target: Path, drafts: dict[str, Path], prompts: list[str], ks: list[int],
                    max_new_tokens: int, repeats: int, precision: str, threads: int | None = None) -> list[Row]:
-    from gguf2ov.genai import Prompt, generate, generation_config, make_pipeline, properties
+    from gguf2ov.genai import as_prompts, generate, generation_config, make_pipeline, properties
 
     props = properties(precision)
-    prompts = [Prompt(p) for p in prompts]
+    prompts = as_prompts(prompts)
     if threads:
         props["INFERENCE_NUM_THREADS"] = threads
     # One pipeline per draft, reused for every K (K is a generation setting, not a load setting).

@@ -1,0 +1,128 @@
+"""VLM targets (fixtures/tiny-vlm, a gemma4 VLM exported with optimum-intel's image-text-to-text
+task) through gguf2ov's stages: the target's taps and embeddings as GenAI feeds them, verify's
+target checks, acceptance in VLMPipeline with text and image prompts, and the whole run."""
+
+import json
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gguf2ov.accept import read_prompts, run_acceptance
+from gguf2ov.export import export_draft
+from gguf2ov.target import Target
+from gguf2ov.verify import verify_draft
+
+VLM = Path(__file__).resolve().parents[1] / "fixtures" / "tiny-vlm"
+
+
+@pytest.fixture(scope="module")
+def vlm(fixtures_dir) -> Path:
+    if not VLM.exists():
+        pytest.fail(f"fixtures missing at {VLM}: run python fixtures/make_fixtures.py --vlm")
+    return VLM
+
+
+@pytest.fixture(scope="module")
+def draft(vlm, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("vlm") / "draft"
+    export_draft(vlm / "draft-Q4_K_M.gguf", out, progress=False)
+    return out
+
+
+def _prompts(vlm):
+    return read_prompts(vlm / "prompts.txt", images=[vlm / "image.png"])
+
+
+def test_the_targets_taps_and_embeddings_are_the_hf_models(vlm):
+    """The language model takes embeddings: Target embeds with the text-embeddings model (Gemma's
+    sqrt(hidden) scale included) and feeds its per-layer inputs, so its taps equal HF's hidden states."""
+    import torch
+    from transformers import Gemma4ForConditionalGeneration
+
+    target = Target.open(vlm / "target")
+    assert target.kind == "vlm" and target.config["num_hidden_layers"] == 4
+    ids = json.loads((vlm / "draft-ref" / "config.json").read_text())["dflash_config"]["target_layer_ids"]
+    tokens = target.tokenize("The red fox lives in the forest.")
+    taps = target.hidden_states(tokens, ids)
+    model = Gemma4ForConditionalGeneration.from_pretrained(vlm / "target-hf", dtype=torch.float32).eval()
+    with torch.no_grad():
+        hf = model(input_ids=torch.from_numpy(tokens)[None], output_hidden_states=True).hidden_states
+    expected = torch.cat([hf[i + 1][0] for i in ids], dim=-1).numpy()
+    # the target IR's weights are int8: the taps agree with HF's to the compression's error
+    assert np.corrcoef(taps.ravel(), expected.ravel())[0, 1] > 0.99
+    embed = model.model.language_model.embed_tokens(torch.from_numpy(tokens)).detach().numpy()
+    assert np.corrcoef(target.embed(tokens).ravel(), embed.ravel())[0, 1] > 0.999
+    assert abs(np.linalg.norm(target.embed(tokens)) / np.linalg.norm(embed) - 1) < 0.02  # the scale is there
+
+
+def test_verify_reads_the_language_model_and_text_config(vlm, draft):
+    result = verify_draft(draft, target_dir=vlm / "target", checkpoint_dir=vlm / "draft-Q4_K_M.gguf")
+    assert result.ok, [c for c in result.checks if c.status == "fail"]
+    assert "openvino_language_model.xml: 4 layers, hidden 128" in result.check("target").reason
+    assert result.check("target-locators").status == "pass"
+    assert result.check("layer-types").reason == "layers [1, 2] are all sliding_attention"
+
+
+def test_a_vlm_target_without_annotation_is_refused_as_genai_would(vlm, draft, tmp_path):
+    """Gemma's residual adds follow a norm, so GenAI's name-pattern fallback finds nothing."""
+    bare = tmp_path / "target"
+    shutil.copytree(vlm / "target", bare)
+    xml = bare / "openvino_language_model.xml"
+    tree = ET.parse(xml)
+    rt = tree.getroot().find("rt_info")
+    rt.remove(rt.find("hidden_states_decoder_layers"))
+    tree.write(xml)
+    check = verify_draft(draft, target_dir=bare).check("target-locators")
+    assert check.status == "fail"
+    assert "Eagle3 fallback found 0 outputs for 2 requested target layers" in check.reason
+
+
+@pytest.mark.slow
+def test_vlm_pipeline_accepts_the_converted_draft_on_text_and_image_prompts(vlm, draft):
+    r = run_acceptance(vlm / "target", draft, _prompts(vlm), max_new_tokens=100, num_assistant_tokens=7,
+                       precision="f32", progress=False)
+    assert r.pipeline == "VLMPipeline" and r.device == "CPU"
+    assert r.overall.identical, [p.first_difference for p in r.prompts]
+    text, image = r.by_kind["text"], r.by_kind["image"]
+    assert text.generated_tokens == 500 and image.generated_tokens == 100
+    assert text.accepted_tokens >= 0.5 * text.generated_tokens, r.summary()
+    assert r.prompts[-1].images == (str(vlm / "image.png"),)
+    assert any("image prompts" in line for line in r.summary())
+
+
+@pytest.mark.slow
+def test_a_random_draft_on_a_vlm_target_is_broken(vlm, tmp_path):
+    import torch
+    from optimum.exporters.openvino.model_patcher import Qwen3DFlashForCausalLM
+    from safetensors.torch import save_file
+    from transformers import Qwen3Config
+
+    config = json.loads((vlm / "draft-ref" / "config.json").read_text())
+    torch.manual_seed(0)
+    model = Qwen3DFlashForCausalLM(Qwen3Config.from_dict(config))
+    (tmp_path / "random").mkdir()
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp_path / "random" / "model.safetensors"))
+    (tmp_path / "random" / "config.json").write_text(json.dumps(config))
+    export_draft(tmp_path / "random", tmp_path / "draft", progress=False)
+    r = run_acceptance(vlm / "target", tmp_path / "draft", read_prompts(vlm / "prompts.txt"), max_new_tokens=60,
+                       num_assistant_tokens=7, precision="f32", progress=False)
+    assert r.overall.identical and r.verdict == "BROKEN", r.summary()
+
+
+@pytest.mark.slow
+def test_run_on_a_vlm_target_names_the_pipeline(vlm, tmp_path):
+    from gguf2ov.pipeline import run
+
+    result = run(vlm / "draft-Q4_K_M.gguf", vlm / "target", tmp_path / "run", reference_dir=vlm / "draft-ref",
+                 variants=["fp32", "int4_asym_g16"], prompts=_prompts(vlm), progress=False)
+    stages = {s.name: s.status for s in result.stages}
+    assert all(stages[s] == "pass" for s in ("convert", "check", "drift", "verify:fp32")), result.stages
+    accepted = result.results["accept:fp32"]
+    assert accepted.overall.identical and accepted.by_kind["text"].accepted_share >= 0.5
+    # the tiny target is too light for a speed-up on a CPU
+    assert accepted.verdict in ("PASS", "SLOW") and result.verdict in ("PASS", "SLOW")
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "VLMPipeline on CPU" in report
