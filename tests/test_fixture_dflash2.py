@@ -216,3 +216,30 @@ def test_drift_measures_the_selector_against_the_top1_path(fixtures_dir, fix2, t
                  prompts=prompts, progress=False).selector
     assert flat.selector_accepted == flat.top1_accepted
     assert flat.selector_by_position == flat.top1_by_position
+
+
+def test_verifys_numpy_reference_is_the_pytorch_reference(fix2):
+    """checkpoint-match runs the draft layer by layer in NumPy (bounded memory at 1-3 B); on the
+    fixture it computes what the PyTorch reference computes, over two stateful calls."""
+    import numpy as np
+    import torch
+
+    from gguf2ov.dflash2_torch import load_dflash2
+    from gguf2ov.reference import reference_outputs
+    from gguf2ov.source import open_draft
+    from gguf2ov.verify import synthetic_steps
+
+    draft = open_draft(fix2 / "draft-ref")
+    model = load_dflash2(fix2 / "draft-ref").eval()
+    steps = synthetic_steps(draft.config.hidden_size, 2 * draft.config.hidden_size, 8, stateful=True)
+    ours = reference_outputs(draft, steps)
+    cache = None
+    with torch.no_grad():
+        for feeds, mine in zip(steps, ours):
+            out = model(inputs_embeds=torch.from_numpy(feeds["inputs_embeds"]),
+                        hidden_states=torch.from_numpy(feeds["hidden_states"]),
+                        position_ids=torch.from_numpy(feeds["position_ids"]),
+                        attention_mask=torch.from_numpy(feeds["attention_mask"]),
+                        past_key_values=cache, use_cache=True)
+            cache = out.past_key_values
+            np.testing.assert_allclose(mine, out.last_hidden_state.numpy(), atol=2e-5)

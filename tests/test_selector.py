@@ -45,3 +45,21 @@ def test_greedy_continuation_is_the_targets_own_next_token_at_every_step(fixture
     assert len(sequence) == len(prompt) + 12 and list(sequence[:len(prompt)]) == list(prompt)
     logits = target.logits(sequence)
     assert list(logits[len(prompt) - 1:-1].argmax(-1)) == list(sequence[len(prompt):])
+
+
+def test_the_walk_is_the_pytorch_references_walk():
+    import torch
+
+    from gguf2ov.dflash2_torch import CandidateSelector
+
+    torch.manual_seed(0)
+    selector = CandidateSelector(hidden_size=32, rank=6, vocab_size=50, top_k=5)
+    with torch.no_grad():
+        for p in selector.parameters():
+            p.normal_()
+    weights = {n: p.detach().numpy().astype(np.float64) for n, p in selector.named_parameters()}
+    for seed in range(20):
+        g = torch.Generator().manual_seed(seed)
+        logits, hidden = torch.randn(7, 50, generator=g) * 3, torch.randn(7, 32, generator=g)
+        ours = selector_walk(logits.numpy().astype(np.float64), hidden.numpy(), anchor=seed, weights=weights, top_k=5)
+        assert ours == selector.select(logits, hidden, torch.tensor(seed)).tolist()
