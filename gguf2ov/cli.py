@@ -38,12 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module, help_text in COMMANDS:
-        try:
-            mod = importlib.import_module(f".{module}", __package__)
-        except ModuleNotFoundError as e:
-            if e.name != f"{__package__}.{module}":
-                raise
-            continue  # stage not available in this build
+        mod = importlib.import_module(f".{module}", __package__)
         p = sub.add_parser(name, help=help_text, description=help_text)
         mod.configure_parser(p)
         # accepted after the subcommand too; SUPPRESS keeps `gguf2ov --debug CMD` working

@@ -3,7 +3,7 @@
 A result is a dataclass that may define:
 - `tables() -> list[Table]`: what a person reads (built once, formatted three ways);
 - `summary() -> list[str]`: a few lines shown above the tables (verdicts, totals).
-JSON is the dataclass itself (`dataclasses.asdict`), so every field reaches the JSON file.
+JSON is the dataclass itself, field by field (`to_jsonable`), so every field reaches the JSON file.
 """
 
 import dataclasses

@@ -141,7 +141,6 @@ def test_failed_verify_leaves_no_output(tmp_path, checkpoint, monkeypatch):
 
 @pytest.mark.slow
 def test_export_from_gguf_passes_verify(tmp_path, tmp_path_factory):
-    pytest.importorskip("gguf2ov.convert")
     result = export_draft(b.draft_gguf(tmp_path_factory), tmp_path / "draft", progress=False)
     assert result.source_kind == "gguf" and result.verify.ok, render(result.verify)
     # against the dequantized weights, converted to f32 in the export's scratch folder
