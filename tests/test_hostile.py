@@ -48,7 +48,7 @@ def test_shape_expressions_read_only_integers(tmp_path, capsys, value):
     write_dflash(path, kv_extra={"dflash.attention.head_count": value, "dflash.attention.key_length": 10**9})
     start = time.monotonic()
     line = _one_error(["convert", str(path), "-o", str(tmp_path / "out")], capsys)
-    assert "num_attention_heads (from dflash.attention.head_count) is" in line and "not an integer" in line
+    assert "dflash.attention.head_count is" in line and "not an integer (it sets num_attention_heads)" in line
     assert line.count("not an integer") == 1
     assert time.monotonic() - start < 5
 
@@ -189,3 +189,49 @@ def test_untrusted_names_cannot_forge_lines_or_escape_sequences(tmp_path, capsys
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\u202e" not in out and not any(l.startswith("hint:") for l in out.splitlines())
     assert "evil\\nhint: run rm -rf ~\\x1b[31m\\u202e" in out
+
+
+# --- class 10: values that cannot be right are refused where the metadata enters ---------------------
+
+@pytest.mark.parametrize("kv, needle", [
+    ({"tokenizer.ggml.mask_token_id": "../../x"},
+     "tokenizer.ggml.mask_token_id is '../../x', not an integer (it sets dflash_config.mask_token_id)"),
+    ({"dflash.target_layers": ([float("nan"), 2.0], GGUFValueType.ARRAY)},
+     "dflash.target_layers is [nan, 2.0], not a list of integers (it sets dflash_config.target_layer_ids)"),
+    ({"dflash.vocab_size": (-1, GGUFValueType.INT32)}, "vocab_size would be -1 (from dflash.vocab_size = -1), below 1"),
+    ({"dflash.block_count": True}, "dflash.block_count is True, not an integer"),
+    ({"tokenizer.ggml.mask_token_id": (2**64 - 1, GGUFValueType.UINT64)}, "dflash_config.mask_token_id would be 18446744073709551615 (from tokenizer.ggml.mask_token_id = "
+     "18446744073709551615), outside the 64-bit integer range"),
+    ({"dflash.attention.layer_norm_rms_epsilon": float("nan")}, "layer_norm_rms_epsilon is nan, not a finite number"),
+    ({"dflash.rope.freq_base": float("inf")}, "dflash.rope.freq_base is inf, not a finite number"),
+    ({"dflash.rope.freq_base": 0.0}, "rope_theta would be 0.0 (from dflash.rope.freq_base = 0.0), not above 0"),
+    ({"dflash.block_size": 1}, "dflash_config.block_size would be 1 (from dflash.block_size = 1), below 2"),
+    ({"tokenizer.ggml.tokens": [f"t{i}" for i in range(100)]},
+     "dflash_config.mask_token_id would be 151669 (from tokenizer.ggml.mask_token_id), but vocab_size is 100 (from "
+     "tokenizer.ggml.tokens): 151669 is out of range"),
+    ({"dflash.attention.sliding_window": 64, "dflash.attention.sliding_window_pattern": ([True], GGUFValueType.ARRAY)},
+     "layer_types has 1 entries (from dflash.attention.sliding_window_pattern), but num_hidden_layers is 2"),
+    ({"dflash.attention.sliding_window": 64, "dflash.attention.sliding_window_pattern": ([1, 0], GGUFValueType.ARRAY)},
+     "sliding_window_pattern is [1, 0], not a list of true/false values"),
+])
+def test_config_values_are_typed_and_bounded(tmp_path, capsys, kv, needle):
+    path = tmp_path / "draft.gguf"
+    write_dflash(path, kv_extra=kv)
+    line = _one_error(["convert", str(path), "-o", str(tmp_path / "out"), "--quiet"], capsys)
+    assert needle in line, line
+    assert [p.name for p in tmp_path.iterdir()] == ["draft.gguf"]
+    assert main(["inspect", str(path)]) == 0  # inspect shows the file and says why the map does not fit
+    assert "does not fit" in capsys.readouterr().out
+
+
+def test_every_config_rule_that_reads_metadata_declares_a_type(tmp_path):
+    from gguf2ov.errors import Gguf2ovError
+    from gguf2ov.maps import load_map, supported_arches
+
+    for arch in supported_arches():
+        amap = load_map(arch)
+        assert all("type" in rule for rule in amap.config.values()
+                   if rule.get("from") and "constant" not in rule), arch
+    (tmp_path / "map.yaml").write_text("arch: x\nconfig: {hidden_size: x.h}\n")
+    with pytest.raises(Gguf2ovError, match="config hidden_size: a rule that reads metadata needs a `type`"):
+        load_map(path=tmp_path / "map.yaml")
