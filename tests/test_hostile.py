@@ -116,13 +116,66 @@ def test_unreadable_input_is_one_error_line(tmp_path, capsys, monkeypatch):
     assert f"{path}: cannot open: Permission denied" in line
 
 
-def test_os_errors_while_writing_are_one_error_line(tmp_path, capsys):
+def test_a_report_path_that_cannot_be_written_leaves_no_checkpoint(tmp_path, capsys):
     path = tmp_path / "draft.gguf"
     write_dflash(path)
     (tmp_path / "report").mkdir()
     line = _one_error(["convert", str(path), "-o", str(tmp_path / "out"), "--quiet",
                        "--json", str(tmp_path / "report")], capsys)
-    assert f"cannot write {tmp_path / 'report'}: Is a directory" in line
+    assert f"cannot write {tmp_path / 'report'}: it is a folder, not a regular file" in line
+    (tmp_path / "file").write_text("")
+    line = _one_error(["convert", str(path), "-o", str(tmp_path / "out"), "--quiet",
+                       "--json", str(tmp_path / "file" / "report.json")], capsys)
+    assert f"{tmp_path / 'file'} is a file, not a folder" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["draft.gguf", "file", "report"]
+
+
+@pytest.mark.parametrize("kind", ["char device", "fifo", "socket"])
+@pytest.mark.parametrize("command", ["convert", "check"])
+def test_a_special_file_as_report_path_is_refused(tmp_path, capsys, fixtures_dir, kind, command):
+    import os
+    import socket
+    import stat
+
+    path = tmp_path / "draft.gguf"
+    write_dflash(path)
+    if kind == "char device":
+        report = tmp_path / "null"
+        os.symlink("/dev/null", report)
+    elif kind == "fifo":
+        report = tmp_path / "fifo"
+        os.mkfifo(report)
+    else:
+        report = tmp_path / "sock"
+        with socket.socket(socket.AF_UNIX) as server:
+            server.bind(str(report))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    if command == "convert":
+        argv = ["convert", str(path), "-o", str(tmp_path / "out"), "--quiet", "--json", str(report)]
+    else:
+        argv = ["check", str(fixtures_dir / "draft-Q4_K_M.gguf"), "--reference", str(fixtures_dir / "draft-ref"),
+                "--markdown", str(report)]
+    line = _one_error(argv, capsys)
+    word = {"char device": "a character device", "fifo": "a FIFO", "socket": "a socket"}[kind]
+    assert f"cannot write {report}: it is {word}, not a regular file" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    if kind == "char device":
+        assert stat.S_ISCHR(os.stat("/dev/null").st_mode)  # not replaced by a regular file
+    assert stat.S_ISLNK(os.lstat(report).st_mode) or not stat.S_ISREG(os.lstat(report).st_mode)
+
+
+def test_a_symlinked_report_writes_the_file_it_names(tmp_path, capsys):
+    import json
+    import os
+
+    path = tmp_path / "draft.gguf"
+    write_dflash(path)
+    (tmp_path / "real.json").write_text("old")
+    os.symlink(tmp_path / "real.json", tmp_path / "link.json")
+    assert main(["convert", str(path), "-o", str(tmp_path / "out"), "--quiet", "--json",
+                 str(tmp_path / "link.json")]) == 0
+    assert os.path.islink(tmp_path / "link.json")
+    assert json.loads((tmp_path / "real.json").read_text())["n_tensors"] == 25
 
 
 def test_file_size_limit_while_writing_is_one_error_line(tmp_path):
@@ -235,3 +288,61 @@ def test_every_config_rule_that_reads_metadata_declares_a_type(tmp_path):
     (tmp_path / "map.yaml").write_text("arch: x\nconfig: {hidden_size: x.h}\n")
     with pytest.raises(Gguf2ovError, match="config hidden_size: a rule that reads metadata needs a `type`"):
         load_map(path=tmp_path / "map.yaml")
+
+
+# --- class 8: a signal during convert leaves nothing; a killed run's leftovers are cleared ---------
+
+def _slow_convert(tmp_path, sig):
+    """Start `convert` of a 33 MB draft in a subprocess, send `sig` while it writes its temporary
+    folder, return (process, stderr)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from gguf import GGMLQuantizationType
+
+    path = tmp_path / "draft.gguf"
+    if not path.exists():
+        write_dflash(path, qtype=GGMLQuantizationType.F16, hidden=512, heads=8, head_dim=64, kv_heads=4, ffn=2048,
+                     layers=4)
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    proc = subprocess.Popen([sys.executable, "-m", "gguf2ov", "convert", str(path), "-o", str(tmp_path / "out"),
+                             "--quiet"], stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 120
+    while not any(p.name.startswith(".out.partial-") for p in tmp_path.iterdir()):
+        assert proc.poll() is None, "convert ended before its temporary folder was seen"
+        assert time.monotonic() < deadline
+        time.sleep(0.002)
+    time.sleep(0.05)  # into the tensor data
+    os.kill(proc.pid, sig)
+    _, err = proc.communicate(timeout=120)
+    assert sig != signal.SIGKILL or proc.returncode == -signal.SIGKILL
+    return proc, err
+
+
+def test_sigterm_during_convert_leaves_nothing(tmp_path):
+    import signal
+
+    proc, err = _slow_convert(tmp_path, signal.SIGTERM)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert lines == ["error: terminated by SIGTERM; no partial output was left in place"], err
+    assert [p.name for p in tmp_path.iterdir()] == ["draft.gguf"]
+
+
+def test_the_next_run_clears_what_a_killed_run_left(tmp_path, capsys):
+    import os
+    import signal
+
+    _slow_convert(tmp_path, signal.SIGKILL)
+    left = [p for p in tmp_path.iterdir() if p.name.startswith(".out.partial-")]
+    assert len(left) == 1 and left[0].is_dir()
+    # a temporary folder of a run still going (this process) is not touched
+    live = tmp_path / f".out.partial-{os.getpid()}-{left[0].name.split('-')[2]}-0123abcd"
+    live.mkdir()
+    assert main(["convert", str(tmp_path / "draft.gguf"), "-o", str(tmp_path / "out"), "--quiet"]) == 0
+    assert not left[0].exists() and live.is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["draft.gguf", "out", live.name])
