@@ -130,6 +130,28 @@ def test_a_report_path_that_cannot_be_written_leaves_no_checkpoint(tmp_path, cap
     assert sorted(p.name for p in tmp_path.iterdir()) == ["draft.gguf", "file", "report"]
 
 
+def test_a_report_that_fails_while_written_leaves_no_checkpoint(tmp_path, capsys, monkeypatch):
+    import errno
+    import os
+
+    from gguf2ov import outputs
+
+    path = tmp_path / "draft.gguf"
+    write_dflash(path)
+    real_replace = os.replace
+
+    def disk_full(src, dst):
+        if str(dst).endswith("report.json"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(outputs.os, "replace", disk_full)
+    line = _one_error(["convert", str(path), "-o", str(tmp_path / "out"), "--quiet",
+                       "--json", str(tmp_path / "report.json")], capsys)
+    assert f"cannot write {tmp_path / 'report.json'}: No space left on device" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["draft.gguf"]
+
+
 @pytest.mark.parametrize("kind", ["char device", "fifo", "socket"])
 @pytest.mark.parametrize("command", ["convert", "check"])
 def test_a_special_file_as_report_path_is_refused(tmp_path, capsys, fixtures_dir, kind, command):
@@ -288,6 +310,67 @@ def test_every_config_rule_that_reads_metadata_declares_a_type(tmp_path):
     (tmp_path / "map.yaml").write_text("arch: x\nconfig: {hidden_size: x.h}\n")
     with pytest.raises(Gguf2ovError, match="config hidden_size: a rule that reads metadata needs a `type`"):
         load_map(path=tmp_path / "map.yaml")
+
+
+def _nan_norm(tmp_path):
+    import numpy as np
+
+    norm = np.ones(64, np.float32)
+    norm[[3, 9]] = [np.nan, np.inf]
+    path = tmp_path / "draft.gguf"
+    write_dflash(path, tensors_extra={"blk.1.ffn_norm.weight": (norm, None)})
+    return path
+
+
+def test_nonfinite_weights_are_an_error_naming_the_tensor(tmp_path, capsys):
+    path = _nan_norm(tmp_path)
+    line = _one_error(["convert", str(path), "-o", str(tmp_path / "out"), "--quiet"], capsys)
+    assert ("layers.1.post_attention_layernorm.weight (from blk.1.ffn_norm.weight, F32) holds 2 NaN or Inf values "
+            "of 64") in line
+    assert [p.name for p in tmp_path.iterdir()] == ["draft.gguf"]
+
+
+def test_nonfinite_weights_with_allow_nonfinite_are_a_loud_warning(tmp_path, capsys):
+    import json
+
+    path = _nan_norm(tmp_path)
+    assert main(["convert", str(path), "-o", str(tmp_path / "out"), "--quiet", "--allow-nonfinite",
+                 "--json", str(tmp_path / "report.json")]) == 0
+    err = capsys.readouterr().err
+    assert ("warning: layers.1.post_attention_layernorm.weight was written with 2 NaN or Inf values "
+            "(--allow-nonfinite)") in err
+    assert json.loads((tmp_path / "report.json").read_text())["nonfinite"] == {
+        "layers.1.post_attention_layernorm.weight": 2}
+    assert (tmp_path / "out" / "model.safetensors").is_file()
+
+
+def test_a_quantized_block_with_an_inf_scale_is_an_error(tmp_path, capsys):
+    import struct
+
+    import numpy as np
+    from gguf import GGMLQuantizationType
+
+    from gguf2ov.read import open_gguf
+
+    path = tmp_path / "draft.gguf"
+    write_dflash(path, qtype=GGMLQuantizationType.Q8_0)
+    info = open_gguf(path).tensors["blk.0.ffn_up.weight"]
+    data = bytearray(path.read_bytes())
+    struct.pack_into("<e", data, info.offset + 34 * 5, np.inf)  # the f16 scale of the 6th Q8_0 block
+    path.write_bytes(bytes(data))
+    line = _one_error(["convert", str(path), "-o", str(tmp_path / "out"), "--quiet"], capsys)
+    assert "layers.0.mlp.up_proj.weight (from blk.0.ffn_up.weight, Q8_0) holds" in line
+    assert "quantization scales" in line
+
+
+def test_values_beyond_f16_are_an_error_with_dtype_f16(tmp_path, capsys):
+    import numpy as np
+
+    path = tmp_path / "draft.gguf"
+    write_dflash(path, tensors_extra={"output_norm.weight": (np.full(64, 1e6, np.float32), None)})
+    line = _one_error(["convert", str(path), "-o", str(tmp_path / "out"), "--quiet", "--dtype", "f16"], capsys)
+    assert "norm.weight (from output_norm.weight, F32): 64 of its 64 values are too large for F16" in line
+    assert main(["convert", str(path), "-o", str(tmp_path / "out"), "--quiet"]) == 0  # bf16 holds them
 
 
 # --- class 8: a signal during convert leaves nothing; a killed run's leftovers are cleared ---------
