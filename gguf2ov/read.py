@@ -345,6 +345,9 @@ def _parse(cur: _Cursor, path: Path) -> GgufFile:
         if key in metadata:
             raise _Corrupt(f"metadata key {key} appears twice")
         metadata[key] = cur.value(cur.u32(f"type of {key}"), f"metadata {key}")
+    arch = metadata.get("general.architecture")
+    if arch is not None and not isinstance(arch, str):  # it selects the map, and names the file everywhere
+        raise _Corrupt(f"general.architecture is {summarise(arch, max_chars=60)}, not a string")
     alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
     if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
         raise _Corrupt(f"general.alignment {alignment!r} is not a power of two")

@@ -429,3 +429,18 @@ def test_the_next_run_clears_what_a_killed_run_left(tmp_path, capsys):
     assert main(["convert", str(tmp_path / "draft.gguf"), "-o", str(tmp_path / "out"), "--quiet"]) == 0
     assert not left[0].exists() and live.is_dir()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["draft.gguf", "out", live.name])
+
+
+@pytest.mark.parametrize("value, shown", [(([False] * 100, GGUFValueType.ARRAY), "[100 x bool] first: False"),
+                                          ((7, GGUFValueType.UINT32), "7")])
+def test_an_architecture_that_is_not_a_string_is_a_corrupt_file(tmp_path, capsys, fixtures_dir, value, shown):
+    import numpy as np
+    from ggufs import dflash_kv, dflash_tensors, write_gguf
+
+    path = tmp_path / "draft.gguf"
+    write_gguf(path, None, {**dflash_kv(), "general.architecture": value}, dflash_tensors(np.random.default_rng(0)))
+    for argv in (["inspect", str(path), "--json"], ["convert", str(path), "-o", str(tmp_path / "out")],
+                 ["check", str(path), "--reference", str(fixtures_dir / "draft-ref")]):
+        line = _one_error(argv, capsys)
+        assert f"corrupt or truncated GGUF: general.architecture is {shown}" in line and "not a string" in line
+    assert [p.name for p in tmp_path.iterdir()] == ["draft.gguf"]
