@@ -49,6 +49,9 @@ VALUE_TYPES = {
     "bool": (lambda v: isinstance(v, bool), "true or false"),
     "str": (lambda v: isinstance(v, str), "a string"),
 }
+# A list in a config (target layer ids, one type per layer) has at most this many items: a file's
+# array can be as long as the file, and as Python objects it would take 8-30x its size.
+MAX_LIST = 1 << 16
 _LIST_WORDS = {"int": "integers", "float": "finite numbers", "bool": "true/false values", "str": "strings"}
 FLAGS = {"target_layer_offset": "--target-layer-offset"}
 _PLACEHOLDER = re.compile(r"\{(\w*)\}")
@@ -175,7 +178,13 @@ class ArchMap:
             return rule["constant"]
         stated = gguf.metadata[source]
         # The file's value enters here: as plain Python, and of the type the rule declares.
-        value = len(stated) if rule.get("len") and _is_array(stated) else _plain_value(stated)
+        if rule.get("len") and _is_array(stated):
+            value = len(stated)
+        elif _is_array(stated) and len(stated) > MAX_LIST:
+            raise Gguf2ovError(f"{gguf.path}: {source} holds {len(stated)} items, more than {hf_key} can "
+                               f"(at most {MAX_LIST})", hint="the file's metadata is malformed")
+        else:
+            value = _plain_value(stated)
         if not _has_type(value, rule["type"]):
             raise Gguf2ovError(f"{gguf.path}: {source} is {_short(value)}, not {_type_words(rule['type'])} "
                                f"(it sets {hf_key})", hint="the file's metadata is malformed; re-download or "
@@ -404,7 +413,10 @@ def _clip(text: str, limit: int = 200) -> str:
 
 
 def _short(value, limit: int = 60) -> str:
-    text = repr(value)
+    if isinstance(value, list) and len(value) > limit:  # a value from a file can be any length
+        text = repr(value[:limit])[:-1] + f", ... ({len(value)} items)]"
+    else:
+        text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

@@ -444,3 +444,11 @@ def test_an_architecture_that_is_not_a_string_is_a_corrupt_file(tmp_path, capsys
         line = _one_error(argv, capsys)
         assert f"corrupt or truncated GGUF: general.architecture is {shown}" in line and "not a string" in line
     assert [p.name for p in tmp_path.iterdir()] == ["draft.gguf"]
+
+
+def test_a_huge_array_where_a_config_list_belongs_is_refused_before_it_becomes_python(tmp_path, capsys):
+    path = tmp_path / "draft.gguf"
+    write_dflash(path, kv_extra={"dflash.target_layers": ([3] * 100_000, GGUFValueType.ARRAY)})
+    line = _one_error(["convert", str(path), "-o", str(tmp_path / "out")], capsys)
+    assert "dflash.target_layers holds 100000 items, more than dflash_config.target_layer_ids can (at most 65536)" \
+        in line
