@@ -239,7 +239,7 @@ class ArchMap:
                 reasons.append(cond["why"])
         if reasons:
             raise Gguf2ovError(
-                f"{gguf.path}: cannot tell how {source} = {value} was written ({'; '.join(reasons)}), so "
+                f"{gguf.path}: cannot tell how {source} = {_short(value)} was written ({'; '.join(reasons)}), so "
                 f"{hf_key} is not settled: {self._choices_text(rule, value)}",
                 hint=f"check the draft's original config, then pass {FLAGS[rule['flag']]} explicitly")
 
@@ -249,7 +249,7 @@ class ArchMap:
         for offset, meaning in rule.get("choices", {}).items():
             ids = [v + offset for v in value] if isinstance(value, list) else value + offset
             bad = " (invalid)" if _out_of_bounds(ids, rule) else ""
-            parts.append(f"{FLAGS[rule['flag']]} {offset} if written by {meaning}: {ids}{bad}")
+            parts.append(f"{FLAGS[rule['flag']]} {offset} if written by {meaning}: {_short(ids)}{bad}")
         return "; ".join(parts)
 
     def gguf_metadata(self, hf_config: dict, legacy: bool = False) -> dict:
@@ -586,7 +586,7 @@ def load_map(arch: str | None = None, path=None) -> ArchMap:
                            hint=f"pass --map; shipped maps: {', '.join(supported_arches())}")
     # general.architecture comes from an untrusted file: only a shipped map's name selects a map
     if not isinstance(arch, str) or arch not in supported_arches():
-        raise Gguf2ovError(f"no map for architecture {arch!r}; supported: {', '.join(supported_arches())}",
+        raise Gguf2ovError(f"no map for architecture {_short(arch)}; supported: {', '.join(supported_arches())}",
                            hint="write a tensor map YAML for it and pass --map")
     return _build(_read_yaml(_maps_dir() / f"{arch}.yaml"), f"tensor_maps/{arch}.yaml")
 
@@ -625,7 +625,7 @@ def map_for(gguf, path=None) -> ArchMap:
     """The map for a file: `path` if given (its arch must match), else the shipped one."""
     amap = load_map(gguf.arch, path)
     if amap.arch != gguf.arch:
-        raise Gguf2ovError(f"{gguf.path} is {gguf.arch!r} but the map {amap.path} is for {amap.arch!r}")
+        raise Gguf2ovError(f"{gguf.path} is {_short(gguf.arch)} but the map {amap.path} is for {amap.arch!r}")
     return amap
 
 

@@ -133,7 +133,7 @@ class GgufFile:
         try:
             values = dequantize(self.raw(name), info.qtype)
         except Gguf2ovError as e:
-            raise Gguf2ovError(f"{self.path}: tensor {name}: {e.message}", hint=e.hint) from e
+            raise Gguf2ovError(f"{self.path}: tensor {_clip(name)}: {e.message}", hint=e.hint) from e
         return np.asarray(values, dtype=np.float32).reshape(info.shape)
 
 
@@ -342,9 +342,10 @@ def _parse(cur: _Cursor, path: Path) -> GgufFile:
     metadata = {}
     for i in range(n_kv):
         key = cur.string(f"metadata key #{i}")
+        shown = _clip(key)  # a corrupt length can make a key of megabytes
         if key in metadata:
-            raise _Corrupt(f"metadata key {key} appears twice")
-        metadata[key] = cur.value(cur.u32(f"type of {key}"), f"metadata {key}")
+            raise _Corrupt(f"metadata key {shown} appears twice")
+        metadata[key] = cur.value(cur.u32(f"type of {shown}"), f"metadata {shown}")
     arch = metadata.get("general.architecture")
     if arch is not None and not isinstance(arch, str):  # it selects the map, and names the file everywhere
         raise _Corrupt(f"general.architecture is {summarise(arch, max_chars=60)}, not a string")
@@ -354,38 +355,45 @@ def _parse(cur: _Cursor, path: Path) -> GgufFile:
     infos = []
     for i in range(n_tensors):
         name = cur.string(f"name of tensor #{i}")
-        n_dims = cur.u32(f"dimension count of tensor {name}")
+        shown = _clip(name)
+        n_dims = cur.u32(f"dimension count of tensor {shown}")
         if not 1 <= n_dims <= MAX_DIMS:
-            raise _Corrupt(f"tensor {name} has {n_dims} dimensions (GGUF allows 1 to {MAX_DIMS})")
-        ne = tuple(int(d) for d in cur.scalars("<u8", n_dims, f"shape of tensor {name}"))
-        infos.append((name, ne, cur.u32(f"type of tensor {name}"), cur.u64(f"offset of tensor {name}")))
+            raise _Corrupt(f"tensor {shown} has {n_dims} dimensions (GGUF allows 1 to {MAX_DIMS})")
+        ne = tuple(int(d) for d in cur.scalars("<u8", n_dims, f"shape of tensor {shown}"))
+        infos.append((name, ne, cur.u32(f"type of tensor {shown}"), cur.u64(f"offset of tensor {shown}")))
     data_start = -(-cur.pos // alignment) * alignment
     tensors = {}
     for name, ne, raw_type, offset in infos:
         if name in tensors:
-            raise _Corrupt(f"tensor {name} appears twice")
+            raise _Corrupt(f"tensor {_clip(name)} appears twice")
         tensors[name] = _tensor_info(name, ne, raw_type, data_start + offset, cur.size)
     return GgufFile(path, version, metadata, tensors)
 
 
+def _clip(text: str, limit: int = 120) -> str:
+    """A name from the file, short enough for a message."""
+    return text if len(text) <= limit else f"{text[:limit - 20]}...({len(text)} chars)"
+
+
 def _tensor_info(name, ne, raw_type, offset, file_size) -> TensorInfo:
+    shown = _clip(name)
     try:
         qtype = GGMLQuantizationType(raw_type)
         block, type_size = GGML_QUANT_SIZES[qtype]
     except (ValueError, KeyError):
-        raise _Corrupt(f"tensor {name} has unknown GGML type {raw_type}") from None
+        raise _Corrupt(f"tensor {shown} has unknown GGML type {raw_type}") from None
     # A dimension of 0 makes the element count 0, so the size check below would pass for any other
     # dimension (e.g. [0, 2^63]) and numpy would fail later: GGUF tensors are never empty.
     if 0 in ne:
-        raise _Corrupt(f"tensor {name} has a dimension of 0 (ne {list(ne)})")
+        raise _Corrupt(f"tensor {shown} has a dimension of 0 (ne {list(ne)})")
     if ne[0] % block:
-        raise _Corrupt(f"tensor {name} has ne[0]={ne[0]}, not a multiple of the {qtype.name} block size {block}")
+        raise _Corrupt(f"tensor {shown} has ne[0]={ne[0]}, not a multiple of the {qtype.name} block size {block}")
     n_elements = 1
     for d in ne:
         n_elements *= d  # python ints: no overflow on absurd shapes
     n_bytes = n_elements // block * type_size
     # every dimension is at most the element count, which the byte count bounds by the file size
     if offset + n_bytes > file_size:
-        raise _Corrupt(f"tensor {name} ({qtype.name}, ne {list(ne)}) needs bytes {offset}..{offset + n_bytes} "
+        raise _Corrupt(f"tensor {shown} ({qtype.name}, ne {list(ne)}) needs bytes {offset}..{offset + n_bytes} "
                        f"but the file has {file_size}")
     return TensorInfo(name, qtype, ne, tuple(reversed(ne)), n_elements, n_bytes, offset)

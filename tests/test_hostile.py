@@ -452,3 +452,24 @@ def test_a_huge_array_where_a_config_list_belongs_is_refused_before_it_becomes_p
     line = _one_error(["convert", str(path), "-o", str(tmp_path / "out")], capsys)
     assert "dflash.target_layers holds 100000 items, more than dflash_config.target_layer_ids can (at most 65536)" \
         in line
+
+
+def test_names_of_any_length_from_the_file_are_clipped_in_error_lines(tmp_path, capsys):
+    import struct
+
+    import numpy as np
+    from ggufs import dflash_kv, dflash_tensors, write_gguf
+
+    path = tmp_path / "arch.gguf"
+    write_gguf(path, None, {**dflash_kv(), "general.architecture": "a" * 5000}, dflash_tensors(np.random.default_rng(0)))
+    line = _one_error(["convert", str(path), "-o", str(tmp_path / "out")], capsys)
+    assert "no map for architecture 'aaaa" in line and len(line) < 1000
+    # a corrupt key length: the key swallows the metadata that follows it
+    path = tmp_path / "key.gguf"
+    write_dflash(path, kv_extra={"tokenizer.ggml.tokens": [f"tok{i}" for i in range(100)]})
+    data = bytearray(path.read_bytes())
+    key = b"tokenizer.ggml.tokens"  # followed by ASCII tokens and small lengths: valid UTF-8
+    struct.pack_into("<Q", data, data.index(struct.pack("<Q", len(key)) + key), 1000)
+    path.write_bytes(bytes(data))
+    line = _one_error(["inspect", str(path)], capsys)
+    assert "corrupt or truncated GGUF: " in line and "chars)" in line and len(line) < 1000, line[:300]
