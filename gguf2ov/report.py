@@ -97,6 +97,8 @@ def to_jsonable(obj):
         return [to_jsonable(v) for v in obj]
     if isinstance(obj, Path):
         return str(obj)
+    if isinstance(obj, np.ndarray):
+        return to_jsonable(obj.tolist())
     if isinstance(obj, np.generic):
         obj = obj.item()
     if isinstance(obj, float) and not math.isfinite(obj):

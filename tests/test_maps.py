@@ -219,7 +219,7 @@ def test_invalid_maps_name_the_yaml_file(tmp_path, body, needle):
 
 
 def test_extends_merges_a_skeleton(tmp_path):
-    (tmp_path / "base.yaml").write_text("config: {hidden_size: x.h}\ntensors: {a.weight: b.weight}\n")
+    (tmp_path / "base.yaml").write_text("config: {hidden_size: {from: x.h, type: int}}\ntensors: {a.weight: b.weight}\n")
     (tmp_path / "child.yaml").write_text("arch: x\nextends: base.yaml\ntensors: {c.weight: d.weight}\n")
     amap = load_map(path=tmp_path / "child.yaml")
     assert [r.gguf for r in amap.rules] == ["a.weight", "c.weight"] and "hidden_size" in amap.config
@@ -269,10 +269,10 @@ def test_metadata_of_the_wrong_kind_is_an_error(tmp_path):
                                  "dflash.attention.sliding_window_pattern": ([2, 3], GGUFValueType.ARRAY)})
     gguf = open_gguf(path)
     amap = load_map("dflash")
-    with pytest.raises(Gguf2ovError, match="sliding_window_pattern holds 2; the dflash map knows"):
+    with pytest.raises(Gguf2ovError, match=r"sliding_window_pattern is \[2, 3\], not a list of true/false values"):
         amap.hf_config(gguf, target_layer_offset=-1)
     del gguf.metadata["dflash.attention.sliding_window_pattern"]
-    with pytest.raises(Gguf2ovError, match="dflash.target_layers = '3,6,9' should be numeric"):
+    with pytest.raises(Gguf2ovError, match="dflash.target_layers is '3,6,9', not a list of integers"):
         amap.hf_config(gguf, target_layer_offset=-1)
 
 
