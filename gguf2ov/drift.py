@@ -107,7 +107,7 @@ def _pct(x) -> str | None:
 
 # -- weight drift ---------------------------------------------------------------------------------
 
-class _Accumulator:
+class StreamingSums:
     """Sums for a global relative error and cosine over many tensors, in float64, chunk by chunk."""
 
     CHUNK = 1 << 22  # elements per float64 pass: bounded memory whatever the tensor
@@ -147,7 +147,7 @@ class WeightMeter:
     def __init__(self, draft):
         self.draft = draft
         self.grid = draft.kind == "gguf"
-        self.overall = _Accumulator()
+        self.overall = StreamingSums()
         self.tensors: list[TensorDrift] = []
 
     def __call__(self, name: str, output, values=None) -> None:

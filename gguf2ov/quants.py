@@ -125,7 +125,7 @@ def _dequant_q5_1(blocks: np.ndarray, out: np.ndarray) -> None:
     np.add(out, _f16_field(blocks, 2), out=out)
 
 
-def _k_scales_mins(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def k_scales_mins(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Unpack Q4_K/Q5_K's 12 scale bytes into eight 6-bit scales and eight 6-bit mins (uint8).
 
     llama.cpp `get_scale_min_k4`: sub-blocks 0-3 keep scale and min in the low 6 bits of bytes
@@ -160,12 +160,12 @@ def _q5_k_codes(blocks: np.ndarray, out: np.ndarray) -> None:
 
 def _dequant_q4_k(blocks: np.ndarray, out: np.ndarray) -> None:
     _q4_k_codes(blocks, out)
-    _apply_scale_min(blocks, *_k_scales_mins(blocks[:, 4:16]), out)
+    _apply_scale_min(blocks, *k_scales_mins(blocks[:, 4:16]), out)
 
 
 def _dequant_q5_k(blocks: np.ndarray, out: np.ndarray) -> None:
     _q5_k_codes(blocks, out)
-    _apply_scale_min(blocks, *_k_scales_mins(blocks[:, 4:16]), out)
+    _apply_scale_min(blocks, *k_scales_mins(blocks[:, 4:16]), out)
 
 
 def _apply_scale_min(blocks: np.ndarray, scales: np.ndarray, mins: np.ndarray, out: np.ndarray) -> None:
@@ -430,7 +430,7 @@ def _make_qx_quants(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _pack_k_scales(scale_codes: np.ndarray, min_codes: np.ndarray) -> np.ndarray:
-    """Pack eight 6-bit scales and mins per block (uint8, (n, 8)) into 12 bytes (see `_k_scales_mins`)."""
+    """Pack eight 6-bit scales and mins per block (uint8, (n, 8)) into 12 bytes (see `k_scales_mins`)."""
     low_s, high_s = scale_codes[:, :4], scale_codes[:, 4:]
     low_m, high_m = min_codes[:, :4], min_codes[:, 4:]
     return np.concatenate([
