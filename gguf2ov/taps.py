@@ -85,8 +85,9 @@ class TapScan:
     def clear(self) -> bool:
         return self.verdict in (FITS, MISFIT)
 
-    def finding(self) -> str:
-        """One sentence: what the scan says about the configured ids."""
+    def finding(self, offset_used: int | None = None) -> str:
+        """One sentence: what the scan says about the configured ids. `offset_used`: the
+        --target-layer-offset the draft was made with (a GGUF source), to name the one that fits."""
         conf = self.set("configured")
         head = f"configured ids {self.configured}"
         if self.verdict == ALONE:
@@ -99,7 +100,7 @@ class TapScan:
         if self.verdict == MISFIT:
             return (f"{head} are not the layers the draft was trained on: {self.best} {self.best_ids} beats them on "
                     f"{100 * (0.5 + self.lag):.0f}% {of} and every other set on at least {100 * best.lowest_share:.0f}%"
-                    + (f"; {offset_hint(self.best_shift)}" if self.best_shift is not None else ""))
+                    + (f"; {offset_hint(self.best_shift, offset_used)}" if self.best_shift is not None else ""))
         if self.best == "configured":
             return (f"{head} fit best, but beat another set on only {100 * conf.lowest_share:.0f}% {of} (margin "
                     f"{self.margin:.2f} < {self.threshold}): too close to tell"
@@ -109,7 +110,7 @@ class TapScan:
 
     def tables(self) -> list[Table]:
         n = len(self.sets[0].top1_by_position) if self.sets else 0
-        rows = [[s.label, s.ids, s.beats_configured if s.label != "configured" else None, s.lowest_share,
+        rows = [[s.label, s.ids, s.beats_configured if s.shift != 0 else None, s.lowest_share,
                  s.mean_logprob, s.top1, s.accepted, *s.top1_by_position] for s in self.sets]
         headers = ["layers", "ids", "beats configured", "lowest share", "mean log-prob", "top-1", "accepted/block"] + \
                   [f"pos {i + 1}" for i in range(n)]
@@ -125,9 +126,10 @@ class TapScan:
         return [f"tap scan {self.verdict}: {self.finding()}"]
 
 
-def offset_hint(shift: int) -> str:
-    return (f"the ids {'+' if shift > 0 else '-'} {abs(shift)} fit (for a GGUF: --target-layer-offset "
-            f"{shift:+d} from the one used)")
+def offset_hint(shift: int, offset_used: int | None = None) -> str:
+    if offset_used is None:
+        return f"the ids {'+' if shift > 0 else '-'} {abs(shift)} fit (a GGUF: --target-layer-offset {shift:+d} from the one used)"
+    return f"made with --target-layer-offset {offset_used}, the GGUF fits --target-layer-offset {offset_used + shift}"
 
 
 def candidate_sets(configured, tappable, shifts=SHIFTS, named=()) -> tuple[dict[str, list[int]], list[str]]:
@@ -143,14 +145,15 @@ def candidate_sets(configured, tappable, shifts=SHIFTS, named=()) -> tuple[dict[
             sets[f"shift {s:+d}"] = ids
         else:
             skipped.append(f"shift {s:+d}")
-    for k, ids in enumerate(named, 1):
+    items = named.items() if isinstance(named, dict) else ((f"named {k}", ids) for k, ids in enumerate(named, 1))
+    for label, ids in items:
         ids = [int(i) for i in ids]
         if len(ids) != len(configured):
             raise Gguf2ovError(f"layer set {ids} has {len(ids)} ids; the draft reads {len(configured)}")
         if not all(i in tappable for i in ids):
             raise Gguf2ovError(f"layer set {ids} is outside the target's layers {min(tappable)}..{max(tappable)}")
         if ids not in sets.values():
-            sets[f"named {k}"] = ids
+            sets[label] = ids
     return sets, skipped
 
 
@@ -248,3 +251,120 @@ def scan_taps(draft_dir, target, prompts=None, shifts=SHIFTS, named=(), configur
     best, margin, lag, verdict = decide(scored, blocks, threshold)
     return TapScan(str(draft_dir), str(target.path), configured, scored, best.label, best.ids, best.shift, margin,
                    lag, verdict, blocks, proposals, used, round(time.perf_counter() - start, 2), threshold, skipped)
+
+
+# -- settling an ambiguous GGUF's layer offset by measurement --------------------------------------
+
+@dataclass(frozen=True)
+class OffsetDecision:
+    """How the target layer offset of a GGUF whose layout is ambiguous was settled by the tap scan."""
+    gguf: str
+    declared: list[int]              # the file's dflash.target_layers
+    why_ambiguous: list[str]
+    choices: dict[int, list[int]]    # offset -> the HF ids it gives (valid ones only)
+    invalid: dict[int, str]          # offset -> why it is out (ids below 0 or outside the target)
+    offset: int
+    ids: list[int]
+    scan: TapScan
+
+    def sets(self) -> list[TapSet]:
+        """The scanned sets, each labelled by the offset that gives it."""
+        import dataclasses
+
+        first = next(iter(self.choices))
+        return [dataclasses.replace(s, label=f"offset {first}") if s.label == "configured" else s for s in self.scan.sets]
+
+    def summary(self) -> list[str]:
+        shares = ", ".join(f"offset {o} {ids}" for o, ids in self.choices.items())
+        lines = [f"target layer offset settled by measurement: {self.gguf} declares {self.declared}, ambiguous "
+                 f"({'; '.join(self.why_ambiguous)}); scanned {shares} on the target"]
+        if len(self.choices) == 1:
+            lines.append(f"offset {self.offset} is the only choice inside the target "
+                         f"({'; '.join(f'offset {o}: {w}' for o, w in self.invalid.items())}), and the scan does not "
+                         f"contradict it ({self.scan.verdict})")
+        else:
+            best = next(s for s in self.sets() if s.label == f"offset {self.offset}")
+            lines.append(f"chosen: --target-layer-offset {self.offset} -> target_layer_ids {self.ids}: higher "
+                         f"log-probability of the target's next tokens on {100 * best.lowest_share:.0f}% of "
+                         f"{self.scan.blocks} blocks (margin {self.scan.margin:.2f}, threshold {self.scan.threshold}); "
+                         f"top-1 {best.top1:.3f} against "
+                         + ", ".join(f"{s.top1:.3f} at {s.label}" for s in self.sets() if s is not best))
+        return lines
+
+    def tables(self) -> list[Table]:
+        import dataclasses
+
+        tables = dataclasses.replace(self.scan, sets=self.sets(), best=f"offset {self.offset}").tables()
+        tables[0].title = "Target layer offset, measured"
+        return tables
+
+    def record(self) -> dict:
+        """What provenance keeps of the decision."""
+        return {"offset": self.offset, "ids": self.ids, "declared": self.declared, "why_ambiguous": self.why_ambiguous,
+                "choices": {str(k): v for k, v in self.choices.items()}, "verdict": self.scan.verdict,
+                "margin": self.scan.margin, "blocks": self.scan.blocks,
+                "sets": {s.label: {"ids": s.ids, "lowest_share": s.lowest_share, "mean_logprob": s.mean_logprob,
+                                   "top1": s.top1} for s in self.sets()}}
+
+
+def settle_offset(gguf, target, map_path=None, prompts=None, progress: bool = True) -> OffsetDecision | None:
+    """The target layer offset of an ambiguous GGUF, measured against `target`; None when the file
+    settles it itself. Refuses (Gguf2ovError) when the measurement cannot tell."""
+    import tempfile
+
+    from .maps import FLAGS, map_for
+    from .progress import step
+    from .read import GgufFile, open_gguf
+    from .target import Target
+
+    gguf = gguf if isinstance(gguf, GgufFile) else open_gguf(gguf)
+    amap = map_for(gguf, map_path)
+    why = amap.flag_ambiguity(gguf, "target_layer_offset")
+    if not why:
+        return None
+    hf_key, gguf_key = amap.flag_rule("target_layer_offset")
+    rule = amap.config[hf_key]
+    declared = list(gguf.metadata[gguf_key])
+    target = target if isinstance(target, Target) else Target.open(target)
+    tappable = set(target.tap_layers)
+    choices, invalid = {}, {}
+    for offset in rule.get("choices", {}):
+        ids = [i + int(offset) for i in declared]
+        if any(i < rule.get("min", 0) for i in ids):
+            invalid[int(offset)] = f"ids {ids} below {rule.get('min', 0)}"
+        elif not all(i in tappable for i in ids):
+            invalid[int(offset)] = f"ids {ids} outside the target's layers"
+        else:
+            choices[int(offset)] = ids
+    flag = FLAGS[rule["flag"]]
+    if not choices:
+        raise Gguf2ovError(f"{gguf.path}: no choice of {flag} puts {declared} inside the target "
+                           f"({'; '.join(f'offset {o}: {w}' for o, w in invalid.items())})",
+                           hint="is this the target the draft was made for?")
+    first = next(iter(choices))
+    step(f"{gguf.path.name}: target layer layout ambiguous; measuring offsets {sorted(choices)} against "
+         f"{target.path}", progress)
+    with tempfile.TemporaryDirectory(prefix="gguf2ov-taps-") as tmp:
+        from .export import export_draft
+        from .source import open_draft
+
+        draft = open_draft(gguf, map_path, first)
+        # the file's own grid: 1.0x the GGUF on disk, the dequantized values exactly
+        export_draft(draft, Path(tmp) / "draft", weight_format="gguf", progress=False, run_verify=False)
+        others = {f"offset {o}": ids for o, ids in choices.items() if o != first}
+        single = not others
+        scan = scan_taps(Path(tmp) / "draft", target, prompts=prompts, shifts=SHIFTS if single else (),
+                         named=others, configured=choices[first])
+    labels = {"configured": first, **{f"offset {o}": o for o in choices}}
+    if single:
+        if scan.verdict == MISFIT:
+            raise Gguf2ovError(f"{gguf.path}: {flag} {first} is the only choice inside the target, but the tap scan "
+                               f"says the draft fits other layers: {scan.finding()}",
+                               hint="is this the target the draft was made for?")
+        return OffsetDecision(str(gguf.path), declared, why, choices, invalid, first, choices[first], scan)
+    if not scan.clear:
+        raise Gguf2ovError(f"{gguf.path}: the tap scan cannot tell which {flag} fits: {scan.finding()}",
+                           hint=f"pass {flag} explicitly (-1: the current llama.cpp converter, 0: its first one), "
+                                "or scan with more prompts (--prompts)")
+    offset = labels[scan.best]
+    return OffsetDecision(str(gguf.path), declared, why, choices, invalid, offset, choices[offset], scan)
