@@ -307,11 +307,26 @@ class OffsetDecision:
                                    "top1": s.top1} for s in self.sets()}}
 
 
+def scan_source(source, target, map_path=None, target_layer_offset=None, prompts=None, shifts=SHIFTS,
+                named=()) -> TapScan:
+    """The tap scan of a draft source (a GGUF or a checkpoint folder) not yet exported: it is exported
+    to a temporary folder first (a GGUF in its own grid, 1.0x the file on disk, with the dequantized
+    values exactly; a checkpoint in fp32)."""
+    import tempfile
+
+    from .export import export_draft
+    from .source import open_draft
+
+    draft = open_draft(source, map_path, target_layer_offset)
+    with tempfile.TemporaryDirectory(prefix="gguf2ov-taps-") as tmp:
+        export_draft(draft, Path(tmp) / "draft", weight_format="gguf" if draft.kind == "gguf" else "fp32",
+                     progress=False, run_verify=False)
+        return scan_taps(Path(tmp) / "draft", target, prompts=prompts, shifts=shifts, named=named)
+
+
 def settle_offset(gguf, target, map_path=None, prompts=None, progress: bool = True) -> OffsetDecision | None:
     """The target layer offset of an ambiguous GGUF, measured against `target`; None when the file
     settles it itself. Refuses (Gguf2ovError) when the measurement cannot tell."""
-    import tempfile
-
     from .maps import FLAGS, map_for
     from .progress import step
     from .read import GgufFile, open_gguf
@@ -344,17 +359,9 @@ def settle_offset(gguf, target, map_path=None, prompts=None, progress: bool = Tr
     first = next(iter(choices))
     step(f"{gguf.path.name}: target layer layout ambiguous; measuring offsets {sorted(choices)} against "
          f"{target.path}", progress)
-    with tempfile.TemporaryDirectory(prefix="gguf2ov-taps-") as tmp:
-        from .export import export_draft
-        from .source import open_draft
-
-        draft = open_draft(gguf, map_path, first)
-        # the file's own grid: 1.0x the GGUF on disk, the dequantized values exactly
-        export_draft(draft, Path(tmp) / "draft", weight_format="gguf", progress=False, run_verify=False)
-        others = {f"offset {o}": ids for o, ids in choices.items() if o != first}
-        single = not others
-        scan = scan_taps(Path(tmp) / "draft", target, prompts=prompts, shifts=SHIFTS if single else (),
-                         named=others, configured=choices[first])
+    others = {f"offset {o}": ids for o, ids in choices.items() if o != first}
+    single = not others
+    scan = scan_source(gguf, target, map_path, first, prompts, shifts=SHIFTS if single else (), named=others)
     labels = {"configured": first, **{f"offset {o}": o for o in choices}}
     if single:
         if scan.verdict == MISFIT:
