@@ -122,6 +122,7 @@ class CheckResult:
     overall: QuantSummary
     diagnoses: list[Diagnosis]
     seconds: float
+    taps: object = None  # taps.TapScan, with a target
 
     def worst_first(self) -> list[TensorCheck]:
         return sorted(self.tensors, key=_severity)
@@ -147,6 +148,8 @@ class CheckResult:
         if self.config:
             tables.append(Table("Config", ["key", "ours", "reference", "agrees"],
                                 [[c.key, _short(c.ours), _short(c.reference), c.agrees] for c in self.config]))
+        if self.taps is not None:
+            tables += self.taps.tables()
         return tables
 
     def summary(self, limit: int | None = None) -> list[str]:
@@ -165,6 +168,8 @@ class CheckResult:
         lines += [f"{d.code}: {d.message}" for d in shown]
         if len(shown) < len(self.diagnoses):
             lines.append(f"... {len(self.diagnoses) - len(shown)} more diagnoses in the JSON and Markdown reports")
+        if self.taps is not None and not any(d.code == "layer_fit" for d in self.diagnoses):
+            lines += self.taps.summary()
         return lines
 
 
@@ -502,7 +507,8 @@ def _layer_shift(ours, ref, offset: int, from_gguf: bool) -> str | None:
 # --- the check ----------------------------------------------------------------------------------
 
 def check(source, reference, min_corr: float = 0.99, map_path=None, target_layer_offset: int | None = None,
-          progress: bool = True) -> CheckResult:
+          progress: bool = True, target_dir=None, prompts=None) -> CheckResult:
+    """`target_dir`: also run the tap scan (which target layers the draft fits) on `prompts`."""
     from .progress import progress as progress_bar
 
     start = time.perf_counter()
@@ -515,7 +521,7 @@ def check(source, reference, min_corr: float = 0.99, map_path=None, target_layer
     ref = Checkpoint(reference)
     src = _open_source(source, map_path, target_layer_offset)
     from_gguf = isinstance(source, GgufFile) or not source.is_dir()
-    source = getattr(source, "path", source)
+    opened, source = source, getattr(source, "path", source)
 
     missing = [n for n in ref.shapes if n not in src.shapes]
     rows: list[TensorCheck] = []
@@ -567,9 +573,19 @@ def check(source, reference, min_corr: float = 0.99, map_path=None, target_layer
         diagnoses.append(Diagnosis("no_config", "config", f"the {which} has no config.json: the config (target "
                                    f"layer ids, mask token, geometry) could not be compared"))
     passed = has_configs and all(t.status == "pass" for t in rows) and all(c.agrees for c in config)
+    scan = None
+    if target_dir is not None:
+        from .taps import MISFIT, scan_source
+
+        # the offset the source was read with here (the map's default for an ambiguous file)
+        offset = src.target_layer_offset if from_gguf else None
+        scan = scan_source(opened, target_dir, map_path, offset, prompts)
+        if scan.verdict == MISFIT:
+            diagnoses.append(Diagnosis("layer_fit", "target_layer_ids", scan.finding(offset)))
+            passed = False
     by_qtype, overall = _quant_summaries(rows)
     return CheckResult(str(source), str(reference), min_corr, passed, rows, config, by_qtype, overall, diagnoses,
-                       round(time.perf_counter() - start, 3))
+                       round(time.perf_counter() - start, 3), scan)
 
 
 def _extra(name, ours, gguf_name, qtype, ref: Checkpoint, missing: list[str]):
@@ -639,6 +655,11 @@ def configure_parser(parser) -> None:
     parser.add_argument("--target-layer-offset", type=int, default=None, metavar="N",
                         help="HF target_layer_ids = GGUF dflash.target_layers + N (GGUF source only; default: the "
                              "map's, -1; the check names the right N when the ids are shifted)")
+    parser.add_argument("--target", type=Path, default=None, metavar="TARGET_DIR",
+                        help="also measure which target layers the draft fits (the tap scan) on this OpenVINO target")
+    from .accept import add_prompt_arguments
+
+    add_prompt_arguments(parser)
 
 
 def _min_corr_argument(parser) -> None:
@@ -677,6 +698,9 @@ def _show(result: CheckResult, json_path, markdown_path, quiet: bool = False) ->
 
 
 def cli(args) -> int:
+    from .accept import prompts_from_args
+
     result = check(args.source, args.reference, min_corr=args.min_corr, map_path=args.map_path,
-                   target_layer_offset=args.target_layer_offset, progress=not getattr(args, "quiet", False))
+                   target_layer_offset=args.target_layer_offset, progress=not getattr(args, "quiet", False),
+                   target_dir=args.target, prompts=prompts_from_args(args, default=None))
     return _show(result, args.json, args.markdown)

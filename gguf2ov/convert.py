@@ -47,19 +47,24 @@ class ConvertResult:
     warnings: list[str]
     tensors: list[TensorRow]
     nonfinite: dict[str, int]               # tensor -> NaN/Inf values written (--allow-nonfinite)
+    offset_decision: object = None          # taps.OffsetDecision, when a target settled an ambiguous offset
 
     def tables(self) -> list[Table]:
         rows = [[t.hf_name or "(not written)", t.gguf_name, t.gguf_type, t.shape, ", ".join(t.ops) or "-"]
                 for t in self.tensors]
-        return [Table("Tensors", ["HF name", "GGUF name", "GGUF type", "shape", "ops"], rows)]
+        tables = [Table("Tensors", ["HF name", "GGUF name", "GGUF type", "shape", "ops"], rows)]
+        return tables + (self.offset_decision.tables() if self.offset_decision is not None else [])
 
     def summary(self) -> list[str]:
         lines = [f"converted {self.gguf_path} ({self.arch}, map {self.map_path}) -> {self.out_dir}: "
                  f"{self.n_tensors} tensors, {human_bytes(self.n_bytes)} as {self.dtype}, {self.seconds:.1f} s"]
         if self.target_layer_key:
-            how = "from --target-layer-offset" if self.target_layer_offset is not None else "from the map"
+            how = "measured by the tap scan" if self.offset_decision is not None else \
+                "from --target-layer-offset" if self.target_layer_offset is not None else "from the map"
             lines.append(f"target layers: the file declares {self.target_layer_key} = "
                          f"{self.target_layer_ids_declared}; written dflash_config.target_layer_ids = {self.target_layer_ids_written} (offset {how})")
+        if self.offset_decision is not None:
+            lines += self.offset_decision.summary()
         lines += [f"warning: {w}" for w in self.warnings]
         return lines
 
@@ -70,9 +75,13 @@ class ConvertResult:
 
 def convert(gguf_path, out_dir, map_path=None, dtype: str = "bf16", target_layer_offset: int | None = None,
             overwrite: bool = False, progress: bool = True, max_shard_size: int = DEFAULT_MAX_SHARD_SIZE,
-            allow_nonfinite: bool = False, json_path=None) -> ConvertResult:
+            allow_nonfinite: bool = False, json_path=None, target_dir=None, prompts=None,
+            offset_decision=None) -> ConvertResult:
     """Convert, and write the JSON report to `json_path` (if given) before the checkpoint is put in
-    place: a report that cannot be written leaves no checkpoint behind."""
+    place: a report that cannot be written leaves no checkpoint behind.
+
+    `target_dir` settles an ambiguous target layer offset by measurement (`taps.settle_offset`)
+    when no `target_layer_offset` is given; `offset_decision` is one already made by the caller."""
     start = time.perf_counter()
     if dtype not in DTYPES:
         raise Gguf2ovError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
@@ -80,6 +89,14 @@ def convert(gguf_path, out_dir, map_path=None, dtype: str = "bf16", target_layer
         raise Gguf2ovError(f"--max-shard-size must be a positive number of bytes, not {max_shard_size}")
     check_output_dir(Path(out_dir), overwrite, inputs=(getattr(gguf_path, "path", gguf_path), map_path))
     check_output_file(json_path)
+    if target_layer_offset is None and offset_decision is None and target_dir is not None:
+        from .read import GgufFile, open_gguf
+        from .taps import settle_offset
+
+        gguf_path = gguf_path if isinstance(gguf_path, GgufFile) else open_gguf(gguf_path)
+        offset_decision = settle_offset(gguf_path, target_dir, map_path, prompts, progress)
+    if offset_decision is not None:
+        target_layer_offset = offset_decision.offset
     mapped = open_mapped(gguf_path, map_path, target_layer_offset)
     gguf, amap, config, plan = mapped.gguf, mapped.amap, mapped.config, mapped.plan
     flagged = amap.flag_rule("target_layer_offset")
@@ -102,7 +119,7 @@ def convert(gguf_path, out_dir, map_path=None, dtype: str = "bf16", target_layer
             target_layer_offset=target_layer_offset, seconds=time.perf_counter() - start, warnings=warnings,
             tensors=[TensorRow(e.hf_name, e.gguf_name, e.qtype.name, list(e.shape),
                                [f"{name} {arg}" for name, arg in e.ops]) for e in plan],
-            nonfinite=dict(result.nonfinite)))
+            nonfinite=dict(result.nonfinite), offset_decision=offset_decision))
         if json_path is not None:
             write_reports(done[0], json_path=json_path)
 
@@ -110,7 +127,7 @@ def convert(gguf_path, out_dir, map_path=None, dtype: str = "bf16", target_layer
         out_dir, config, specs,
         ((name, x) for name, x, _, _ in mapped.tensors()),
         provenance=_provenance(gguf, map_path or amap.path, dtype, target_layer_offset,
-                               {e.hf_name: e.qtype.name for e in written}),
+                               {e.hf_name: e.qtype.name for e in written}, offset_decision),
         max_shard_size=max_shard_size, overwrite=overwrite, progress=progress, allow_nonfinite=allow_nonfinite,
         before_commit=finish)
     return done[0]
@@ -120,11 +137,13 @@ def _plain(value):
     return value.tolist() if hasattr(value, "tolist") else value
 
 
-def _provenance(gguf, map_path, dtype, target_layer_offset, qtypes: dict) -> dict:
+def _provenance(gguf, map_path, dtype, target_layer_offset, qtypes: dict, offset_decision=None) -> dict:
     from .provenance import provenance
 
-    record = provenance(sources={"gguf": gguf},
-                        options={"map": str(map_path), "dtype": dtype, "target_layer_offset": target_layer_offset})
+    options = {"map": str(map_path), "dtype": dtype, "target_layer_offset": target_layer_offset}
+    if offset_decision is not None:
+        options["target_layer_offset_measured"] = offset_decision.record()
+    record = provenance(sources={"gguf": gguf}, options=options)
     return {**record, "qtypes": qtypes}  # lets `check` name the quant type of each tensor of the folder
 
 
@@ -143,14 +162,23 @@ def configure_parser(parser) -> None:
                         help="write tensors that hold NaN or Inf values (with a warning) instead of failing")
     parser.add_argument("--json", metavar="FILE", help="also write the report as JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress and no report on stdout")
+    parser.add_argument("--target", metavar="TARGET_DIR",
+                        help="dflash: the target's OpenVINO folder; settles an ambiguous target layer offset by "
+                             "measuring which layers the draft fits (the tap scan)")
+    from .accept import add_prompt_arguments
+
+    add_prompt_arguments(parser)
     add_convert_arguments(parser)  # --reference REF_DIR [--min-corr R]: check the result afterwards
 
 
 def cli(args) -> int:
+    from .accept import prompts_from_args
+
     result = convert(args.gguf, args.output, map_path=args.map, dtype=args.dtype,
                      target_layer_offset=args.target_layer_offset, overwrite=args.overwrite,
                      progress=not args.quiet, max_shard_size=args.max_shard_size,
-                     allow_nonfinite=args.allow_nonfinite, json_path=args.json)
+                     allow_nonfinite=args.allow_nonfinite, json_path=args.json, target_dir=args.target,
+                     prompts=prompts_from_args(args, default=None))
     if not args.quiet:
         print("\n".join(printable(line) for line in result.summary()))
     for line in result.nonfinite_warnings():  # on stderr even under --quiet: the checkpoint computes NaN

@@ -315,7 +315,7 @@ def drift(source, out_dir, variants=None, target_dir=None, prompts=None, map_pat
             step(f"measuring {variant.name}", progress)
             outputs = draft_outputs(vdir, blocks)
             baseline_out = baseline_out or outputs
-            vr = verify_draft(vdir, target_dir=target_dir)
+            vr = verify_draft(vdir, target_dir=target_dir, tap_scan=False)  # the layers are the variants' same
             rel, cos, rel_g, cos_g = meter.result()
             top1, kld, out_cos = output_drift(outputs, baseline_out, blocks.lm_head)
             acceptance = None

@@ -54,6 +54,7 @@ class ExportResult:
     causal_layers: list[int] = field(default_factory=list)  # layers whose block rows see only earlier rows
     # DFlash 2: what GenAI cannot run and the IR therefore leaves out
     left_out: list[str] = field(default_factory=list)
+    offset_decision: object = None  # taps.OffsetDecision, when a target settled an ambiguous offset
 
     def tables(self) -> list[Table]:
         io_rows = [["input", *row] for row in self.inputs] + [["output", *row] for row in self.outputs]
@@ -63,6 +64,8 @@ class ExportResult:
             Table("Draft rt_info", ["key", "value"], [[k, v] for k, v in self.rt_info.items()]),
             Table("Files", ["file", "size"], [[k, human_bytes(v)] for k, v in self.files.items()]),
         ]
+        if self.offset_decision is not None:
+            tables += self.offset_decision.tables()
         if self.verify is not None:
             tables += self.verify.tables()
         return tables
@@ -83,6 +86,8 @@ class ExportResult:
         if self.dflash_version == 2:
             lines.append(f"DFlash 2: {4 * self.num_layers} dynamic convolutions exported (4 per layer). "
                          + SELECTOR_LEFT_OUT)
+        if self.offset_decision is not None:
+            lines += self.offset_decision.summary()
         if self.verify is not None:
             lines += self.verify.summary()
         return lines
@@ -159,14 +164,18 @@ def describe_ir(ov_model) -> dict:
 def export_draft(source, out_dir, weight_format: str = "fp32", overwrite: bool = False, progress: bool = True,
                  run_verify: bool = True, target_layer_offset: int | None = None, map_path=None,
                  group_size: int | None = None, sym: bool = False, ratio: float | None = None,
-                 all_layers: bool = False, variant=None, observe=None) -> ExportResult:
+                 all_layers: bool = False, variant=None, observe=None, target_dir=None, prompts=None) -> ExportResult:
     """Export `source` (a path, or a DraftSource opened once by the caller) as one variant.
+
+    `target_dir`: a GGUF whose target layer offset is ambiguous is settled by measurement against it
+    (`taps.settle_offset`), and the verification includes the target checks and the tap scan.
 
     `observe(name, output, values)` sees each weight as it is made (drift measures it there).
     """
     from .requantize import variant_from_flags
 
     out_dir = Path(out_dir)
+    decision = None
     variant = variant or variant_from_flags(weight_format, group_size, sym, ratio, all_layers)
     if isinstance(source, DraftSource):
         draft = source
@@ -177,7 +186,15 @@ def export_draft(source, out_dir, weight_format: str = "fp32", overwrite: bool =
             raise Gguf2ovError(f"{source} does not exist")
         if variant.weight_format == "gguf" and not is_gguf(source):
             raise Gguf2ovError("--weight-format gguf carries the GGUF's own quantization grid: the source must be a GGUF file")
-        check_output_dir(out_dir, overwrite, inputs=(source, map_path))  # before the file is read
+        check_output_dir(out_dir, overwrite, inputs=(source, map_path, target_dir))  # before the file is read
+        if target_layer_offset is None and target_dir is not None and is_gguf(source):
+            from .read import open_gguf
+            from .taps import settle_offset
+
+            source = open_gguf(source)
+            decision = settle_offset(source, target_dir, map_path, prompts, progress)
+            if decision is not None:
+                target_layer_offset = decision.offset
         draft = open_draft(source, map_path, target_layer_offset)
 
     start = time.perf_counter()
@@ -192,6 +209,7 @@ def export_draft(source, out_dir, weight_format: str = "fp32", overwrite: bool =
         atomic_write_text(tmp / "config.json", json.dumps(draft.config.raw, indent=2) + "\n")
         options = {"weight_format": variant.weight_format, "variant": variant.name,
                    "target_layer_offset": target_layer_offset, "map": str(map_path) if map_path else None,
+                   **({"target_layer_offset_measured": decision.record()} if decision is not None else {}),
                    "source_kind": draft.kind, "transcoded": len(forms.transcoded),
                    "nncf_backup": sorted(n for n, s in forms.plan.items() if s.backup)}
         atomic_write_text(tmp / PROVENANCE_FILE, json.dumps(provenance({"source": draft}, options), indent=2) + "\n")
@@ -201,7 +219,7 @@ def export_draft(source, out_dir, weight_format: str = "fp32", overwrite: bool =
             from .verify import verify_draft
 
             step("verifying the exported draft against the source, layer by layer", progress)
-            verified = verify_draft(tmp, reference=draft)
+            verified = verify_draft(tmp, reference=draft, target_dir=target_dir, prompts=prompts)
             if not verified.ok:
                 failed = "; ".join(f"{c.name}: {c.reason}" for c in verified.checks if c.status == "fail")
                 raise Gguf2ovError(f"the exported draft fails verification: {failed}",
@@ -217,7 +235,7 @@ def export_draft(source, out_dir, weight_format: str = "fp32", overwrite: bool =
         seconds=time.perf_counter() - start, dflash_version=2 if config.is_dflash2 else 1,
         causal_layers=[i for i, causal in enumerate(config.causal_layers) if causal],
         left_out=[k for k in draft.ignored if k.startswith(SELECTOR_PREFIX)],
-        verify=_relocated(verified, out_dir, draft.path),
+        verify=_relocated(verified, out_dir, draft.path), offset_decision=decision,
     )
 
 
@@ -249,17 +267,25 @@ def configure_parser(parser) -> None:
     parser.add_argument("--map", help="tensor map YAML for a GGUF source (default: the shipped map)")
     parser.add_argument("--target-layer-offset", type=int, default=None,
                         help="GGUF only: offset applied to dflash.target_layers (see `gguf2ov convert`)")
+    parser.add_argument("--target", metavar="TARGET_DIR",
+                        help="the target's OpenVINO folder: settles an ambiguous GGUF's target layer offset by "
+                             "measurement (the tap scan), and verify checks the draft against it")
+    from .accept import add_prompt_arguments
+
+    add_prompt_arguments(parser)
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
     parser.add_argument("--json", metavar="FILE", help="also write the result as JSON")
     parser.add_argument("--markdown", metavar="FILE", help="also write the result as Markdown")
 
 
 def cli(args) -> int:
+    from .accept import prompts_from_args
     from .report import render, write_reports
 
     result = export_draft(args.source, args.output, weight_format=args.weight_format, overwrite=args.overwrite,
                           progress=not args.json, target_layer_offset=args.target_layer_offset, map_path=args.map,
-                          group_size=args.group_size, sym=args.sym, ratio=args.ratio, all_layers=args.all_layers)
+                          group_size=args.group_size, sym=args.sym, ratio=args.ratio, all_layers=args.all_layers,
+                          target_dir=args.target, prompts=prompts_from_args(args, default=None))
     print(render(result, "text"), end="")
     write_reports(result, json_path=args.json, markdown_path=args.markdown, title="Draft export")
     return 0

@@ -242,18 +242,33 @@ class ArchMap:
                                    f"is {limit} (from {self._source_key(gguf, key)})",
                                    hint="the file's metadata is malformed")
 
-    def _refuse_if_ambiguous(self, gguf, hf_key, rule, source, value):
+    @staticmethod
+    def ambiguity(gguf, rule, value) -> list[str]:
+        """Why the file cannot settle a flagged value (the `ambiguous_when` signs it shows)."""
         reasons = []
         for cond in rule.get("ambiguous_when", []):
             if ("has" in cond and cond["has"] in gguf.metadata) or \
                ("lacks" in cond and cond["lacks"] not in gguf.metadata) or \
                ("contains" in cond and isinstance(value, list) and cond["contains"] in value):
                 reasons.append(cond["why"])
+        return reasons
+
+    def flag_ambiguity(self, gguf, flag: str) -> list[str]:
+        """Why `flag` must be settled for this file (empty: the file settles it, or the map has no such flag)."""
+        found = self.flag_rule(flag)
+        if found is None or found[1] not in gguf.metadata:
+            return []
+        return self.ambiguity(gguf, self.config[found[0]], gguf.metadata[found[1]])
+
+    def _refuse_if_ambiguous(self, gguf, hf_key, rule, source, value):
+        reasons = self.ambiguity(gguf, rule, value)
         if reasons:
             raise Gguf2ovError(
                 f"{gguf.path}: cannot tell how {source} = {_short(value)} was written ({'; '.join(reasons)}), so "
                 f"{hf_key} is not settled: {self._choices_text(rule, value)}",
-                hint=f"check the draft's original config, then pass {FLAGS[rule['flag']]} explicitly")
+                hint=f"check the draft's original config, then pass {FLAGS[rule['flag']]} explicitly; or give "
+                     "--target (the target's OpenVINO folder) and the tap scan measures which layers the draft "
+                     "fits")
 
     @staticmethod
     def _choices_text(rule, value) -> str:

@@ -123,14 +123,44 @@ def run(gguf_path, target_dir, out_dir, reference_dir=None, requant: str = DEFAU
 
     opened = {}
 
-    def convert_once():
+    def open_once():
         from .read import open_gguf
 
-        opened["gguf"] = open_gguf(gguf_path)  # every later stage reads this one opened file
-        return convert(opened["gguf"], out_dir / "checkpoint", map_path=map_path,
+        if "gguf" not in opened:
+            opened["gguf"] = open_gguf(gguf_path)  # every later stage reads this one opened file
+        return opened["gguf"]
+
+    def convert_once():
+        return convert(open_once(), out_dir / "checkpoint", map_path=map_path,
                        target_layer_offset=target_layer_offset, progress=progress)
 
+    def ambiguous() -> bool:
+        from .maps import map_for
+
+        if target_layer_offset is not None:
+            return False
+        try:
+            return bool(map_for(open_once(), map_path).flag_ambiguity(open_once(), "target_layer_offset"))
+        except Gguf2ovError:
+            return False  # an unreadable file: the convert stage reports it
+
+    def settle():
+        from .taps import settle_offset
+
+        return settle_offset(open_once(), target_dir, map_path, prompts, progress)
+
+    def verify_reason(r):
+        scan = next((c for c in r.checks if c.name == "layer-fit"), None)
+        text = "all checks pass" if r.ok else "; ".join(r.summary())
+        return text + (f"; layer-fit {scan.status}: {scan.reason}" if scan is not None and scan.status != "fail" else "")
+
     try:
+        # a GGUF that cannot tell how its target layer ids were written: measured against the target
+        decision = stage("layer-offset", settle, lambda r: (True, " ".join(r.summary()))) if ambiguous() else None
+        if decision is not None:
+            target_layer_offset = decision.offset
+            options["target_layer_offset"] = decision.offset
+            options["target_layer_offset_measured"] = decision.record()
         stage("convert", convert_once,
               lambda r: (True, f"{r.n_tensors} tensors, target layer ids {r.target_layer_ids_written}"))
         if reference_dir:
@@ -148,8 +178,10 @@ def run(gguf_path, target_dir, out_dir, reference_dir=None, requant: str = DEFAU
                                  for v in r.variants if v.name in ("fp32", requant))))
         for name in ("fp32", requant):
             draft = Path(next(v.path for v in d.variants if v.name == name))
-            stage(f"verify:{name}", lambda: verify_draft(draft, target_dir=target_dir),
-                  lambda r: (r.ok, "all checks pass" if r.ok else "; ".join(r.summary())))
+            # the tap scan once, on the fp32 draft: the variants read the same layers
+            stage(f"verify:{name}", lambda: verify_draft(draft, target_dir=target_dir, prompts=prompts,
+                                                         tap_scan=name == "fp32"),
+                  lambda r: (r.ok, verify_reason(r)))
         for name in ("fp32", requant):
             draft = Path(next(v.path for v in d.variants if v.name == name))
             stage(f"accept:{name}", lambda: run_acceptance(

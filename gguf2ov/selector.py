@@ -41,12 +41,14 @@ class SelectorGain:
         return Table("DFlash 2 selector, offline", headers, rows, note)
 
 
-def draft_logits(hidden: np.ndarray, lm_head: np.ndarray, raw_config: dict) -> np.ndarray:
+def draft_logits(hidden: np.ndarray, lm_head: np.ndarray, raw_config: dict, dtype=np.float64) -> np.ndarray:
     """The draft's logits U_t: the target's lm_head on the rows, then the draft's own multiplier and
-    softcap when its config has them (they reorder nothing for top-1 but change the selector's sums)."""
+    softcap when its config has them (they reorder nothing for top-1 but change the selector's sums).
+
+    `dtype` float32 avoids a float64 copy of a large vocabulary's lm_head on every call."""
     from .source import draft_value
 
-    logits = hidden.astype(np.float64) @ lm_head.T.astype(np.float64)
+    logits = hidden.astype(dtype) @ lm_head.T.astype(dtype, copy=False)
     scale = draft_value(raw_config, "output_multiplier") or draft_value(raw_config, "logit_scale")
     if scale:
         logits = logits * float(scale)
@@ -80,6 +82,54 @@ def accepted(proposal, truth) -> int:
     return n
 
 
+@dataclass(frozen=True)
+class Continuation:
+    """One prompt followed by the target's own greedy text, with the target's hidden states at
+    `layers` over it and the block anchors chosen in it.
+
+    A block anchored at position p is what GenAI feeds the draft there: the rows [sequence[p], mask
+    x (block - 1)], the context of the states at positions 0..p-1, and the target's next tokens
+    sequence[p+1 : p+block] as the truth its proposals are accepted against.
+    """
+    prompt_len: int
+    sequence: np.ndarray
+    layers: list[int]
+    states: np.ndarray   # [len(layers), T, H]
+    anchors: list[int]
+
+    def context(self, layer_ids, p: int) -> np.ndarray:
+        """The draft's hidden_states input for a block at `p`: the states at `layer_ids`, concatenated."""
+        return np.concatenate([self.states[self.layers.index(i), :p] for i in layer_ids], axis=-1)
+
+    def rows(self, p: int, block: int, mask_token_id: int) -> np.ndarray:
+        rows = np.full(block, mask_token_id, dtype=np.int64)
+        rows[0] = self.sequence[p]  # the last token the target committed
+        return rows
+
+    def truth(self, p: int, block: int) -> np.ndarray:
+        return self.sequence[p + 1:p + block]
+
+
+def continuations(target, prompts, layers, block: int, new_tokens: int = 48,
+                  blocks_per_prompt: int = 12) -> list[Continuation]:
+    """Per text prompt: the target's greedy continuation, one pass for its states at every one of
+    `layers`, and up to `blocks_per_prompt` anchors spread from the prompt's end to the last
+    position whose block rows all have a true next token."""
+    layers = list(layers)
+    found = []
+    for text in text_prompts(prompts):
+        prompt = target.tokenize(text)
+        if len(prompt) < 1:
+            continue
+        sequence = target.greedy(prompt, new_tokens)
+        last = len(sequence) - block
+        starts = np.unique(np.linspace(len(prompt) - 1, last, num=max(1, min(blocks_per_prompt, last - len(prompt) + 2))).astype(int))
+        anchors = [int(p) for p in starts if p >= 1]
+        if anchors:
+            found.append(Continuation(len(prompt), sequence, layers, target.layer_states(sequence, layers), anchors))
+    return found
+
+
 def selector_gain(draft, draft_dir, target, prompts, new_tokens: int = 48, blocks_per_prompt: int = 12) -> SelectorGain:
     """Top-1 path against the selector's, on blocks anchored in the target's greedy continuation.
 
@@ -97,22 +147,14 @@ def selector_gain(draft, draft_dir, target, prompts, new_tokens: int = 48, block
 
     top_k = draft_value(config.raw, "selector_top_k") or DEFAULT_TOP_K
     block = config.block_size or 16
+    ids = config.target_layer_ids
     embeds, contexts, anchors, truths = [], [], [], []
-    for text in text_prompts(prompts):
-        prompt = target.tokenize(text)
-        if len(prompt) < 1:
-            continue
-        sequence = target.greedy(prompt, new_tokens)
-        hidden = target.hidden_states(sequence, config.target_layer_ids)
-        last = len(sequence) - block  # the block's rows must all have a true next token
-        starts = np.unique(np.linspace(len(prompt) - 1, last, num=max(1, min(blocks_per_prompt, last - len(prompt) + 2))).astype(int))
-        for p in starts[starts >= 1]:
-            rows = np.full(block, config.mask_token_id, dtype=np.int64)
-            rows[0] = sequence[p]  # the last token the target committed
-            embeds.append(target.embed(rows))
-            contexts.append(hidden[:p])
-            anchors.append(int(sequence[p]))
-            truths.append(sequence[p + 1:p + block])
+    for c in continuations(target, prompts, ids, block, new_tokens, blocks_per_prompt):
+        for p in c.anchors:
+            embeds.append(target.embed(c.rows(p, block, config.mask_token_id)))
+            contexts.append(c.context(ids, p))
+            anchors.append(int(c.sequence[p]))
+            truths.append(c.truth(p, block))
     if not embeds:
         raise Gguf2ovError("the prompts gave no target continuation to measure the selector on")
     outputs = DraftIR(draft_dir).run_blocks(list(zip(embeds, contexts)))

@@ -142,8 +142,21 @@ class Target:
         out = self._tokenizer([text])
         return np.asarray(out["input_ids"]).reshape(-1).astype(np.int64)
 
+    @property
+    def tap_layers(self) -> list[int]:
+        """Every layer id whose hidden state the target's locators name (what a draft can tap)."""
+        return sorted(self.locators or {})
+
     def hidden_states(self, tokens: np.ndarray, layer_ids: list[int]) -> np.ndarray:
         """The concatenated hidden states at `layer_ids` for every position: [T, len(ids) * H]."""
+        return np.concatenate(list(self.layer_states(tokens, layer_ids)), axis=-1)
+
+    def layer_states(self, tokens: np.ndarray, layer_ids: list[int]) -> np.ndarray:
+        """The hidden states at each of `layer_ids`, from one pass: [len(ids), T, H] float32.
+
+        One compiled request serves any subset of the layers it taps: ask for all of them at once
+        (`tap_layers`) and slice, rather than one pass per subset.
+        """
         if not self.locators:
             raise Gguf2ovError(f"the target IR in {self.path} has no {LOCATORS_KEY} rt_info to find its layers")
         missing = [i for i in layer_ids if i not in self.locators]
@@ -153,7 +166,7 @@ class Target:
         request.reset_state()
         result = request.infer(self._feeds(request, tokens, 0))
         taps = [np.asarray(result[request.model_outputs[i + 1]])[0] for i in range(len(layer_ids))]
-        return np.concatenate(taps, axis=-1).astype(np.float32)
+        return np.stack(taps).astype(np.float32)
 
     def logits(self, tokens: np.ndarray) -> np.ndarray:
         """The target's next-token logits at every position of `tokens` in one pass: [T, vocab] (f32)."""

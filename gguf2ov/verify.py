@@ -48,6 +48,7 @@ class VerifyResult:
     checkpoint_dir: str | None
     checks: list[Check]
     figures: dict = field(default_factory=dict)
+    taps: object = None  # taps.TapScan, with a target
     ok: bool = field(init=False)  # a field, so that it reaches the JSON
 
     def __post_init__(self):
@@ -58,7 +59,8 @@ class VerifyResult:
 
     def tables(self) -> list[Table]:
         rows = [[c.group, c.name, c.status, c.reason] for c in self.checks]
-        return [Table("DFlash draft checks", ["group", "check", "status", "reason"], rows)]
+        tables = [Table("DFlash draft checks", ["group", "check", "status", "reason"], rows)]
+        return tables + (self.taps.tables() if self.taps is not None else [])
 
     def summary(self) -> list[str]:
         counts = {s: sum(c.status == s for c in self.checks) for s in ("pass", "warn", "fail", "skip")}
@@ -83,9 +85,13 @@ class _Draft:
     stateful: bool = False
 
 
-def verify_draft(draft_dir, target_dir=None, checkpoint_dir=None, reference=None) -> VerifyResult:
+def verify_draft(draft_dir, target_dir=None, checkpoint_dir=None, reference=None, tap_scan: bool = True,
+                 prompts=None, named_layers=()) -> VerifyResult:
     """Check the draft IR in `draft_dir`; `reference` (a DraftSource, or `checkpoint_dir`: a checkpoint
-    folder or a dflash GGUF) is what `checkpoint-match` compares its function with."""
+    folder or a dflash GGUF) is what `checkpoint-match` compares its function with.
+
+    With a target, `tap_scan` measures which target layers the draft fits best (`taps.scan_taps`, on
+    `prompts`, with `named_layers` as further sets to score) and checks the configured ids by it."""
     import openvino as ov
 
     draft_dir = Path(draft_dir)
@@ -98,10 +104,11 @@ def verify_draft(draft_dir, target_dir=None, checkpoint_dir=None, reference=None
     if reference is None:
         reference = checkpoint_dir
     shown = getattr(reference, "path", reference)
+    scanned = {}
 
     def result():
         return VerifyResult(str(draft_dir), str(target_dir) if target_dir else None,
-                            str(shown) if shown else None, checks, figures)
+                            str(shown) if shown else None, checks, figures, scanned.get("scan"))
 
     if not draft_dir.is_dir():
         raise Gguf2ovError(f"draft folder {draft_dir} does not exist")
@@ -120,6 +127,8 @@ def verify_draft(draft_dir, target_dir=None, checkpoint_dir=None, reference=None
     checks += _behaviour_checks(d, reference, figures)
     if target_dir is not None:
         checks += _target_checks(d, Path(target_dir))
+        if tap_scan:
+            checks.append(_layer_fit_check(d, Path(target_dir), checks, prompts, named_layers, scanned))
     return result()
 
 
@@ -492,6 +501,41 @@ def _target_checks(d: _Draft, target_dir: Path) -> list[Check]:
     return out
 
 
+# A failure of any of these leaves nothing a tap scan could measure.
+_SCAN_NEEDS = ("target", "target-locators", "hidden-size", "layer-ids", "fc-width", "mask-token", "tokenizer",
+               "block-rows", "inputs", "rt-info")
+
+
+def _layer_fit_check(d: _Draft, target_dir: Path, checks: list[Check], prompts, named, scanned: dict) -> Check:
+    """The tap scan's finding: do the configured ids fit the draft better than their shifts?"""
+    from .taps import FITS, MISFIT, scan_taps
+
+    failed = [c.name for c in checks if c.name in _SCAN_NEEDS and c.status == "fail"]
+    if failed:
+        return Check("layer-fit", "target", "skip", f"not measured: {', '.join(failed)} failed")
+    try:
+        scan = scan_taps(d.dir, target_dir, prompts=prompts, named=named, configured=d.ids)
+    except Gguf2ovError as e:
+        return Check("layer-fit", "target", "warn", f"not measured: {e.message}")
+    scanned["scan"] = scan
+    finding = scan.finding(_offset_used(d.dir))
+    if scan.verdict == MISFIT:
+        return Check("layer-fit", "target", "fail", finding + " (the draft attaches and runs, and is accepted less)")
+    return Check("layer-fit", "target", "pass" if scan.verdict == FITS else "warn", finding)
+
+
+def _offset_used(draft_dir: Path) -> int | None:
+    """The --target-layer-offset a GGUF-sourced draft folder was exported with (the map's when unset)."""
+    from .check import DEFAULT_LAYER_OFFSET
+
+    record = _read_json(draft_dir / "gguf2ov.json") or {}
+    options = record.get("options") or {}
+    if options.get("source_kind") != "gguf":
+        return None
+    offset = options.get("target_layer_offset")
+    return offset if isinstance(offset, int) else DEFAULT_LAYER_OFFSET
+
+
 def pattern_fallback_layers(target, ids) -> dict[int, str]:
     """What GenAI does without the annotation: per id, the first Add named `layers.<id>/` whose second
     input is MatMul(Multiply(...)), the MLP residual add of a Llama/Qwen-style block (GenAI's
@@ -550,14 +594,32 @@ def configure_parser(parser) -> None:
     parser.add_argument("--target", metavar="TARGET_DIR", help="OpenVINO target folder to check the geometry against")
     parser.add_argument("--checkpoint", metavar="SOURCE",
                         help="the checkpoint folder or dflash GGUF the IR came from: checkpoint-match compares their functions")
+    parser.add_argument("--layers", action="append", default=[], metavar="IDS",
+                        help="with --target: a further set of target layer ids for the tap scan to score, "
+                             "comma-separated (repeatable)")
+    parser.add_argument("--no-tap-scan", action="store_true",
+                        help="with --target: skip the tap scan (which runs the target and the draft)")
+    from .accept import add_prompt_arguments
+
+    add_prompt_arguments(parser)
     parser.add_argument("--json", metavar="FILE", help="also write the result as JSON")
     parser.add_argument("--markdown", metavar="FILE", help="also write the result as Markdown")
 
 
+def parse_layer_sets(values) -> list[list[int]]:
+    try:
+        return [[int(x) for x in v.split(",") if x.strip()] for v in values]
+    except ValueError as e:
+        raise Gguf2ovError(f"--layers takes comma-separated integers: {e}") from e
+
+
 def cli(args) -> int:
+    from .accept import prompts_from_args
     from .report import render, write_reports
 
-    result = verify_draft(args.draft_dir, target_dir=args.target, checkpoint_dir=args.checkpoint)
+    result = verify_draft(args.draft_dir, target_dir=args.target, checkpoint_dir=args.checkpoint,
+                          tap_scan=not args.no_tap_scan, prompts=prompts_from_args(args, default=None),
+                          named_layers=parse_layer_sets(args.layers))
     print(render(result, "text"), end="")
     write_reports(result, json_path=args.json, markdown_path=args.markdown, title="DFlash draft verification")
     return 0 if result.ok else 1

@@ -63,15 +63,38 @@ def test_run_calls_a_random_draft_broken(fixtures_dir, heavy_target, tmp_path):
 
 @pytest.mark.slow
 def test_a_failing_stage_stops_the_run_with_its_name(fixtures_dir, tmp_path, capsys):
-    # the older converter's layout needs --target-layer-offset: convert refuses, nothing else runs
+    # the older converter's file read with the current converter's offset: the draft reads layers
+    # [0, 1] instead of [1, 2]; convert and export succeed, verify's tap scan stops the run
     code = cli.main(["run", str(fixtures_dir / "draft-legacy-Q4_K_M.gguf"), "--target", str(fixtures_dir / "target"),
+                     "--target-layer-offset", "-1", "--variants", "fp32", "--prompts", str(fixtures_dir / "prompts.txt"),
                      "-o", str(tmp_path / "run"), "--quiet"])
     assert code == 1
     report = json.loads((tmp_path / "run" / "report.json").read_text())
-    assert report["verdict"] == "FAILED at convert"
-    assert [s["name"] for s in report["stages"]] == ["convert"]
-    assert "--target-layer-offset" in report["stages"][0]["reason"]
-    assert "FAILED at convert" in capsys.readouterr().out
+    assert report["verdict"] == "FAILED at verify:fp32"
+    assert [s["name"] for s in report["stages"]] == ["convert", "check", "drift", "verify:fp32"]
+    assert "layer-fit" in report["stages"][-1]["reason"]
+    scan = report["results"]["verify:fp32"]["taps"]
+    assert scan["verdict"] == "misfit" and scan["best_ids"] == [1, 2]
+    assert "FAILED at verify:fp32" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_an_ambiguous_file_is_settled_by_the_tap_scan(fixtures_dir, tmp_path):
+    """No flag: the first converter's file is measured against the target, and the decision is reported."""
+    code = cli.main(["run", str(fixtures_dir / "draft-legacy-Q4_K_M.gguf"), "--target", str(fixtures_dir / "target"),
+                     "--variants", "fp32", "--prompts", str(fixtures_dir / "prompts.txt"), "--max-new-tokens", "40",
+                     "-o", str(tmp_path / "run"), "--quiet"])
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    stages = {s["name"]: s for s in report["stages"]}
+    assert list(stages)[:2] == ["layer-offset", "convert"], list(stages)
+    assert stages["layer-offset"]["status"] == "pass"
+    assert "--target-layer-offset 0 -> target_layer_ids [1, 2]" in stages["layer-offset"]["reason"]
+    assert "[1, 2]" in stages["convert"]["reason"]
+    assert stages["verify:fp32"]["status"] == "pass" and "layer-fit pass" in stages["verify:fp32"]["reason"]
+    measured = report["provenance"]["options"]["target_layer_offset_measured"]
+    assert measured["offset"] == 0 and measured["sets"]["offset 0"]["lowest_share"] >= 0.65
+    assert "Target layer offset, measured" in (tmp_path / "run" / "report.md").read_text()
+    assert code in (0, 1) and "accept:fp32" in stages  # the tiny target may be faster alone (SLOW)
 
 
 def test_bad_input_is_one_error_line_and_no_output(fixtures_dir, tmp_path, capsys):
