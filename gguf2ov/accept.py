@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import Gguf2ovError, library_message
-from .progress import progress as progress_bar
-from .progress import step
 from .genai import (IMAGE_PROMPT_TEXT, PIPELINES, PRECISIONS, Generation, Prompt, as_prompts, generate,
                     generation_config, make_pipeline, parse_prompt, properties, target_kind)
+from .names import DETOKENIZER_IR, IR_XML, TOKENIZER_IR
+from .progress import progress as progress_bar
+from .progress import step
 from .report import Table, render, write_reports
 
 # Used when no prompt file is given: plain English openings any text model can continue.
@@ -149,7 +150,7 @@ def check_target_dir(target_dir) -> None:
                            "openvino_language_model.xml with openvino_text_embeddings_model.xml (a VLM)",
                            hint="export the target with optimum-intel (task text-generation-with-past, or "
                                 "image-text-to-text for a VLM)")
-    missing = [n for n in ("openvino_tokenizer.xml", "openvino_detokenizer.xml") if not (target_dir / n).is_file()]
+    missing = [n for n in (TOKENIZER_IR, DETOKENIZER_IR) if not (target_dir / n).is_file()]
     if missing:
         raise Gguf2ovError(f"target folder {target_dir} has no {' / '.join(missing)}",
                            hint="convert the target's tokenizer with openvino_tokenizers.convert_tokenizer("
@@ -161,7 +162,7 @@ def _check_dirs(target_dir: Path, draft_dir: Path) -> None:
     _check_gguf_suffix("draft", draft_dir)
     if not draft_dir.is_dir():
         raise Gguf2ovError(f"draft folder {draft_dir} does not exist")
-    if not (draft_dir / "openvino_model.xml").is_file():
+    if not (draft_dir / IR_XML).is_file():
         raise Gguf2ovError(f"draft folder {draft_dir} has no openvino_model.xml",
                            hint="export the draft first (gguf2ov export)")
 

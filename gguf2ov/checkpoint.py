@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 
 from .errors import Gguf2ovError
+from .names import PROVENANCE_FILE, SAFETENSORS_FILE
 
 INDEX = "model.safetensors.index.json"
-SINGLE = "model.safetensors"
 
 
 def read_json_object(path, required: bool = True) -> dict | None:
@@ -50,9 +50,9 @@ def safetensors_files(folder) -> list[Path]:
         if missing:
             raise Gguf2ovError(f"{folder / INDEX} names shards that are not there: {', '.join(missing[:4])}")
         return files
-    if (folder / SINGLE).is_file():
-        return [folder / SINGLE]
-    raise Gguf2ovError(f"no {SINGLE} in {folder}", hint="only safetensors checkpoints are read (never pickles)")
+    if (folder / SAFETENSORS_FILE).is_file():
+        return [folder / SAFETENSORS_FILE]
+    raise Gguf2ovError(f"no {SAFETENSORS_FILE} in {folder}", hint="only safetensors checkpoints are read (never pickles)")
 
 
 class Checkpoint:
@@ -92,7 +92,7 @@ class Checkpoint:
     def provenance(self) -> dict:
         """What the converter recorded in gguf2ov.json (empty for a checkpoint it did not write)."""
         try:
-            return read_json_object(self.path / "gguf2ov.json", required=False) or {}
+            return read_json_object(self.path / PROVENANCE_FILE, required=False) or {}
         except Gguf2ovError:  # a damaged record only costs the quant-type column
             return {}
 

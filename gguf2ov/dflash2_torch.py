@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from .names import IR_XML
 from torch import nn
 
 from optimum.exporters.openvino.model_patcher import (
@@ -265,7 +266,7 @@ def export_with_optimum(model, out_dir) -> Path:
 
     config = copy.deepcopy(model.config)
     config.architectures = ["DFlashDraftModel"]
-    xml = Path(out_dir) / "openvino_model.xml"
+    xml = Path(out_dir) / IR_XML
     export(model=model.eval(), output=xml, stateful=True, library_name="transformers",
            config=Qwen3OpenVINOConfig(config, task="text-generation", use_past=True, use_past_in_inputs=True))
     return xml

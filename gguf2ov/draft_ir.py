@@ -21,19 +21,11 @@ from pathlib import Path
 import numpy as np
 
 from .errors import Gguf2ovError
+from .names import IR_XML, compile_f32
 
-DRAFT_IR = "openvino_model.xml"
-F32 = {"INFERENCE_PRECISION_HINT": "f32"}
 CONTEXT_NODE = "__module.hidden_norm/aten::mul/Multiply_1"
 LAYER_OUTPUT = "__module.layers.{}/aten::add/Add_1"
 SEGMENT_INPUT, SEGMENT_CONTEXT = "segment_input", "segment_context"
-
-
-def compile_f32(model):
-    """Compile on CPU in float32: the plugin's default bf16 (where the CPU has it) blurs comparisons."""
-    import openvino as ov
-
-    return ov.Core().compile_model(model, "CPU", F32)
 
 
 @dataclass(frozen=True)
@@ -170,8 +162,8 @@ def _run_whole(model, calls, chained: bool) -> DraftRun:
 class DraftIR:
     def __init__(self, path):
         self.path = Path(path)
-        if not (self.path / DRAFT_IR).is_file():
-            raise Gguf2ovError(f"{self.path} is not a draft folder: {DRAFT_IR} is missing")
+        if not (self.path / IR_XML).is_file():
+            raise Gguf2ovError(f"{self.path} is not a draft folder: {IR_XML} is missing")
 
     @cached_property
     def config(self) -> dict:
@@ -182,7 +174,7 @@ class DraftIR:
     def run_blocks(self, blocks: list[tuple[np.ndarray, np.ndarray]]) -> list[np.ndarray]:
         """Each (block embeddings [B, H], context hidden [C, n_ids*H]) on its own empty cache -> rows [B-1, H]."""
         calls = [block_feeds(e, c) for e, c in blocks]
-        return [o[0] for o in run_draft(self.path / DRAFT_IR, calls, chained=False).outputs]
+        return [o[0] for o in run_draft(self.path / IR_XML, calls, chained=False).outputs]
 
 
 def block_feeds(block_embeds: np.ndarray, context_hidden: np.ndarray, past: int = 0) -> dict[str, np.ndarray]:

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from .accept import DEFAULT_PROMPTS, add_prompt_arguments
-from .genai import text_prompts
 from .errors import Gguf2ovError
+from .genai import text_prompts
 from .report import Table, human_bytes
 from .selector import SelectorGain
 

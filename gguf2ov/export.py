@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import Gguf2ovError
+from .names import IR_XML, PROVENANCE_FILE
 from .outputs import atomic_dir, atomic_write_text, check_output_dir
 from .progress import step
 from .provenance import provenance
@@ -29,8 +30,6 @@ from .report import Table, human_bytes
 from .source import SELECTOR_LEFT_OUT, SELECTOR_PREFIX, DraftConfig, DraftSource, is_gguf, open_draft
 from .verify import VerifyResult
 
-IR_XML = "openvino_model.xml"
-PROVENANCE_FILE = "gguf2ov.json"
 
 @dataclass(frozen=True)
 class ExportResult:

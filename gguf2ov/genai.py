@@ -19,11 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import Gguf2ovError
+from .names import F32, IR_XML, VLM_LANGUAGE_MODEL, VLM_TEXT_EMBEDDINGS
 
-TEXT_MODEL = "openvino_model.xml"
-VLM_LANGUAGE_MODEL = "openvino_language_model.xml"
-VLM_TEXT_EMBEDDINGS = "openvino_text_embeddings_model.xml"
-TOKENIZERS = ("openvino_tokenizer.xml", "openvino_detokenizer.xml")
 PRECISIONS = ("f32", "auto")
 PIPELINES = {"llm": "LLMPipeline", "vlm": "VLMPipeline"}
 
@@ -70,7 +67,7 @@ def target_kind(target_dir) -> str | None:
     target_dir = Path(target_dir)
     if (target_dir / VLM_LANGUAGE_MODEL).is_file() and (target_dir / VLM_TEXT_EMBEDDINGS).is_file():
         return "vlm"
-    if (target_dir / TEXT_MODEL).is_file():
+    if (target_dir / IR_XML).is_file():
         return "llm"
     return None
 
@@ -78,7 +75,7 @@ def target_kind(target_dir) -> str | None:
 def properties(precision: str, device: str = "CPU") -> dict:
     if precision not in PRECISIONS:
         raise Gguf2ovError(f"unknown precision {precision!r}", hint=f"use one of {', '.join(PRECISIONS)}")
-    props = {"INFERENCE_PRECISION_HINT": "f32"} if precision == "f32" else {}
+    props = dict(F32) if precision == "f32" else {}
     if device.upper().startswith("GPU"):
         props["ATTENTION_BACKEND"] = "PA"
     return props

@@ -25,12 +25,12 @@ from pathlib import Path
 
 from .checkpoint import read_json_object
 from .errors import Gguf2ovError
+from .names import DETOKENIZER_IR, IR_XML, PROVENANCE_FILE, TOKENIZER_IR
 from .outputs import atomic_dir, atomic_write_text, check_output_dir
 from .progress import step
 from .provenance import provenance
 from .report import Table, human_bytes
 
-PROVENANCE_FILE = "gguf2ov.json"
 
 # Defaults measured on a 2-core CPU at f32 with the fixture pair (hidden 256, 4 layers -> 12 layers,
 # intermediate 512 -> 3072: 2.5M -> 30.8M parameters, 44 MB, ~10 s to build): ~200 tok/s alone,
@@ -276,12 +276,12 @@ def widen_target(
         main_export(str(hf), str(tmp), task="text-generation-with-past")
         step("converting the tokenizer", progress)
         tok, detok = convert_tokenizer(tokenizer, with_detokenizer=True)
-        ov.save_model(tok, str(tmp / "openvino_tokenizer.xml"))
-        ov.save_model(detok, str(tmp / "openvino_detokenizer.xml"))
+        ov.save_model(tok, str(tmp / TOKENIZER_IR))
+        ov.save_model(detok, str(tmp / DETOKENIZER_IR))
         shutil.copy(hf / "config.json", tmp / "config.json")  # the widened config (main_export writes it too)
         shutil.rmtree(scratch, ignore_errors=True)
 
-        n_locators, weight_types = _ir_summary(tmp / "openvino_model.xml")
+        n_locators, weight_types = _ir_summary(tmp / IR_XML)
         if n_locators != sizes[0][1]:
             raise Gguf2ovError(f"the exported target has {n_locators} hidden-state locators for {sizes[0][1]} layers",
                                hint="optimum-intel could not annotate hidden_states_decoder_layers; the draft "

@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+from .names import IR_XML, compile_f32
 
 # optimum's PyTorch frontend names a Linear's MatMul "__module.<path>/aten::linear/MatMul" and an
 # Embedding's lookup "__module.<path>/aten::embedding/Gather"
@@ -23,7 +24,7 @@ def read_model(model_or_path):
     if isinstance(model_or_path, (str, Path)):
         path = Path(model_or_path)
         if path.is_dir():
-            path = path / "openvino_model.xml"
+            path = path / IR_XML
         return ov.Core().read_model(str(path))
     return model_or_path
 
@@ -91,6 +92,6 @@ def ir_weights(model_or_path, kinds=("MatMul", "Gather")) -> dict[str, np.ndarra
         return {}
     # A parameterless model of just the weight subgraphs; OpenVINO folds and evaluates it.
     sub = ov.Model([ov.opset13.convert(o, "f32").output(0) for o in outputs], [], "weights")
-    compiled = ov.Core().compile_model(sub, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    compiled = compile_f32(sub)
     result = compiled.create_infer_request().infer({})
     return {name: np.asarray(result[compiled.output(i)], dtype=np.float32) for i, name in enumerate(names)}

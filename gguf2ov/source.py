@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import Gguf2ovError
+from .names import CONFIG_FILE
 
 # Tensors a draft may carry that the OpenVINO draft does not use: GenAI feeds the target's
 # embeddings in and grafts the target's lm_head on `last_hidden_state`.
@@ -30,7 +31,6 @@ SELECTOR_LEFT_OUT = ("The candidate selector stays in the checkpoint, out of the
                      "top-1, which is lossless but accepts fewer tokens than the selector's path "
                      "(`gguf2ov drift --target` measures the difference).")
 
-CONFIG_FILE = "config.json"
 # transformers' Qwen3Config defaults for keys a draft config may leave out
 QWEN3_DEFAULTS = {"num_key_value_heads": 32, "head_dim": 128, "rms_norm_eps": 1e-6, "sliding_window": 4096,
                   "max_window_layers": 28, "rope_theta": 10000.0}

@@ -230,7 +230,8 @@ def scan_taps(draft_dir, target, prompts=None, shifts=SHIFTS, named=(), configur
     further layer sets to score; `prompts` default to accept's.
     """
     from .accept import DEFAULT_PROMPTS
-    from .draft_ir import DRAFT_IR, DraftIR
+    from .draft_ir import DraftIR
+    from .names import IR_XML
     from .target import Target
 
     start = time.perf_counter()
@@ -246,7 +247,7 @@ def scan_taps(draft_dir, target, prompts=None, shifts=SHIFTS, named=(), configur
         raise Gguf2ovError(f"the configured ids {configured} are not all inside the target's layers "
                            f"{tappable[0]}..{tappable[-1]}")
     sets, skipped = candidate_sets(configured, tappable, shifts, named)
-    scored, blocks, proposals, used = score_sets(Path(draft_dir) / DRAFT_IR, draft.config, target,
+    scored, blocks, proposals, used = score_sets(Path(draft_dir) / IR_XML, draft.config, target,
                                                  prompts or DEFAULT_PROMPTS, sets, new_tokens, blocks_per_prompt)
     best, margin, lag, verdict = decide(scored, blocks, threshold)
     return TapScan(str(draft_dir), str(target.path), configured, scored, best.label, best.ids, best.shift, margin,

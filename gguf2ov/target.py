@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 
 from .errors import Gguf2ovError
-from .genai import TEXT_MODEL, VLM_LANGUAGE_MODEL, VLM_TEXT_EMBEDDINGS, target_kind
+from .genai import target_kind
+from .names import (IR_XML, TOKENIZER_IR, VLM_LANGUAGE_MODEL, VLM_PER_LAYER_EMBEDDINGS,
+                    VLM_TEXT_EMBEDDINGS, compile_f32)
 
-TOKENIZER_IR = "openvino_tokenizer.xml"
 LOCATORS_KEY = "hidden_states_decoder_layers"
-VLM_PER_LAYER_EMBEDDINGS = "openvino_text_embeddings_per_layer_model.xml"
 
 
 def read_locators(model) -> dict[int, dict] | None:
@@ -48,7 +48,7 @@ class Target:
         kind = target_kind(path)
         if kind is None:
             raise Gguf2ovError(
-                f"{path} is not an OpenVINO target folder: neither {TEXT_MODEL} nor {VLM_LANGUAGE_MODEL} with "
+                f"{path} is not an OpenVINO target folder: neither {IR_XML} nor {VLM_LANGUAGE_MODEL} with "
                 f"{VLM_TEXT_EMBEDDINGS}",
                 hint="export the target with optimum-intel (task text-generation-with-past, or image-text-to-text)",
             )
@@ -56,7 +56,7 @@ class Target:
 
     @property
     def model_path(self) -> Path:
-        return self.path / (VLM_LANGUAGE_MODEL if self.kind == "vlm" else TEXT_MODEL)
+        return self.path / (VLM_LANGUAGE_MODEL if self.kind == "vlm" else IR_XML)
 
     @cached_property
     def model(self):
@@ -115,9 +115,7 @@ class Target:
         """The single output of one of the VLM's token-id models for `ids` (batch dimension dropped)."""
         requests = self.__dict__.setdefault("_id_models", {})
         if filename not in requests:
-            import openvino as ov
-
-            compiled = ov.Core().compile_model(str(self.path / filename), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+            compiled = compile_f32(self.path / filename)
             requests[filename] = compiled.create_infer_request()
         request = requests[filename]
         out = request.infer({request.model_inputs[0]: np.asarray(ids, dtype=np.int64)[None]})
@@ -222,6 +220,6 @@ class Target:
                     raise Gguf2ovError(f"target layer {i}: producer {loc['producer']!r} is not in the target graph")
                 outputs.append(nodes[loc["producer"]].output(int(loc.get("output_index", 0))))
             model.add_outputs(outputs)
-            compiled = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+            compiled = compile_f32(model)
             cache[layer_ids] = compiled.create_infer_request()
         return cache[layer_ids]

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import Gguf2ovError, library_message
+from .names import DETOKENIZER_IR, IR_XML, SAFETENSORS_FILE, TOKENIZER_IR, VLM_LANGUAGE_MODEL
 from .report import Table
 
-IR_XML = "openvino_model.xml"
-TARGET_XMLS = ("openvino_model.xml", "openvino_language_model.xml")
+TARGET_XMLS = (IR_XML, VLM_LANGUAGE_MODEL)  # a text target's model, a VLM's language model
 DRAFT_INPUTS = ("inputs_embeds", "hidden_states", "position_ids", "attention_mask")
 
 # OV vs reference max |diff| relative to max(1, max |reference|), by the IR's weight precision.
@@ -98,7 +98,7 @@ def verify_draft(draft_dir, target_dir=None, checkpoint_dir=None, reference=None
     checks: list[Check] = []
     figures: dict = {}
     xml = draft_dir / IR_XML
-    if reference is None and checkpoint_dir is None and (draft_dir / "model.safetensors").is_file() \
+    if reference is None and checkpoint_dir is None and (draft_dir / SAFETENSORS_FILE).is_file() \
             and (draft_dir / "config.json").is_file():
         checkpoint_dir = draft_dir
     if reference is None:
@@ -492,7 +492,7 @@ def _target_checks(d: _Draft, target_dir: Path) -> list[Check]:
         out.append(Check("mask-token", "target", "pass" if ok else "fail",
                          f"mask token {d.mask_token_id} {'inside' if ok else 'outside'} the target vocabulary ({vocab})"))
 
-    tok, detok = (target_dir / "openvino_tokenizer.xml").is_file(), (target_dir / "openvino_detokenizer.xml").is_file()
+    tok, detok = (target_dir / TOKENIZER_IR).is_file(), (target_dir / DETOKENIZER_IR).is_file()
     out.append(Check("tokenizer", "target", "pass" if tok and detok else "warn" if tok else "fail",
                      "openvino_tokenizer.xml and openvino_detokenizer.xml present" if tok and detok else
                      "openvino_detokenizer.xml missing: GenAI cannot decode text" if tok else

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import Gguf2ovError
+from .names import PROVENANCE_FILE, SAFETENSORS_FILE
 from .outputs import atomic_dir
 from .progress import progress as progress_bar
 
@@ -24,8 +25,6 @@ DTYPES = {"bf16": ("BF16", 2), "f16": ("F16", 2), "f32": ("F32", 4)}
 INT_DTYPES = {np.dtype(np.int8): "I8", np.dtype(np.int16): "I16", np.dtype(np.int32): "I32", np.dtype(np.int64): "I64"}
 DEFAULT_MAX_SHARD_SIZE = 5 * 10**9  # transformers' default "5GB"
 CONFIG_NAME = "config.json"
-PROVENANCE_NAME = "gguf2ov.json"
-SINGLE_FILE = "model.safetensors"
 ENCODE_CHUNK = 1 << 22  # elements
 INDEX_NAME = "model.safetensors.index.json"
 
@@ -108,12 +107,12 @@ def write_checkpoint(out_dir, config: dict, specs: list[TensorSpec], tensors, *,
     if len(set(names)) != len(names):
         raise Gguf2ovError(f"tensor names repeat: {sorted({n for n in names if names.count(n) > 1})}")
     shards = shard_specs(specs, max_shard_size)
-    files = [SINGLE_FILE] if len(shards) == 1 else \
+    files = [SAFETENSORS_FILE] if len(shards) == 1 else \
         [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
     items = iter(progress_bar(tensors, desc="writing", total=len(specs), enabled=progress, unit="tensor"))
     extra = [INDEX_NAME] if len(shards) > 1 else []
     nonfinite = {}
-    result = WriteResult(str(out_dir), [CONFIG_NAME, *files, *extra] + ([PROVENANCE_NAME] if provenance else []),
+    result = WriteResult(str(out_dir), [CONFIG_NAME, *files, *extra] + ([PROVENANCE_FILE] if provenance else []),
                          len(specs), sum(s.n_bytes for s in specs), nonfinite)
     commit = (lambda tmp: before_commit(result)) if before_commit else None
     with atomic_dir(out_dir, overwrite=overwrite, before_commit=commit) as tmp:
@@ -137,7 +136,7 @@ def write_checkpoint(out_dir, config: dict, specs: list[TensorSpec], tensors, *,
             _write_json(tmp / INDEX_NAME, index)
         _write_json(tmp / CONFIG_NAME, config)
         if provenance is not None:
-            _write_json(tmp / PROVENANCE_NAME, provenance)
+            _write_json(tmp / PROVENANCE_FILE, provenance)
     return result
 
 

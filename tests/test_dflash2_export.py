@@ -10,7 +10,7 @@ import pytest
 from safetensors.torch import load_file, save_file
 
 import dflash_builders as b
-from gguf2ov.draft_ir import compile_f32
+from gguf2ov.names import compile_f32
 from gguf2ov.errors import Gguf2ovError
 from gguf2ov.export import export_draft
 from gguf2ov.reference import reference_outputs
