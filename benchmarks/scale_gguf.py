@@ -18,7 +18,7 @@ Everything that is not random comes from the project's own writer, so the file i
 safetensors checkpoint lists them), the Q4_K_M type mix (`gguf_writer.tensor_type`: attn_v and
 ffn_down Q6_K on the `use_more_bits` layers), metadata (`ArchMap.gguf_metadata` of the HF config,
 so dflash.target_layers = HF ids + 1 and tokenizer.ggml.mask_token_id), the value types
-(`gguf_writer._add_value`), general.file_type and quantization_version. Tensors go through
+(`gguf_writer.add_value`), general.file_type and quantization_version. Tensors go through
 gguf-py's GGUFWriter, one tensor at a time (`add_tensor_info` then `write_tensor_data`), so the
 builder holds one tensor (at most ~75 MB) in memory.
 
@@ -220,7 +220,7 @@ def write_scale_gguf(geom: Geometry, out_path: Path, seed: int | None = None) ->
     """Write the draft GGUF for `geom` at `out_path` (atomically); returns a build record."""
     from gguf import GGUFWriter, TokenType
 
-    from gguf2ov.gguf_writer import ARCH, MIXES, QUANT_VERSION, _add_value, tensor_type, write_atomically
+    from gguf2ov.gguf_writer import ARCH, MIXES, QUANT_VERSION, add_value, tensor_type, write_atomically
     from gguf2ov.maps import load_map
 
     start = time.perf_counter()
@@ -242,7 +242,7 @@ def write_scale_gguf(geom: Geometry, out_path: Path, seed: int | None = None) ->
         writer.add_token_types([TokenType.NORMAL] * geom.vocab)
     metadata = amap.gguf_metadata(config)
     for key, value in metadata.items():
-        _add_value(writer, key, value)
+        add_value(writer, key, value)
 
     plan, counts = [], {}
     for hf_name, shape in geom.hf_shapes().items():

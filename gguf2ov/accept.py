@@ -75,20 +75,11 @@ class AcceptResult:
     pipeline: str = "LLMPipeline"
     by_kind: dict = field(default_factory=dict)  # "text" / "image" totals when a run has both
     # The overall figures again at the top level of the JSON, under their usual names.
-    identical: bool = field(init=False)
-    accepted_tokens: int = field(init=False)
-    draft_candidates: int = field(init=False)
-    target_steps: int = field(init=False)
-    acceptance_rate: float = field(init=False)
-    mean_acceptance_length: float = field(init=False)
-    tok_s_target: float = field(init=False)
-    tok_s_draft: float = field(init=False)
-    speedup: float = field(init=False)
+    FLAT = ("identical", "accepted_tokens", "draft_candidates", "target_steps", "acceptance_rate",
+            "mean_acceptance_length", "tok_s_target", "tok_s_draft", "speedup")
 
-    def __post_init__(self):
-        for name in ("identical", "accepted_tokens", "draft_candidates", "target_steps", "acceptance_rate",
-                     "mean_acceptance_length", "tok_s_target", "tok_s_draft", "speedup"):
-            object.__setattr__(self, name, getattr(self.overall, name))
+    def json_flat(self) -> dict:
+        return {name: getattr(self.overall, name) for name in self.FLAT}
 
     def tables(self) -> list[Table]:
         headers = ["prompt", "identical", "generated", "accepted", "drafted", "target steps",

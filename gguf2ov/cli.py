@@ -8,10 +8,12 @@ import argparse
 import errno
 import importlib
 import os
+import signal
 import sys
 
 from . import __version__
 from .errors import Gguf2ovError, printable
+from .outputs import Terminated, check_output_file, signals_unwind
 from .progress import quiet_third_party
 
 # (subcommand, module, one-line help). Modules keep heavy imports (torch, openvino) inside
@@ -38,12 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module, help_text in COMMANDS:
-        try:
-            mod = importlib.import_module(f".{module}", __package__)
-        except ModuleNotFoundError as e:
-            if e.name != f"{__package__}.{module}":
-                raise
-            continue  # stage not available in this build
+        mod = importlib.import_module(f".{module}", __package__)
         p = sub.add_parser(name, help=help_text, description=help_text)
         mod.configure_parser(p)
         # accepted after the subcommand too; SUPPRESS keeps `gguf2ov --debug CMD` working
@@ -55,11 +52,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     _robust_streams()
+    with signals_unwind():  # SIGTERM and SIGHUP unwind like Ctrl-C: temporary outputs are removed
+        return _main(argv)
+
+
+def _main(argv) -> int:
     try:
         parser = build_parser()  # imports every stage module: Ctrl-C lands here at start-up
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        print(f"error: {_stopped(e)}", file=sys.stderr)
+        return _stopped_code(e)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
@@ -68,6 +70,7 @@ def main(argv=None) -> int:
     if not debug:
         quiet_third_party()
     try:
+        _check_report_paths(args)
         code = args.func(args)
     except Gguf2ovError as e:
         if debug:
@@ -76,9 +79,9 @@ def main(argv=None) -> int:
         if e.hint:
             print(f"hint: {printable(e.hint)}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("error: interrupted; no partial output was left in place", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        print(f"error: {_stopped(e)}; no partial output was left in place", file=sys.stderr)
+        return _stopped_code(e)
     except MemoryError:
         print("error: out of memory", file=sys.stderr)
         return 1
@@ -89,6 +92,23 @@ def main(argv=None) -> int:
         print(f"hint: {_os_error_hint(e)}", file=sys.stderr)
         return 1
     return int(code or 0)
+
+
+def _check_report_paths(args) -> None:
+    """Every command's --json / --markdown FILE is checked before the work: a device, a FIFO or a
+    folder is refused, and a failure to write it does not come after the work is done."""
+    for name in ("json", "markdown"):
+        value = getattr(args, name, None)
+        if isinstance(value, (str, os.PathLike)):  # `inspect --json` is a switch
+            check_output_file(value)
+
+
+def _stopped(e: KeyboardInterrupt) -> str:
+    return f"terminated by {e.args[0]}" if isinstance(e, Terminated) else "interrupted"
+
+
+def _stopped_code(e: KeyboardInterrupt) -> int:
+    return 128 + (e.signum if isinstance(e, Terminated) else signal.SIGINT)  # as a shell reports a signal
 
 
 def _robust_streams() -> None:

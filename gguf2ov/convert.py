@@ -1,5 +1,6 @@
 """`gguf2ov convert`: a GGUF draft -> a Hugging Face checkpoint folder, through the arch's map."""
 
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,7 +10,7 @@ from gguf import GGMLQuantizationType
 from .check import add_convert_arguments, check_after_convert
 from .errors import Gguf2ovError, printable
 from .maps import config_get, open_mapped
-from .outputs import check_output_dir
+from .outputs import check_output_dir, check_output_file
 from .progress import step
 from .report import Table, human_bytes, write_reports
 from .write import DEFAULT_MAX_SHARD_SIZE, DTYPES, TensorSpec, write_checkpoint
@@ -45,6 +46,7 @@ class ConvertResult:
     seconds: float
     warnings: list[str]
     tensors: list[TensorRow]
+    nonfinite: dict[str, int]               # tensor -> NaN/Inf values written (--allow-nonfinite)
     offset_decision: object = None          # taps.OffsetDecision, when a target settled an ambiguous offset
 
     def tables(self) -> list[Table]:
@@ -66,12 +68,19 @@ class ConvertResult:
         lines += [f"warning: {w}" for w in self.warnings]
         return lines
 
+    def nonfinite_warnings(self) -> list[str]:
+        return [f"{name} was written with {count} NaN or Inf values (--allow-nonfinite): a model loading it "
+                f"computes NaN" for name, count in self.nonfinite.items()]
+
 
 def convert(gguf_path, out_dir, map_path=None, dtype: str = "bf16", target_layer_offset: int | None = None,
-            overwrite: bool = False, progress: bool = True,
-            max_shard_size: int = DEFAULT_MAX_SHARD_SIZE, target_dir=None, prompts=None,
+            overwrite: bool = False, progress: bool = True, max_shard_size: int = DEFAULT_MAX_SHARD_SIZE,
+            allow_nonfinite: bool = False, json_path=None, target_dir=None, prompts=None,
             offset_decision=None) -> ConvertResult:
-    """`target_dir` settles an ambiguous target layer offset by measurement (`taps.settle_offset`)
+    """Convert, and write the JSON report to `json_path` (if given) before the checkpoint is put in
+    place: a report that cannot be written leaves no checkpoint behind.
+
+    `target_dir` settles an ambiguous target layer offset by measurement (`taps.settle_offset`)
     when no `target_layer_offset` is given; `offset_decision` is one already made by the caller."""
     start = time.perf_counter()
     if dtype not in DTYPES:
@@ -79,6 +88,7 @@ def convert(gguf_path, out_dir, map_path=None, dtype: str = "bf16", target_layer
     if max_shard_size < 1:
         raise Gguf2ovError(f"--max-shard-size must be a positive number of bytes, not {max_shard_size}")
     check_output_dir(Path(out_dir), overwrite, inputs=(getattr(gguf_path, "path", gguf_path), map_path))
+    check_output_file(json_path)
     if target_layer_offset is None and offset_decision is None and target_dir is not None:
         from .read import GgufFile, open_gguf
         from .taps import settle_offset
@@ -93,26 +103,38 @@ def convert(gguf_path, out_dir, map_path=None, dtype: str = "bf16", target_layer
     dropped = [e.gguf_name for e in plan if e.hf_name is None]
     warnings = [f"not written (the HF model has no such tensor): {', '.join(dropped)}"] if dropped else []
     written = [e for e in plan if e.hf_name is not None]
-    specs = [TensorSpec(e.hf_name, e.shape, _INTEGER_TYPES.get(e.qtype, DTYPES[dtype][0])) for e in written]
+    specs = [TensorSpec(e.hf_name, e.shape, _INTEGER_TYPES.get(e.qtype, DTYPES[dtype][0]),
+                        source=f"{e.gguf_name}, {e.qtype.name}") for e in written]
     step(f"{gguf.path.name}: {amap.arch}, {len(written)} tensors -> {out_dir}", enabled=progress)
-    result = write_checkpoint(
+    hf_key, gguf_key = flagged or (None, None)
+    done = []
+
+    def finish(result):
+        done.append(ConvertResult(
+            gguf_path=str(gguf.path), out_dir=str(out_dir), arch=amap.arch, map_path=str(amap.path), dtype=dtype,
+            files=result.files, n_tensors=result.n_tensors, n_bytes=result.n_bytes, config=config,
+            target_layer_key=gguf_key,
+            target_layer_ids_declared=_plain(gguf.get(gguf_key)) if gguf_key else None,
+            target_layer_ids_written=config_get(config, hf_key) if hf_key else None,
+            target_layer_offset=target_layer_offset, seconds=time.perf_counter() - start, warnings=warnings,
+            tensors=[TensorRow(e.hf_name, e.gguf_name, e.qtype.name, list(e.shape),
+                               [f"{name} {arg}" for name, arg in e.ops]) for e in plan],
+            nonfinite=dict(result.nonfinite), offset_decision=offset_decision))
+        if json_path is not None:
+            write_reports(done[0], json_path=json_path)
+
+    write_checkpoint(
         out_dir, config, specs,
         ((name, x) for name, x, _, _ in mapped.tensors()),
         provenance=_provenance(gguf, map_path or amap.path, dtype, target_layer_offset,
                                {e.hf_name: e.qtype.name for e in written}, offset_decision),
-        max_shard_size=max_shard_size, overwrite=overwrite, progress=progress)
-    hf_key, gguf_key = flagged or (None, None)
-    return ConvertResult(
-        gguf_path=str(gguf.path), out_dir=str(out_dir), arch=amap.arch, map_path=str(amap.path), dtype=dtype,
-        files=result.files, n_tensors=result.n_tensors, n_bytes=result.n_bytes, config=config,
-        target_layer_key=gguf_key,
-        target_layer_ids_declared=gguf.get(gguf_key) if gguf_key else None,
-        target_layer_ids_written=config_get(config, hf_key) if hf_key else None,
-        target_layer_offset=target_layer_offset, seconds=time.perf_counter() - start, warnings=warnings,
-        offset_decision=offset_decision,
-        tensors=[TensorRow(e.hf_name, e.gguf_name, e.qtype.name, list(e.shape),
-                           [f"{name} {arg}" for name, arg in e.ops]) for e in plan],
-    )
+        max_shard_size=max_shard_size, overwrite=overwrite, progress=progress, allow_nonfinite=allow_nonfinite,
+        before_commit=finish)
+    return done[0]
+
+
+def _plain(value):
+    return value.tolist() if hasattr(value, "tolist") else value
 
 
 def _provenance(gguf, map_path, dtype, target_layer_offset, qtypes: dict, offset_decision=None) -> dict:
@@ -136,6 +158,8 @@ def configure_parser(parser) -> None:
     parser.add_argument("--max-shard-size", type=int, default=DEFAULT_MAX_SHARD_SIZE, metavar="BYTES",
                         help="split safetensors files above this size (default 5e9, like transformers)")
     parser.add_argument("--overwrite", action="store_true", help="replace OUT_DIR if it exists")
+    parser.add_argument("--allow-nonfinite", action="store_true",
+                        help="write tensors that hold NaN or Inf values (with a warning) instead of failing")
     parser.add_argument("--json", metavar="FILE", help="also write the report as JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress and no report on stdout")
     parser.add_argument("--target", metavar="TARGET_DIR",
@@ -152,9 +176,11 @@ def cli(args) -> int:
 
     result = convert(args.gguf, args.output, map_path=args.map, dtype=args.dtype,
                      target_layer_offset=args.target_layer_offset, overwrite=args.overwrite,
-                     progress=not args.quiet, max_shard_size=args.max_shard_size, target_dir=args.target,
+                     progress=not args.quiet, max_shard_size=args.max_shard_size,
+                     allow_nonfinite=args.allow_nonfinite, json_path=args.json, target_dir=args.target,
                      prompts=prompts_from_args(args, default=None))
-    write_reports(result, json_path=args.json)
     if not args.quiet:
         print("\n".join(printable(line) for line in result.summary()))
+    for line in result.nonfinite_warnings():  # on stderr even under --quiet: the checkpoint computes NaN
+        print(f"warning: {printable(line)}", file=sys.stderr)
     return check_after_convert(args, result.out_dir)

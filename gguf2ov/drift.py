@@ -107,7 +107,7 @@ def _pct(x) -> str | None:
 
 # -- weight drift ---------------------------------------------------------------------------------
 
-class _Accumulator:
+class StreamingSums:
     """Sums for a global relative error and cosine over many tensors, in float64, chunk by chunk."""
 
     CHUNK = 1 << 22  # elements per float64 pass: bounded memory whatever the tensor
@@ -147,7 +147,7 @@ class WeightMeter:
     def __init__(self, draft):
         self.draft = draft
         self.grid = draft.kind == "gguf"
-        self.overall = _Accumulator()
+        self.overall = StreamingSums()
         self.tensors: list[TensorDrift] = []
 
     def __call__(self, name: str, output, values=None) -> None:
@@ -358,8 +358,10 @@ def _acceptance(target_dir, draft_dir, options: dict, progress: bool) -> dict:
     from .accept import run_acceptance
 
     r = run_acceptance(target_dir, draft_dir, progress=progress, **options)
-    return {k: getattr(r, k) for k in ("verdict", "identical", "acceptance_rate", "mean_acceptance_length",
-                                        "tok_s_target", "tok_s_draft", "speedup") if hasattr(r, k)}
+    o = r.overall
+    return {"verdict": r.verdict, "identical": o.identical, "acceptance_rate": o.acceptance_rate,
+            "mean_acceptance_length": o.mean_acceptance_length, "tok_s_target": o.tok_s_target,
+            "tok_s_draft": o.tok_s_draft, "speedup": o.speedup}
 
 
 def configure_parser(p) -> None:

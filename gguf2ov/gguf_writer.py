@@ -87,7 +87,7 @@ def write_dflash_gguf(checkpoint_dir, out_path, tokenizer_dir=None, mix: str = "
     if tokenizer_dir is not None:
         _add_tokenizer(writer, Path(tokenizer_dir), config.get("vocab_size"), tokenizer_pre)
     for key, value in metadata.items():
-        _add_value(writer, key, value)
+        add_value(writer, key, value)
 
     counts = {}
     for hf_name in progress_bar(list(state), desc="quantizing", enabled=progress, unit="tensor"):
@@ -127,7 +127,7 @@ def _add_tensor(writer: GGUFWriter, name: str, values: np.ndarray, qtype) -> Non
         writer.add_tensor(name, quantize(values, qtype), raw_dtype=qtype)
 
 
-def _add_value(writer: GGUFWriter, key: str, value) -> None:
+def add_value(writer: GGUFWriter, key: str, value) -> None:
     # llama.cpp writes counts and ids as uint32 and hyperparameters as float32.
     if isinstance(value, bool):
         writer.add_bool(key, value)

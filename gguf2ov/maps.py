@@ -8,10 +8,15 @@ a tensor, each with its reverse so a map can also write GGUF.
 Map sections:
 - `arch`: equals `general.architecture`; `extends`: a skeleton map merged underneath.
 - `hf`: fixed config fields (architectures, model_type, ...).
-- `config`: HF key (dotted keys nest) -> GGUF key, or a rule `{from: key | [keys] (first present
-  wins), add, default, optional, len, map, constant, min, flag, ambiguous_when, choices}`.
-  `{arch}` in a key is the map's arch. Writing GGUF: `write_also` lists more GGUF keys written with
-  the value; `hf_aliases` lists other HF keys that may hold it (transformers 5 nests some).
+- `config`: HF key (dotted keys nest) -> a rule `{from: key | [keys] (first present wins), type,
+  add, default, optional, len, map, constant, min, max, above, below, length, flag, ambiguous_when,
+  choices}`. `{arch}` in a key is the map's arch. Writing GGUF: `write_also` lists more GGUF keys
+  written with the value; `hf_aliases` lists other HF keys that may hold it (transformers 5 nests some).
+  Metadata comes from untrusted files, so every rule that reads a value declares its `type` (what
+  the file must state, after `len`: int, float, bool, str, or a one-item list such as [int] for a
+  list of them); `min`, `max` (inclusive) and `above` bound the value written (each item of a
+  list), `below: KEY` keeps it under another config value (a token id under vocab_size) and
+  `length: KEY` makes a list as long as another (one layer type per layer).
 - `tensors`: GGUF name template (`{N}` = block index) -> HF template, or `{to:, ops: [...]}`.
 - `optional`: like `tensors`, copied when present; `null` accepts a tensor but does not write it.
 - `groups`: named sets of tensors that are present all together or not at all.
@@ -23,6 +28,7 @@ Map sections:
 
 import ast
 import copy
+import math
 import re
 from dataclasses import dataclass, field
 from importlib import resources
@@ -35,8 +41,21 @@ from .errors import Gguf2ovError
 
 TOP_LEVEL_KEYS = {"arch", "extends", "hf", "config", "tensors", "optional", "groups", "group_hf", "shapes",
                   "legacy"}
-RULE_KEYS = {"from", "tensor_absent", "add", "default", "optional", "len", "map", "constant", "min", "flag",
-             "ambiguous_when", "choices", "write_also", "hf_aliases"}
+RULE_KEYS = {"from", "tensor_absent", "type", "add", "default", "optional", "len", "map", "constant", "min", "max",
+             "above", "below", "length", "flag", "ambiguous_when", "choices", "write_also", "hf_aliases"}
+# Value types a config rule declares: (test, words for messages). A float must be finite (NaN or
+# Inf in a config is never meant); an integer must also fit in int64 (see _out_of_bounds).
+VALUE_TYPES = {
+    "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+    "float": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+              "a finite number"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+    "str": (lambda v: isinstance(v, str), "a string"),
+}
+# A list in a config (target layer ids, one type per layer) has at most this many items: a file's
+# array can be as long as the file, and as Python objects it would take 8-30x its size.
+MAX_LIST = 1 << 16
+_LIST_WORDS = {"int": "integers", "float": "finite numbers", "bool": "true/false values", "str": "strings"}
 FLAGS = {"target_layer_offset": "--target-layer-offset"}
 _PLACEHOLDER = re.compile(r"\{(\w*)\}")
 
@@ -143,6 +162,7 @@ class ArchMap:
                                + ", ".join(missing))
         for group in sorted(self.groups_present(gguf)):
             out.update(copy.deepcopy(self.group_hf.get(group, {})))
+        self._check_relations(gguf, out)
         return out
 
     def groups_present(self, gguf) -> set[str]:
@@ -166,34 +186,61 @@ class ArchMap:
             if "default" in rule:
                 return rule["default"]
             return _ABSENT if rule.get("optional") else _MISSING
-        value = gguf.metadata[source]
         if "constant" in rule:
             return rule["constant"]
-        if rule.get("len") and isinstance(value, list):
-            return len(value)
+        stated = gguf.metadata[source]
+        # The file's value enters here: as plain Python, and of the type the rule declares.
+        if rule.get("len") and _is_array(stated):
+            value = len(stated)
+        elif _is_array(stated) and len(stated) > MAX_LIST:
+            raise Gguf2ovError(f"{gguf.path}: {source} holds {len(stated)} items, more than {hf_key} can "
+                               f"(at most {MAX_LIST})", hint="the file's metadata is malformed")
+        else:
+            value = _plain_value(stated)
+        if not _has_type(value, rule["type"]):
+            raise Gguf2ovError(f"{gguf.path}: {source} is {_short(value)}, not {_type_words(rule['type'])} "
+                               f"(it sets {hf_key})", hint="the file's metadata is malformed; re-download or "
+                               "re-convert the file")
         flag = rule.get("flag")
         offset = rule.get("add", 0)
-        items = value if isinstance(value, list) else [value]
-        if (offset or flag or "min" in rule) and not all(_is_number(v) for v in items):
-            raise Gguf2ovError(f"{gguf.path}: {source} = {value!r} should be numeric")
         if flag and flags.get(flag) is not None:
             offset = flags[flag]
         elif flag and not allow_ambiguous:
             self._refuse_if_ambiguous(gguf, hf_key, rule, source, value)
+        stated = value
         if offset:
             value = [v + offset for v in value] if isinstance(value, list) else value + offset
         if "map" in rule:
-            if unknown := [v for v in items if v not in rule["map"]]:
-                raise Gguf2ovError(f"{gguf.path}: {source} holds {unknown[0]!r}; the {self.arch} map knows "
+            # exact types: True must not find a key 1, nor 1.0 a key True
+            table = {(type(k), k): v for k, v in rule["map"].items()}
+            if unknown := [v for v in _items(value) if (type(v), v) not in table]:
+                raise Gguf2ovError(f"{gguf.path}: {source} holds {_short(unknown[0])}; the {self.arch} map knows "
                                    f"{sorted(rule['map'], key=str)}")
-            value = [rule["map"][v] for v in value] if isinstance(value, list) else rule["map"][value]
-        if "min" in rule:
-            low = [v for v in (value if isinstance(value, list) else [value]) if v < rule["min"]]
-            if low:
-                raise Gguf2ovError(
-                    f"{gguf.path}: {hf_key} would be {value} (from {source} = {gguf.metadata[source]}, offset "
-                    f"{offset:+}), below {rule['min']}", hint=self._choices_text(rule, gguf.metadata[source]))
+            value = [table[type(v), v] for v in value] if isinstance(value, list) else table[type(value), value]
+        if bound := _out_of_bounds(value, rule):
+            shift = f", offset {offset:+}" if offset else ""
+            hint = self._choices_text(rule, stated) if flag else None
+            raise Gguf2ovError(f"{gguf.path}: {hf_key} would be {_short(value)} (from {source} = {_short(stated)}"
+                               f"{shift}), {bound}", hint=hint or None)
         return value
+
+    def _check_relations(self, gguf, config: dict) -> None:
+        """`below` and `length`: bounds one config value takes from another the file states."""
+        for hf_key, rule in self.config.items():
+            value = config_get(config, hf_key)
+            if value is None or not (rule.get("below") or rule.get("length")):
+                continue
+            source = self._source_key(gguf, hf_key)
+            if (key := rule.get("below")) and _is_int(limit := config_get(config, key)):
+                if high := [v for v in _items(value) if _is_number(v) and v >= limit]:
+                    raise Gguf2ovError(f"{gguf.path}: {hf_key} would be {_short(value)} (from {source}), but "
+                                       f"{key} is {limit} (from {self._source_key(gguf, key)}): {_short(high[0])} "
+                                       f"is out of range", hint="the file's metadata is malformed")
+            if (key := rule.get("length")) and _is_int(limit := config_get(config, key)) and \
+                    isinstance(value, list) and len(value) != limit:
+                raise Gguf2ovError(f"{gguf.path}: {hf_key} has {len(value)} entries (from {source}), but {key} "
+                                   f"is {limit} (from {self._source_key(gguf, key)})",
+                                   hint="the file's metadata is malformed")
 
     @staticmethod
     def ambiguity(gguf, rule, value) -> list[str]:
@@ -217,7 +264,7 @@ class ArchMap:
         reasons = self.ambiguity(gguf, rule, value)
         if reasons:
             raise Gguf2ovError(
-                f"{gguf.path}: cannot tell how {source} = {value} was written ({'; '.join(reasons)}), so "
+                f"{gguf.path}: cannot tell how {source} = {_short(value)} was written ({'; '.join(reasons)}), so "
                 f"{hf_key} is not settled: {self._choices_text(rule, value)}",
                 hint=f"check the draft's original config, then pass {FLAGS[rule['flag']]} explicitly; or give "
                      "--target (the target's OpenVINO folder) and the tap scan measures which layers the draft "
@@ -228,9 +275,8 @@ class ArchMap:
         parts = []
         for offset, meaning in rule.get("choices", {}).items():
             ids = [v + offset for v in value] if isinstance(value, list) else value + offset
-            low = [i for i in (ids if isinstance(ids, list) else [ids]) if "min" in rule and i < rule["min"]]
-            bad = " (invalid)" if low else ""
-            parts.append(f"{FLAGS[rule['flag']]} {offset} if written by {meaning}: {ids}{bad}")
+            bad = " (invalid)" if _out_of_bounds(ids, rule) else ""
+            parts.append(f"{FLAGS[rule['flag']]} {offset} if written by {meaning}: {_short(ids)}{bad}")
         return "; ".join(parts)
 
     def gguf_metadata(self, hf_config: dict, legacy: bool = False) -> dict:
@@ -394,7 +440,10 @@ def _clip(text: str, limit: int = 200) -> str:
 
 
 def _short(value, limit: int = 60) -> str:
-    text = repr(value)
+    if isinstance(value, list) and len(value) > limit:  # a value from a file can be any length
+        text = repr(value[:limit])[:-1] + f", ... ({len(value)} items)]"
+    else:
+        text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -408,6 +457,61 @@ def _layers_text(layers: list[int]) -> str:
 
 def _is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_array(value) -> bool:
+    """A metadata array: a list, or the compact forms `read` keeps large arrays in."""
+    from .read import StringArray
+
+    return isinstance(value, (list, np.ndarray, StringArray))
+
+
+def _plain_value(value):
+    """A metadata value as plain Python (large arrays arrive as numpy arrays or a StringArray)."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return list(value) if _is_array(value) else value
+
+
+def _items(value) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+def _has_type(value, declared) -> bool:
+    if isinstance(declared, list):
+        test = VALUE_TYPES[declared[0]][0]
+        return isinstance(value, list) and all(test(v) for v in value)
+    return VALUE_TYPES[declared][0](value)
+
+
+def _valid_type(declared) -> bool:
+    if isinstance(declared, list) and len(declared) == 1:
+        declared = declared[0]
+    return isinstance(declared, str) and declared in VALUE_TYPES
+
+
+def _type_words(declared) -> str:
+    return f"a list of {_LIST_WORDS[declared[0]]}" if isinstance(declared, list) else VALUE_TYPES[declared][1]
+
+
+def _out_of_bounds(value, rule) -> str | None:
+    """What is wrong with a value against the rule's min / max / above, or None."""
+    for v in _items(value):
+        if not _is_number(v):
+            continue
+        if _is_int(v) and not -2**63 <= v < 2**63:  # what readers of the config (GenAI, rt_info) hold it in
+            return "outside the 64-bit integer range"
+        if "min" in rule and v < rule["min"]:
+            return f"below {rule['min']}"
+        if "max" in rule and v > rule["max"]:
+            return f"above {rule['max']}"
+        if "above" in rule and v <= rule["above"]:
+            return f"not above {rule['above']}"
+    return None
 
 
 def config_get(config: dict, dotted: str):
@@ -509,7 +613,7 @@ def load_map(arch: str | None = None, path=None) -> ArchMap:
                            hint=f"pass --map; shipped maps: {', '.join(supported_arches())}")
     # general.architecture comes from an untrusted file: only a shipped map's name selects a map
     if not isinstance(arch, str) or arch not in supported_arches():
-        raise Gguf2ovError(f"no map for architecture {arch!r}; supported: {', '.join(supported_arches())}",
+        raise Gguf2ovError(f"no map for architecture {_short(arch)}; supported: {', '.join(supported_arches())}",
                            hint="write a tensor map YAML for it and pass --map")
     return _build(_read_yaml(_maps_dir() / f"{arch}.yaml"), f"tensor_maps/{arch}.yaml")
 
@@ -548,7 +652,7 @@ def map_for(gguf, path=None) -> ArchMap:
     """The map for a file: `path` if given (its arch must match), else the shipped one."""
     amap = load_map(gguf.arch, path)
     if amap.arch != gguf.arch:
-        raise Gguf2ovError(f"{gguf.path} is {gguf.arch!r} but the map {amap.path} is for {amap.arch!r}")
+        raise Gguf2ovError(f"{gguf.path} is {_short(gguf.arch)} but the map {amap.path} is for {amap.arch!r}")
     return amap
 
 
@@ -585,7 +689,11 @@ def _build(data: dict, name: str) -> ArchMap:
     if not isinstance(arch, str) or not arch:
         raise bad("`arch` must name the general.architecture it maps")
     config = {k: _rule(k, v, arch, bad) for k, v in (data.get("config") or {}).items()}
-    legacy = {k: _rule(k, v, arch, bad) for k, v in (data.get("legacy") or {}).items()}
+    legacy = {k: _rule(k, v, arch, bad, typed=False) for k, v in (data.get("legacy") or {}).items()}
+    for hf_key, rule in config.items():
+        for key in ("below", "length"):
+            if key in rule and rule[key] not in config:
+                raise bad(f"config {hf_key}: {key}: {rule[key]} is not a config key of this map")
     rules = [_tensor_rule(g, v, True, None, bad) for g, v in (data.get("tensors") or {}).items()]
     rules += [_tensor_rule(g, v, False, None, bad) for g, v in (data.get("optional") or {}).items() if g]
     for group, body in (data.get("groups") or {}).items():
@@ -614,16 +722,31 @@ def _build(data: dict, name: str) -> ArchMap:
     return ArchMap(arch, name, dict(data.get("hf") or {}), config, rules, shapes, legacy, group_hf)
 
 
-def _rule(hf_key, rule, arch, bad) -> dict:
+def _rule(hf_key, rule, arch, bad, typed: bool = True) -> dict:
     if isinstance(rule, str):
         rule = {"from": rule}
     if not isinstance(rule, dict) or ("from" in rule) == ("tensor_absent" in rule):
         raise bad(f"config {hf_key}: expected a GGUF key or a mapping with `from:` (or `tensor_absent:`)")
     if unknown := set(rule) - RULE_KEYS:
         raise bad(f"config {hf_key}: unknown rule keys {sorted(unknown)}; allowed: {sorted(RULE_KEYS)}")
+    reads_metadata = "from" in rule and "constant" not in rule
     sources = rule.get("from", [])
     sources = sources if isinstance(sources, list) else [sources]
     rule = dict(rule, **{"from": [s.replace("{arch}", arch) for s in sources]})
+    declared = rule.get("type")
+    if typed and reads_metadata and declared is None:
+        # the value comes from an untrusted file: the map must say what it may be
+        raise bad(f"config {hf_key}: a rule that reads metadata needs a `type` ({', '.join(VALUE_TYPES)}, or a "
+                  f"one-item list such as [int])")
+    if declared is not None and not _valid_type(declared):
+        raise bad(f"config {hf_key}: unknown type {declared!r}; known: {', '.join(VALUE_TYPES)}, or [int] etc. for "
+                  f"a list")
+    for key in ("min", "max", "above"):
+        if key in rule and not _is_number(rule[key]):
+            raise bad(f"config {hf_key}: {key} must be a number")
+    for key in ("below", "length"):
+        if key in rule and not isinstance(rule[key], str):
+            raise bad(f"config {hf_key}: {key} names another config key")
     if "add" in rule and not _check_add(rule["add"]):
         raise bad(f"config {hf_key}: add must be a number")
     if "flag" in rule and rule["flag"] not in FLAGS:

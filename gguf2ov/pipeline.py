@@ -188,8 +188,8 @@ def run(gguf_path, target_dir, out_dir, reference_dir=None, requant: str = DEFAU
                 target_dir, draft, prompts, max_new_tokens=max_new_tokens,
                 num_assistant_tokens=num_assistant_tokens, precision=precision, repeats=repeats, progress=progress,
                 device=device),
-                lambda r: (r.verdict == "PASS", f"{r.verdict}: {r.accepted_tokens}/{r.overall.generated_tokens} tokens "
-                                                 f"from the draft, {r.speedup:.2f}x" + "".join(f"; {x}" for x in r.reasons)))
+                lambda r: (r.verdict == "PASS", f"{r.verdict}: {r.overall.accepted_tokens}/{r.overall.generated_tokens} "
+                                                 f"tokens from the draft, {r.overall.speedup:.2f}x" + "".join(f"; {x}" for x in r.reasons)))
         verdict = "PASS"
     except _Stop:
         failed = stages[-1]

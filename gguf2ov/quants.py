@@ -125,7 +125,7 @@ def _dequant_q5_1(blocks: np.ndarray, out: np.ndarray) -> None:
     np.add(out, _f16_field(blocks, 2), out=out)
 
 
-def _k_scales_mins(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def k_scales_mins(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Unpack Q4_K/Q5_K's 12 scale bytes into eight 6-bit scales and eight 6-bit mins (uint8).
 
     llama.cpp `get_scale_min_k4`: sub-blocks 0-3 keep scale and min in the low 6 bits of bytes
@@ -160,12 +160,12 @@ def _q5_k_codes(blocks: np.ndarray, out: np.ndarray) -> None:
 
 def _dequant_q4_k(blocks: np.ndarray, out: np.ndarray) -> None:
     _q4_k_codes(blocks, out)
-    _apply_scale_min(blocks, *_k_scales_mins(blocks[:, 4:16]), out)
+    _apply_scale_min(blocks, *k_scales_mins(blocks[:, 4:16]), out)
 
 
 def _dequant_q5_k(blocks: np.ndarray, out: np.ndarray) -> None:
     _q5_k_codes(blocks, out)
-    _apply_scale_min(blocks, *_k_scales_mins(blocks[:, 4:16]), out)
+    _apply_scale_min(blocks, *k_scales_mins(blocks[:, 4:16]), out)
 
 
 def _apply_scale_min(blocks: np.ndarray, scales: np.ndarray, mins: np.ndarray, out: np.ndarray) -> None:
@@ -296,9 +296,24 @@ _QUANTIZE_CHUNK_BLOCKS = 512
 _F32 = np.float32
 
 
-def _nearest_int(values: np.ndarray) -> np.ndarray:
-    # llama.cpp's `nearest_int` adds 1.5*2^23 and reads the mantissa: round half to even.
-    return np.rint(values)
+# Beyond this, llama.cpp's `nearest_int` (which asserts it, in debug builds only) is not rounding.
+_NEAREST_INT_RANGE = _F32(4194303)
+
+
+def _nearest_int(values: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """llama.cpp's `nearest_int`, bit for bit, as float32: it adds 1.5*2^23 and reads the low 23
+    bits of the sum. Within +-(2^22 - 1) that is round half to even (np.rint); NaN gives 0, +-Inf
+    -2^22, and larger values wrap. Those reach the K-quantizers when a sub-block's range is below
+    ~1e-37 or dmin overflows f16, and the clamps after them then write code 0, not the top code."""
+    values = np.asarray(values, dtype=np.float32)
+    odd = ~(np.abs(values) <= _NEAREST_INT_RANGE)  # NaN too
+    odd_values = values[odd] if odd.any() else None  # before `out` overwrites them
+    result = np.rint(values, out=out)
+    if odd_values is not None:
+        with np.errstate(over="ignore", invalid="ignore"):
+            summed = odd_values + _F32(12582912)
+        result[odd] = ((summed.view(np.int32) & np.int32(0x007FFFFF)) - np.int32(0x00400000)).astype(np.float32)
+    return result
 
 
 def _f16_round(values: np.ndarray) -> np.ndarray:
@@ -325,7 +340,7 @@ def _make_qkx2_quants(x: np.ndarray, weights: np.ndarray, nmax: int, rmin: float
     def codes_for(iscale: np.ndarray, offset: np.ndarray) -> np.ndarray:
         np.subtract(x, offset, out=trial)
         np.multiply(trial, iscale, out=trial)
-        np.rint(trial, out=trial)
+        _nearest_int(trial, out=trial)
         np.maximum(trial, _F32(0), out=trial)
         return np.minimum(trial, nmax_f, out=trial)
 
@@ -388,7 +403,7 @@ def _make_qx_quants(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
 
     def fit(iscale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         np.multiply(iscale, x, out=trial)
-        np.rint(trial, out=trial)
+        _nearest_int(trial, out=trial)
         np.maximum(trial, -nmax_f, out=trial)
         np.minimum(trial, nmax_f - _F32(1), out=trial)
         sum_lx = np.add.reduce(np.multiply(weights_x, trial, out=scratch), axis=0)
@@ -415,7 +430,7 @@ def _make_qx_quants(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _pack_k_scales(scale_codes: np.ndarray, min_codes: np.ndarray) -> np.ndarray:
-    """Pack eight 6-bit scales and mins per block (uint8, (n, 8)) into 12 bytes (see `_k_scales_mins`)."""
+    """Pack eight 6-bit scales and mins per block (uint8, (n, 8)) into 12 bytes (see `k_scales_mins`)."""
     low_s, high_s = scale_codes[:, :4], scale_codes[:, 4:]
     low_m, high_m = min_codes[:, :4], min_codes[:, 4:]
     return np.concatenate([
@@ -439,8 +454,9 @@ def _quantize_scale_min_blocks(x: np.ndarray, nmax: int, rmin: float, rdelta: fl
     scales = scales.reshape(n_blocks, 8)
     mins = mins.reshape(n_blocks, 8)
 
-    max_scale = np.maximum(scales.max(axis=1), _F32(0))
-    max_min = np.maximum(mins.max(axis=1), _F32(0))
+    # llama.cpp keeps the largest with `if (scale > max_scale)` from 0: a NaN scale is skipped
+    max_scale = np.fmax(np.fmax.reduce(scales, axis=1), _F32(0))
+    max_min = np.fmax(np.fmax.reduce(mins, axis=1), _F32(0))
     inv_scale = np.where(max_scale > 0, _F32(63) / max_scale, _F32(0))
     inv_min = np.where(max_min > 0, _F32(63) / max_min, _F32(0))
     # llama.cpp stores nearest_int's result in a uint8 before MIN(63, .): negatives wrap.
@@ -482,13 +498,19 @@ def _quantize_q6_k(x: np.ndarray) -> np.ndarray:
     codes, scales = _make_qx_quants(groups, 32)
     scales = scales.reshape(n_blocks, 16)
     blocks_idx = np.arange(n_blocks)
-    max_scale = scales[blocks_idx, np.abs(scales).argmax(axis=1)]
-    empty = np.abs(max_scale) < _GROUP_MAX_EPS
+    # llama.cpp keeps the first largest |scale| with `if (abs_scale > max_abs_scale)` from 0: a NaN
+    # scale is skipped, and a block whose scales are all NaN is written as zeros
+    abs_scales = np.abs(scales)
+    abs_scales[np.isnan(abs_scales)] = 0
+    largest = abs_scales.argmax(axis=1)
+    max_scale = scales[blocks_idx, largest]
+    empty = abs_scales[blocks_idx, largest] < _GROUP_MAX_EPS
     with np.errstate(divide="ignore", invalid="ignore"):
         iscale = _F32(-128) / max_scale
         d_bytes, d = _f16_round(_F32(1) / iscale)
         scale_codes = np.minimum(_nearest_int(iscale[:, None] * scales), _F32(127))
-        scale_codes = np.where(empty[:, None], _F32(0), scale_codes).astype(np.int8)
+        # llama.cpp stores MIN(127, nearest_int(.)) in an int8: out-of-range results wrap
+        scale_codes = np.where(empty[:, None], _F32(0), scale_codes).astype(np.int32).astype(np.int8)
         step = (d[:, None] * scale_codes.astype(np.float32)).reshape(-1)
         requantized = np.clip(_nearest_int(groups / step), _F32(-32), _F32(31)) + _F32(32)
     codes = np.where(step != 0, requantized, codes)

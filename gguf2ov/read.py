@@ -10,13 +10,21 @@ The header is parsed here rather than by `gguf.GGUFReader`, for two reasons:
   `tests/test_read.py` checks that both read the same metadata, offsets and tensor views.
 Tensor data is memory-mapped (`np.memmap`), with the same views gguf-py gives (typed arrays in
 PyTorch order; bytes in the last axis for quantized types); nothing is read until `load`.
+Metadata arrays of more than `COMPACT_ARRAY` items (a tokenizer's tokens, scores, types and merges)
+stay compact: numbers as a read-only numpy array, strings as a `StringArray` over their encoded
+bytes. As Python lists they cost 4x (a vocabulary of short tokens) to 18x (16-bit integers) their
+size in the file, an object and a pointer per item; compact, about 1.1x
+(`benchmarks/bench_metadata.py`).
 Layout: magic, version, tensor count, kv count, kv pairs, tensor infos, padding to
 `general.alignment`, tensor data. Only little-endian files (what llama.cpp writes) are read.
 """
 
+import array
 import mmap
+import operator
 import stat
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -44,6 +52,10 @@ _ELEMENT_DTYPES = {
     GGMLQuantizationType.F64: np.float64, GGMLQuantizationType.I8: np.int8, GGMLQuantizationType.I16: np.int16,
     GGMLQuantizationType.I32: np.int32, GGMLQuantizationType.I64: np.int64,
 }
+_U64 = struct.Struct("<Q")
+# Metadata arrays longer than this stay compact (see the module docstring); shorter ones, such as
+# layer ids, are plain lists.
+COMPACT_ARRAY = 64
 _INTEGER_TYPES = {GGMLQuantizationType.I8, GGMLQuantizationType.I16, GGMLQuantizationType.I32,
                   GGMLQuantizationType.I64}
 
@@ -121,7 +133,7 @@ class GgufFile:
         try:
             values = dequantize(self.raw(name), info.qtype)
         except Gguf2ovError as e:
-            raise Gguf2ovError(f"{self.path}: tensor {name}: {e.message}", hint=e.hint) from e
+            raise Gguf2ovError(f"{self.path}: tensor {_clip(name)}: {e.message}", hint=e.hint) from e
         return np.asarray(values, dtype=np.float32).reshape(info.shape)
 
 
@@ -156,13 +168,57 @@ def open_gguf(path) -> GgufFile:
                                    hint="re-download the file or check that it was fully written") from None
 
 
+class StringArray(Sequence):
+    """A GGUF string array kept as its encoded bytes; an item is decoded when it is read.
+
+    `data` holds the array as stored (each string after its 8-byte length), `starts` where each
+    string's bytes begin; every string was checked to be UTF-8 when the file was parsed.
+    """
+
+    __slots__ = ("_data", "_starts")
+
+    def __init__(self, data: bytes, starts: np.ndarray):
+        self._data, self._starts = data, starts
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        i = operator.index(index)
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError("StringArray index out of range")
+        start = int(self._starts[i])
+        (n,) = _U64.unpack_from(self._data, start - 8)
+        return self._data[start:start + n].decode("utf-8")
+
+    def __eq__(self, other):
+        if isinstance(other, (StringArray, list, tuple)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"StringArray({len(self)} strings)"
+
+    @property
+    def nbytes(self) -> int:
+        return len(self._data) + self._starts.nbytes
+
+
 def summarise(value, max_items: int = 4, max_chars: int = 80) -> str:
     """A short text for a metadata value; long arrays become `[262144 x str] first: ...`."""
-    if isinstance(value, list):
-        if len(value) <= max_items and len(repr(value)) <= max_chars:
-            return repr(value)
-        kind = type(value[0]).__name__ if value else "?"
-        first = ", ".join(repr(v)[:40] for v in value[:3])
+    if isinstance(value, (list, np.ndarray, StringArray)):
+        head = value[:max_items + 1]
+        head = head.tolist() if isinstance(head, np.ndarray) else list(head)
+        if len(value) <= max_items and len(repr(head)) <= max_chars:
+            return repr(head)
+        kind = type(head[0]).__name__ if head else "?"
+        first = ", ".join(repr(v)[:40] for v in head[:3])
         return f"[{len(value)} x {kind}] first: {first}, ..."
     text = repr(value) if isinstance(value, str) else str(value)
     return text if len(text) <= max_chars else text[: max_chars - 3] + "..."
@@ -185,7 +241,10 @@ class _Cursor:
     def scalars(self, dtype: str, count: int, what: str) -> np.ndarray:
         n = np.dtype(dtype).itemsize * count
         self.need(n, what)
-        values = np.frombuffer(self.buf, dtype=dtype, count=count, offset=self.pos).copy()
+        if dtype == "?":  # any non-zero byte is true; numpy would keep the byte as it is
+            values = np.frombuffer(self.buf, dtype="<u1", count=count, offset=self.pos) != 0
+        else:
+            values = np.frombuffer(self.buf, dtype=dtype, count=count, offset=self.pos).copy()
         self.pos += n
         return values
 
@@ -211,6 +270,31 @@ class _Cursor:
         except UnicodeDecodeError:
             raise _Corrupt(f"{what} is not valid UTF-8") from None
 
+    def strings(self, count: int, what: str) -> StringArray:
+        """`count` strings as one StringArray (each checked like `string`)."""
+        first, buf, size = self.pos, self.buf, self.size
+        starts = array.array("q")
+        pos = first
+        for _ in range(count):
+            if pos + 8 > size:
+                self.pos = pos
+                self.need(8, what)
+            (n,) = _U64.unpack_from(buf, pos)
+            pos += 8
+            if pos + n > size:
+                self.pos = pos
+                self.need(n, what)
+            try:
+                str(buf[pos:pos + n], "utf-8")  # checked, then dropped
+            except UnicodeDecodeError:
+                raise _Corrupt(f"{what} is not valid UTF-8") from None
+            starts.append(pos - first)
+            pos += n
+        self.pos = pos
+        data = buf[first:pos]
+        starts = np.frombuffer(starts, dtype=np.int64)
+        return StringArray(data, starts.astype(np.uint32) if len(data) < 2**32 else starts)
+
     def value(self, vtype: int, what: str, in_array: bool = False):
         if vtype == GGUFValueType.STRING:
             return self.string(what)
@@ -219,12 +303,18 @@ class _Cursor:
         if vtype == GGUFValueType.ARRAY and not in_array:
             itype, count = self.u32(what), self.u64(what)
             if itype in _SCALARS:
-                # Arrays stay exact (float32 -> float64), without the per-value rounding of
-                # scalars below: a 262k-entry score table would take seconds.
-                return self.scalars(_SCALARS[itype], count, what).tolist()
+                # Arrays stay exact (float32 -> float64 in a list), without the per-value rounding
+                # of scalars below: a 262k-entry score table would take seconds.
+                values = self.scalars(_SCALARS[itype], count, what)
+                if count <= COMPACT_ARRAY:
+                    return values.tolist()
+                values.flags.writeable = False
+                return values
             if itype == GGUFValueType.STRING:
                 self.need(count * 8, f"{what} ({count} strings)")  # each string has an 8-byte length
-                return [self.string(what) for _ in range(count)]
+                if count <= COMPACT_ARRAY:
+                    return [self.string(what) for _ in range(count)]
+                return self.strings(count, what)
             raise _Corrupt(f"{what} is an array of unsupported value type {itype}")
         raise _Corrupt(f"{what} has unknown value type {vtype}")
 
@@ -252,47 +342,58 @@ def _parse(cur: _Cursor, path: Path) -> GgufFile:
     metadata = {}
     for i in range(n_kv):
         key = cur.string(f"metadata key #{i}")
+        shown = _clip(key)  # a corrupt length can make a key of megabytes
         if key in metadata:
-            raise _Corrupt(f"metadata key {key} appears twice")
-        metadata[key] = cur.value(cur.u32(f"type of {key}"), f"metadata {key}")
+            raise _Corrupt(f"metadata key {shown} appears twice")
+        metadata[key] = cur.value(cur.u32(f"type of {shown}"), f"metadata {shown}")
+    arch = metadata.get("general.architecture")
+    if arch is not None and not isinstance(arch, str):  # it selects the map, and names the file everywhere
+        raise _Corrupt(f"general.architecture is {summarise(arch, max_chars=60)}, not a string")
     alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
     if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
         raise _Corrupt(f"general.alignment {alignment!r} is not a power of two")
     infos = []
     for i in range(n_tensors):
         name = cur.string(f"name of tensor #{i}")
-        n_dims = cur.u32(f"dimension count of tensor {name}")
+        shown = _clip(name)
+        n_dims = cur.u32(f"dimension count of tensor {shown}")
         if not 1 <= n_dims <= MAX_DIMS:
-            raise _Corrupt(f"tensor {name} has {n_dims} dimensions (GGUF allows 1 to {MAX_DIMS})")
-        ne = tuple(int(d) for d in cur.scalars("<u8", n_dims, f"shape of tensor {name}"))
-        infos.append((name, ne, cur.u32(f"type of tensor {name}"), cur.u64(f"offset of tensor {name}")))
+            raise _Corrupt(f"tensor {shown} has {n_dims} dimensions (GGUF allows 1 to {MAX_DIMS})")
+        ne = tuple(int(d) for d in cur.scalars("<u8", n_dims, f"shape of tensor {shown}"))
+        infos.append((name, ne, cur.u32(f"type of tensor {shown}"), cur.u64(f"offset of tensor {shown}")))
     data_start = -(-cur.pos // alignment) * alignment
     tensors = {}
     for name, ne, raw_type, offset in infos:
         if name in tensors:
-            raise _Corrupt(f"tensor {name} appears twice")
+            raise _Corrupt(f"tensor {_clip(name)} appears twice")
         tensors[name] = _tensor_info(name, ne, raw_type, data_start + offset, cur.size)
     return GgufFile(path, version, metadata, tensors)
 
 
+def _clip(text: str, limit: int = 120) -> str:
+    """A name from the file, short enough for a message."""
+    return text if len(text) <= limit else f"{text[:limit - 20]}...({len(text)} chars)"
+
+
 def _tensor_info(name, ne, raw_type, offset, file_size) -> TensorInfo:
+    shown = _clip(name)
     try:
         qtype = GGMLQuantizationType(raw_type)
         block, type_size = GGML_QUANT_SIZES[qtype]
     except (ValueError, KeyError):
-        raise _Corrupt(f"tensor {name} has unknown GGML type {raw_type}") from None
+        raise _Corrupt(f"tensor {shown} has unknown GGML type {raw_type}") from None
     # A dimension of 0 makes the element count 0, so the size check below would pass for any other
     # dimension (e.g. [0, 2^63]) and numpy would fail later: GGUF tensors are never empty.
     if 0 in ne:
-        raise _Corrupt(f"tensor {name} has a dimension of 0 (ne {list(ne)})")
+        raise _Corrupt(f"tensor {shown} has a dimension of 0 (ne {list(ne)})")
     if ne[0] % block:
-        raise _Corrupt(f"tensor {name} has ne[0]={ne[0]}, not a multiple of the {qtype.name} block size {block}")
+        raise _Corrupt(f"tensor {shown} has ne[0]={ne[0]}, not a multiple of the {qtype.name} block size {block}")
     n_elements = 1
     for d in ne:
         n_elements *= d  # python ints: no overflow on absurd shapes
     n_bytes = n_elements // block * type_size
     # every dimension is at most the element count, which the byte count bounds by the file size
     if offset + n_bytes > file_size:
-        raise _Corrupt(f"tensor {name} ({qtype.name}, ne {list(ne)}) needs bytes {offset}..{offset + n_bytes} "
+        raise _Corrupt(f"tensor {shown} ({qtype.name}, ne {list(ne)}) needs bytes {offset}..{offset + n_bytes} "
                        f"but the file has {file_size}")
     return TensorInfo(name, qtype, ne, tuple(reversed(ne)), n_elements, n_bytes, offset)

@@ -2,8 +2,9 @@
 
 A result is a dataclass that may define:
 - `tables() -> list[Table]`: what a person reads (built once, formatted three ways);
-- `summary() -> list[str]`: a few lines shown above the tables (verdicts, totals).
-JSON is the dataclass itself (`dataclasses.asdict`), so every field reaches the JSON file.
+- `summary() -> list[str]`: a few lines shown above the tables (verdicts, totals);
+- `json_flat() -> dict`: fields added at the top level of its JSON (a flat view of nested figures).
+JSON is the dataclass itself, field by field (`to_jsonable`), so every field reaches the JSON file.
 """
 
 import dataclasses
@@ -90,13 +91,17 @@ def _md_table(t: Table) -> str:
 
 def to_jsonable(obj):
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        out = {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        # a result may also give a flat view of nested figures, for scripts that read the top level
+        return out | to_jsonable(obj.json_flat()) if hasattr(obj, "json_flat") else out
     if isinstance(obj, dict):
         return {str(k): to_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [to_jsonable(v) for v in obj]
     if isinstance(obj, Path):
         return str(obj)
+    if isinstance(obj, np.ndarray):
+        return to_jsonable(obj.tolist())
     if isinstance(obj, np.generic):
         obj = obj.item()
     if isinstance(obj, float) and not math.isfinite(obj):

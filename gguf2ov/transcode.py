@@ -55,7 +55,7 @@ import numpy as np
 from gguf.constants import GGML_QUANT_SIZES
 
 from .errors import Gguf2ovError
-from .quants import QType, _k_scales_mins
+from .quants import QType, k_scales_mins
 
 # Raw bytes decoded per step: bounds a chunk's uint8/uint32 temporaries to ~10 MB.
 _CHUNK_BYTES = 1 << 20
@@ -174,7 +174,7 @@ def _fill_k(five_bits: bool):
             _k_nibbles(b[:, 16:144], o["codes"])
         d = _f16(b, 0)
         o["dmin"][...] = _f16(b, 2)
-        scales, mins = _k_scales_mins(b[:, 4:16])
+        scales, mins = k_scales_mins(b[:, 4:16])
         _pack_u6(mins, o["mins"])
         # A group with d*sc == 0 holds -dmin*m: codes 0, scale factor 1 (and d 1 if d is 0).
         zero = (scales == 0) | (d == 0)

@@ -4,6 +4,8 @@ Tensors are streamed one at a time into safetensors files written here directly 
 length, JSON header, raw data), so peak memory stays near the largest tensor. The header goes
 first, so every name, dtype and shape is fixed from the plan before any data is read. Shards and
 `model.safetensors.index.json` follow transformers' layout; the folder appears only when complete.
+Every value is checked as it is written: a NaN or Inf (a broken GGUF tensor, or a value beyond the
+F16 range) fails the write, naming the tensor, unless the caller allows them; then they are counted.
 """
 
 import json
@@ -33,6 +35,7 @@ class TensorSpec:
     name: str
     shape: tuple[int, ...]
     dtype: str                # safetensors dtype: BF16, F16, F32, I64...
+    source: str = ""          # where the values come from, for messages (GGUF name and type)
 
     @property
     def n_bytes(self) -> int:
@@ -46,6 +49,7 @@ class WriteResult:
     files: list[str]
     n_tensors: int
     n_bytes: int
+    nonfinite: dict[str, int]  # tensor -> NaN/Inf values written (only with allow_nonfinite)
 
 
 def to_bf16_bits(x: np.ndarray) -> np.ndarray:
@@ -62,7 +66,8 @@ def encode(x: np.ndarray, dtype: str) -> np.ndarray:
     if dtype == "BF16":
         return to_bf16_bits(x)
     if dtype == "F16":
-        return np.ascontiguousarray(x, dtype=np.float16)
+        with np.errstate(over="ignore"):  # values beyond the f16 range become Inf: the writer counts them
+            return np.ascontiguousarray(x, dtype=np.float16)
     if dtype == "F32":
         return np.ascontiguousarray(x, dtype=np.float32)
     return np.ascontiguousarray(x)  # integer tensors keep their type
@@ -93,8 +98,12 @@ def safetensors_header(specs: list[TensorSpec]) -> bytes:
 
 def write_checkpoint(out_dir, config: dict, specs: list[TensorSpec], tensors, *, provenance: dict | None = None,
                      max_shard_size: int = DEFAULT_MAX_SHARD_SIZE, overwrite: bool = False,
-                     progress: bool = True) -> WriteResult:
-    """Write `tensors` (an iterable of (name, array) in the order of `specs`) as a checkpoint."""
+                     progress: bool = True, allow_nonfinite: bool = False, before_commit=None) -> WriteResult:
+    """Write `tensors` (an iterable of (name, array) in the order of `specs`) as a checkpoint.
+
+    `before_commit(result)` runs once every file is written, before the folder is renamed into
+    place: if it fails (a report that cannot be written), nothing is left in place.
+    """
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise Gguf2ovError(f"tensor names repeat: {sorted({n for n in names if names.count(n) > 1})}")
@@ -102,13 +111,21 @@ def write_checkpoint(out_dir, config: dict, specs: list[TensorSpec], tensors, *,
     files = [SINGLE_FILE] if len(shards) == 1 else \
         [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
     items = iter(progress_bar(tensors, desc="writing", total=len(specs), enabled=progress, unit="tensor"))
-    with atomic_dir(out_dir, overwrite=overwrite) as tmp:
+    extra = [INDEX_NAME] if len(shards) > 1 else []
+    nonfinite = {}
+    result = WriteResult(str(out_dir), [CONFIG_NAME, *files, *extra] + ([PROVENANCE_NAME] if provenance else []),
+                         len(specs), sum(s.n_bytes for s in specs), nonfinite)
+    commit = (lambda tmp: before_commit(result)) if before_commit else None
+    with atomic_dir(out_dir, overwrite=overwrite, before_commit=commit) as tmp:
         for file_name, shard in zip(files, shards):
             try:
                 with open(tmp / file_name, "wb") as f:
                     f.write(safetensors_header(shard))
                     for spec in shard:
-                        _write_tensor(f, spec, next(items, None))
+                        if bad := _write_tensor(f, spec, next(items, None)):
+                            if not allow_nonfinite:
+                                raise _nonfinite_error(spec, *bad)
+                            nonfinite[spec.name] = bad[0]
             except OSError as e:
                 if e.filename is not None:
                     raise
@@ -121,20 +138,45 @@ def write_checkpoint(out_dir, config: dict, specs: list[TensorSpec], tensors, *,
         _write_json(tmp / CONFIG_NAME, config)
         if provenance is not None:
             _write_json(tmp / PROVENANCE_NAME, provenance)
-    extra = [INDEX_NAME] if len(shards) > 1 else []
-    return WriteResult(str(out_dir), [CONFIG_NAME, *files, *extra] + ([PROVENANCE_NAME] if provenance else []),
-                       len(specs), sum(s.n_bytes for s in specs))
+    return result
 
 
-def _write_tensor(f, spec: TensorSpec, item) -> None:
+def _nonfinite_error(spec: TensorSpec, written: int, stored: int) -> Gguf2ovError:
+    where = f"{spec.name} (from {spec.source})" if spec.source else spec.name
+    total = int(np.prod(spec.shape, dtype=np.int64))
+    if stored:
+        return Gguf2ovError(f"{where} holds {stored} NaN or Inf values of {total}: the tensor's data (or its "
+                            f"quantization scales) in the file is broken",
+                            hint="re-download or re-convert the GGUF; --allow-nonfinite writes the values as they are")
+    return Gguf2ovError(f"{where}: {written} of its {total} values are too large for {spec.dtype} and would be "
+                        f"written as Inf", hint="convert with --dtype bf16 or f32")
+
+
+def _write_tensor(f, spec: TensorSpec, item) -> tuple[int, int] | None:
+    """Write one tensor; (NaN/Inf values written, of them NaN/Inf already in the input) if any."""
     # A mismatch here is a bug in the caller (the plan fixed names and shapes), not user input.
     if item is None or item[0] != spec.name or tuple(item[1].shape) != tuple(spec.shape):
         got = None if item is None else (item[0], tuple(item[1].shape))
         raise RuntimeError(f"tensor stream out of step with the header: expected {spec.name} {spec.shape}, got {got}")
     # Encoded in slices, so that the bf16 rounding's temporaries stay small next to the tensor.
     flat = np.ascontiguousarray(item[1]).reshape(-1)
+    written = stored = 0
     for start in range(0, flat.size, ENCODE_CHUNK):
-        f.write(memoryview(encode(flat[start:start + ENCODE_CHUNK], spec.dtype)).cast("B"))
+        chunk = flat[start:start + ENCODE_CHUNK]
+        encoded = encode(chunk, spec.dtype)
+        if bad := _count_nonfinite(encoded, spec.dtype):
+            written += bad
+            stored += int(np.count_nonzero(~np.isfinite(chunk)))
+        f.write(memoryview(encoded).cast("B"))
+    return (written, stored) if written else None
+
+
+def _count_nonfinite(encoded: np.ndarray, dtype: str) -> int:
+    if dtype == "BF16":  # bit patterns: exponent all ones is Inf or NaN
+        return int(np.count_nonzero((encoded & np.uint16(0x7F80)) == np.uint16(0x7F80)))
+    if dtype in ("F16", "F32"):
+        return int(np.count_nonzero(~np.isfinite(encoded)))
+    return 0  # integer tensors
 
 
 def _write_json(path: Path, obj) -> None:

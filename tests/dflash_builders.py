@@ -65,6 +65,23 @@ def write_checkpoint(path: Path, config: dict | None = None, prefix: str = "", e
     return path
 
 
+def random_checkpoint(config: dict, out_dir: Path, seed: int = 0) -> Path:
+    """A v1 draft with `config` and the seeded random initialisation of optimum's class: attaches,
+    runs, and is never accepted."""
+    import torch
+    from optimum.exporters.openvino.model_patcher import Qwen3DFlashForCausalLM
+    from safetensors.torch import save_file
+    from transformers import Qwen3Config
+
+    torch.manual_seed(seed)
+    model = Qwen3DFlashForCausalLM(Qwen3Config(**{k: v for k, v in config.items() if k not in ("dtype", "torch_dtype")}))
+    out_dir.mkdir(parents=True)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(out_dir / "model.safetensors"),
+              metadata={"format": "pt"})
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2))
+    return out_dir
+
+
 def dflash2_config(kernel: int = 2, group: int = 16, rank: int = 8, **extra) -> dict:
     config = json.loads(json.dumps(DRAFT_CONFIG))
     config.update(architectures=["DFlash2DraftModel"], is_causal=False, **extra)

@@ -6,7 +6,6 @@ import pytest
 
 from gguf2ov.accept import AcceptResult, PromptAcceptance, judge, per_position_acceptance, read_prompts, run_acceptance
 from gguf2ov.genai import Generation
-from gguf2ov.cli import build_parser
 from gguf2ov.errors import Gguf2ovError
 from gguf2ov.report import render
 
@@ -59,10 +58,19 @@ def test_bad_precision_and_prompts(tmp_path):
         read_prompts(empty)
 
 
-def test_cli_parses():
-    args = build_parser().parse_args(["accept", "--target", "t", "--draft", "d", "--num-assistant-tokens", "5",
-                                      "--precision", "auto", "--repeats", "2"])
-    assert args.num_assistant_tokens == 5 and args.precision == "auto" and args.repeats == 2
+def test_cli_reports_bad_input_in_one_line(tmp_path, capsys):
+    """`gguf2ov accept` on a folder that is not a target: exit 1, one error line naming it, no traceback."""
+    from gguf2ov.cli import main
+
+    (tmp_path / "draft").mkdir()
+    code = main(["accept", "--target", str(tmp_path / "nothing"), "--draft", str(tmp_path / "draft"),
+                 "--num-assistant-tokens", "5", "--precision", "auto", "--repeats", "2"])
+    err = capsys.readouterr().err
+    assert code == 1 and err.startswith("error: target folder") and str(tmp_path / "nothing") in err
+    assert "Traceback" not in err
+    code = main(["accept", "--target", str(tmp_path), "--draft", str(tmp_path / "draft"), "--image",
+                 str(tmp_path / "cat.png")])
+    assert code == 1 and "cat.png does not exist" in capsys.readouterr().err
 
 
 def test_result_renders():

@@ -3,7 +3,6 @@ diagnosis. Broken conversions are made the way they happen: a map with a wrong e
 --target-layer-offset, or a converted folder with a tensor transposed, swapped or removed."""
 
 import json
-import math
 import shutil
 
 import numpy as np
@@ -16,7 +15,6 @@ from gguf2ov import check as check_mod
 from gguf2ov.check import check, stats
 from gguf2ov.cli import main
 from gguf2ov.convert import convert
-from gguf2ov.maps import load_map
 
 # Hidden 256 so K-quants apply (ne[0] % 256 == 0); 4 query heads on 2 kv heads like a real GQA draft.
 H, LAYERS, HEADS, KV_HEADS, HEAD_DIM, FFN = 256, 2, 4, 2, 64, 512
@@ -204,9 +202,11 @@ def test_qk_unpermuted_although_never_permuted(draft, tmp_path):
                                             "ops": [{"unpermute_qk": {"heads": "num_attention_heads"}}]}
 
     result = check(draft["gguf"], draft["ref"], map_path=_map_copy(tmp_path, add_op), progress=False)
-    assert _only(result, "qk_permuted") == [f"layers.{i}.self_attn.q_proj.weight" for i in range(LAYERS)]
-    assert "drop the unpermute_qk op" in result.tensors[0].detail or any(
-        "drop the unpermute_qk op" in d.message for d in result.diagnoses)
+    flagged = _only(result, "qk_permuted")
+    assert flagged == [f"layers.{i}.self_attn.q_proj.weight" for i in range(LAYERS)]
+    details = {t.name: t.detail for t in result.tensors}
+    assert all("was un-permuted although llama.cpp never permuted it; drop the unpermute_qk op" in details[n]
+               for n in flagged)
 
 
 def test_target_layer_offset_wrong(draft):
@@ -335,8 +335,6 @@ def test_errors_name_the_problem(draft, tmp_path):
         check(draft["converted"], draft["ref"], target_layer_offset=0, progress=False)
     with pytest.raises(Gguf2ovError, match="min-corr"):
         check(draft["gguf"], draft["ref"], min_corr=1.5, progress=False)
-    assert math.isfinite(check(draft["gguf"], draft["ref"], progress=False).seconds)
-    assert load_map("dflash")  # the shipped map the checks above ran through
 
 
 def test_missing_config_is_not_a_pass(draft, tmp_path):

@@ -102,7 +102,7 @@ def test_the_convolutions_keep_nothing_between_calls(checkpoints):
 
 
 def test_nncf_per_weight_equals_whole_model_with_convolutions(checkpoints, tmp_path):
-    from test_nncf_weights import _signatures, differences, nncf_compress
+    from test_nncf_weights import signatures, differences, nncf_compress
 
     fp32 = tmp_path / "fp32"
     export_draft(checkpoints["live"], fp32, progress=False, run_verify=False)
@@ -111,7 +111,7 @@ def test_nncf_per_weight_equals_whole_model_with_convolutions(checkpoints, tmp_p
         export_draft(checkpoints["live"], out, progress=False, run_verify=False, variant=parse_variant(name))
         exported = ov.Core().read_model(str(out / "openvino_model.xml"))
         whole = nncf_compress(ov.Core().read_model(str(fp32 / "openvino_model.xml")), parse_variant(name))
-        assert _signatures(whole) == _signatures(exported)
+        assert signatures(whole) == signatures(exported)
         ov.save_model(whole, str(tmp_path / "whole.xml"), compress_to_fp16=False)
         assert differences(ov.Core().read_model(str(tmp_path / "whole.xml")), exported, name) == []
 

@@ -106,10 +106,10 @@ def test_gguf_variant_needs_a_gguf_source(fixtures_dir, tmp_path):
 
 
 def test_weight_drift_sums_over_tensors_chunk_by_chunk(monkeypatch):
-    from gguf2ov.drift import _Accumulator
+    from gguf2ov.drift import StreamingSums
 
-    monkeypatch.setattr(_Accumulator, "CHUNK", 3)  # tensors span several chunks
-    overall = _Accumulator()
+    monkeypatch.setattr(StreamingSums, "CHUNK", 3)  # tensors span several chunks
+    overall = StreamingSums()
     assert overall.add(np.ones((4, 4), np.float32), np.ones((4, 4), np.float32)) == (0.0, 1.0)
     rel, cos = overall.add(np.full((2, 2), 2.0, np.float32), np.full((2, 2), 1.0, np.float32))
     assert rel == pytest.approx(1.0) and cos == pytest.approx(1.0)

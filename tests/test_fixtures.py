@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+import dflash_builders as b
+
 MAX_FIXTURE_BYTES = 20 * 1024 * 1024
 K = 7  # num_assistant_tokens; the draft was trained on blocks of K+1
 MAX_NEW_TOKENS = 100
@@ -87,19 +89,6 @@ def _export_draft(ckpt: Path, out_dir: Path) -> Path:
     return out_dir
 
 
-def _random_checkpoint(cfg_dict: dict, out_dir: Path, seed: int = 0) -> Path:
-    """The reference draft's config with the seeded random initialisation of its weights."""
-    import torch
-    from safetensors.torch import save_file
-
-    torch.manual_seed(seed)
-    sd = {k: v.contiguous() for k, v in _draft_model(cfg_dict).state_dict().items()}
-    out_dir.mkdir(parents=True)
-    save_file(sd, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
-    (out_dir / "config.json").write_text(json.dumps(cfg_dict, indent=2))
-    return out_dir
-
-
 def _accept(fixtures_dir, draft_dir):
     from gguf2ov.accept import read_prompts, run_acceptance
 
@@ -128,7 +117,7 @@ def test_reference_draft_is_accepted(fixtures_dir, tmp_path):
 @pytest.mark.slow
 def test_random_draft_is_rejected(fixtures_dir, tmp_path):
     cfg = json.loads((fixtures_dir / "draft-ref/config.json").read_text())
-    ckpt = _random_checkpoint(cfg, tmp_path / "random-ckpt", seed=0)
+    ckpt = b.random_checkpoint(cfg, tmp_path / "random-ckpt", seed=0)
     draft = _export_draft(ckpt, tmp_path / "draft-random")
     r = _accept(fixtures_dir, draft)
     o = r.overall

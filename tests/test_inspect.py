@@ -10,7 +10,7 @@ from ggufs import write_dflash, write_gguf
 
 def test_inspect_text_and_json(tmp_path, capsys):
     path = tmp_path / "draft.gguf"
-    write_dflash(path, kv_extra={"tokenizer.ggml.tokens": [f"tok{i}" for i in range(1000)]})
+    write_dflash(path, kv_extra={"tokenizer.ggml.tokens": [f"tok{i}" for i in range(1000)]}, mask=7)
     assert main(["inspect", str(path)]) == 0
     text = capsys.readouterr().out
     assert "[1000 x str] first: 'tok0', 'tok1', 'tok2'" in text

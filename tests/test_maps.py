@@ -219,7 +219,7 @@ def test_invalid_maps_name_the_yaml_file(tmp_path, body, needle):
 
 
 def test_extends_merges_a_skeleton(tmp_path):
-    (tmp_path / "base.yaml").write_text("config: {hidden_size: x.h}\ntensors: {a.weight: b.weight}\n")
+    (tmp_path / "base.yaml").write_text("config: {hidden_size: {from: x.h, type: int}}\ntensors: {a.weight: b.weight}\n")
     (tmp_path / "child.yaml").write_text("arch: x\nextends: base.yaml\ntensors: {c.weight: d.weight}\n")
     amap = load_map(path=tmp_path / "child.yaml")
     assert [r.gguf for r in amap.rules] == ["a.weight", "c.weight"] and "hidden_size" in amap.config
@@ -269,10 +269,10 @@ def test_metadata_of_the_wrong_kind_is_an_error(tmp_path):
                                  "dflash.attention.sliding_window_pattern": ([2, 3], GGUFValueType.ARRAY)})
     gguf = open_gguf(path)
     amap = load_map("dflash")
-    with pytest.raises(Gguf2ovError, match="sliding_window_pattern holds 2; the dflash map knows"):
+    with pytest.raises(Gguf2ovError, match=r"sliding_window_pattern is \[2, 3\], not a list of true/false values"):
         amap.hf_config(gguf, target_layer_offset=-1)
     del gguf.metadata["dflash.attention.sliding_window_pattern"]
-    with pytest.raises(Gguf2ovError, match="dflash.target_layers = '3,6,9' should be numeric"):
+    with pytest.raises(Gguf2ovError, match="dflash.target_layers is '3,6,9', not a list of integers"):
         amap.hf_config(gguf, target_layer_offset=-1)
 
 
@@ -285,16 +285,22 @@ def test_the_architecture_name_from_a_file_only_selects_shipped_maps():
             load_map(arch)
 
 
-@pytest.mark.parametrize("key, value", [("dflash.block_count", "two"), ("dflash.attention.head_count", 0),
-                                        ("dflash.target_layers", (["a", "b"], GGUFValueType.ARRAY))])
-def test_metadata_of_the_wrong_type_is_one_error_line(tmp_path, capsys, key, value):
+@pytest.mark.parametrize("key, value, message", [
+    ("dflash.block_count", "two", "dflash.block_count is 'two', not an integer (it sets num_hidden_layers)"),
+    ("dflash.attention.head_count", 0, "num_attention_heads would be 0 (from dflash.attention.head_count = 0), below 1"),
+    ("dflash.target_layers", (["a", "b"], GGUFValueType.ARRAY),
+     "dflash.target_layers is ['a', 'b'], not a list of integers")])
+def test_metadata_of_the_wrong_type_is_one_error_line(tmp_path, capsys, key, value, message):
+    """convert and check both stop at the bad key (check against a real reference, so that the
+    metadata is what it reaches)."""
     from gguf2ov.cli import main
 
-    rng = np.random.default_rng(0)
-    kv = dflash_kv() | {key: value}
-    write_gguf(tmp_path / "bad.gguf", "dflash", kv, dflash_tensors(rng))
+    write_gguf(tmp_path / "good.gguf", "dflash", dflash_kv(), dflash_tensors(np.random.default_rng(0)))
+    assert main(["convert", str(tmp_path / "good.gguf"), "-o", str(tmp_path / "ref")]) == 0
+    capsys.readouterr()
+    write_gguf(tmp_path / "bad.gguf", "dflash", dflash_kv() | {key: value}, dflash_tensors(np.random.default_rng(0)))
     for cmd in (["convert", str(tmp_path / "bad.gguf"), "-o", str(tmp_path / "out")],
-                ["check", str(tmp_path / "bad.gguf"), "--reference", str(tmp_path)]):
+                ["check", str(tmp_path / "bad.gguf"), "--reference", str(tmp_path / "ref")]):
         assert main(cmd) == 1
         err = capsys.readouterr().err
-        assert err.startswith("error:") and "Traceback" not in err
+        assert err.startswith("error:") and message in err and "Traceback" not in err

@@ -137,7 +137,7 @@ def per_weight(make_model, variant_name, order="nncf", mutate=None):
     return model, plan
 
 
-def _signatures(model) -> dict:
+def signatures(model) -> dict:
     return {name: nw.decompression_signature(mm.input_value(1), with_data=True) for name, mm in _linears_any(model).items()}
 
 
@@ -165,7 +165,7 @@ def differences(a, b, variant_name) -> list[str]:
     for k in sorted(set(wa) & set(wb)):
         if not np.array_equal(wa[k], wb[k]):
             out.append(f"{k}: values differ by up to {np.max(np.abs(wa[k] - wb[k])):g}")
-    sa, sb = _signatures(a), _signatures(b)
+    sa, sb = signatures(a), signatures(b)
     for k in sorted(set(sa) | set(sb)):
         if sa.get(k) != sb.get(k):
             out.append(f"{k}: constants / subgraph differ")
@@ -186,7 +186,7 @@ def test_per_weight_equals_whole_model_on_a_fixture_like_draft(variant_name):
     streamed, plan = per_weight(make, variant_name)
     assert differences(whole, streamed, variant_name) == []
     # and the plan says what NNCF did, weight by weight
-    stored = {k: _stored_mode(s) for k, s in _signatures(whole).items()}
+    stored = {k: _stored_mode(s) for k, s in signatures(whole).items()}
     assert {k: f"{spec.mode}{'/grouped' if spec.group_size != -1 else ''}" for k, spec in plan.items()} == stored
 
 
@@ -204,7 +204,7 @@ def test_the_last_matmul_stays_int8_and_is_the_last_in_nncf_order():
     # fc + 3 x 7 + 2 heads; RoPE's constant MatMul is not among the weights NNCF compresses
     assert len(order) == 1 + 3 * 7 + 2 and all(name.endswith("aten::linear/MatMul") for name in order)
     whole = whole_model(lambda: build_draft(**OTHER), "int4_sym_g32", "other")
-    stored = {k: _stored_mode(s) for k, s in _signatures(whole).items()}
+    stored = {k: _stored_mode(s) for k, s in signatures(whole).items()}
     assert [k for k, mode in stored.items() if mode.startswith("int8")] == [order[-1]]
     assert stored[order[-1]] == "int8_asym"  # backup is INT8_ASYM even in a symmetric int4 variant
     plan = nw.plan_modes(parse_variant("int4_sym_g32"), nw.nncf_weight_order(model))
@@ -338,7 +338,7 @@ def test_the_streamed_export_equals_whole_model_nncf_on_its_fp32_export(fixtures
     exported = ov.Core().read_model(str(out / "openvino_model.xml"))
     whole = nncf_compress(ov.Core().read_model(str(fixture_fp32_xml)), parse_variant(variant_name))
     # The stored constants and the subgraphs are NNCF's, bit for bit ...
-    assert _signatures(whole) == _signatures(exported)
+    assert signatures(whole) == signatures(exported)
     # ... and so are the values, the whole-model IR saved as the export saves its IR
     ov.save_model(whole, str(tmp_path / "whole.xml"), compress_to_fp16=False)
     assert differences(ov.Core().read_model(str(tmp_path / "whole.xml")), exported, variant_name) == []

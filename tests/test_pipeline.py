@@ -4,6 +4,8 @@ import json
 
 import pytest
 
+import dflash_builders as b
+
 from gguf2ov import cli
 from gguf2ov.accept import read_prompts
 from gguf2ov.pipeline import run
@@ -48,10 +50,9 @@ def test_run_on_the_fixtures_passes_for_both_drafts(fixtures_dir, heavy_target, 
 def test_run_calls_a_random_draft_broken(fixtures_dir, heavy_target, tmp_path):
     from gguf2ov.gguf_writer import write_dflash_gguf
 
-    from test_fixtures import _random_checkpoint
 
     cfg = json.loads((fixtures_dir / "draft-ref" / "config.json").read_text())
-    write_dflash_gguf(_random_checkpoint(cfg, tmp_path / "random"), tmp_path / "random-Q4_K_M.gguf",
+    write_dflash_gguf(b.random_checkpoint(cfg, tmp_path / "random"), tmp_path / "random-Q4_K_M.gguf",
                              tokenizer_dir=fixtures_dir / "target-hf")
     result = run(tmp_path / "random-Q4_K_M.gguf", heavy_target, tmp_path / "run", variants=["fp32"],
                  prompts=read_prompts(fixtures_dir / "prompts.txt")[:2], max_new_tokens=40, progress=False)

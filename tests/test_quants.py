@@ -145,6 +145,49 @@ def test_k_quantize_matches_llama_cpp_reference_bytes(qtype):
     assert hashlib.sha256(packed.tobytes()).hexdigest() == LLAMA_CPP_REFERENCE_SHA256[qtype]
 
 
+def _degenerate_input():
+    """Blocks where the quantizer's intermediate values overflow: sub-blocks whose range is below
+    ~1e-37 (the inverse scale is Inf), a block around -5e6 (dmin overflows f16), and values near
+    the float32 maximum (the weighted sums become Inf or NaN)."""
+    x = _reference_input(9).astype(np.float64)
+    x[0, :32] = np.linspace(0, 1e-38, 32)
+    x[1, 32:64] = -np.linspace(0, 3e-38, 32)
+    x[2] = -5e6 + x[2] * 16
+    x[3, :16] = np.linspace(0, 1e-38, 16)
+    x[4, 64:96] = 1e-39 * np.arange(32)
+    x[5] = x[5] / 0.0625 * 3e38
+    x[6, 96:128] = x[6, 96:128] / 0.0625 * 3e38
+    x[7, :16] = 3e38
+    x[8, 200:216] = -3e38
+    return x.astype(np.float32)
+
+
+# sha256 of the bytes llama.cpp's quantize_row_q{4,5,6}_K_ref (compiled as above) writes for
+# _degenerate_input(): its `nearest_int` turns Inf and NaN into codes the clamps then make 0,
+# and a NaN scale never becomes a block's largest.
+LLAMA_CPP_DEGENERATE_SHA256 = {
+    Q.Q4_K: "20e52daaee9d219a85f774a65a9711df088abfd20eb756e0c966d46759fc850b",
+    Q.Q5_K: "74464ace76a25257d36f8d97d73b5a7f32dfe599e783730279e1f285fd2f94fc",
+    Q.Q6_K: "01585e342822966489cac3f65d48139c7b3d3e216436563ece9a5f98f0fadb3a",
+}
+
+
+@pytest.mark.parametrize("qtype", list(LLAMA_CPP_DEGENERATE_SHA256), ids=lambda t: t.name)
+def test_k_quantize_matches_llama_cpp_where_values_overflow(qtype):
+    with np.errstate(all="ignore"):
+        packed = quants.quantize(_degenerate_input(), qtype)
+    assert hashlib.sha256(packed.tobytes()).hexdigest() == LLAMA_CPP_DEGENERATE_SHA256[qtype]
+
+
+def test_nearest_int_is_llama_cpps_bit_trick():
+    # llama.cpp: float val = fval + 12582912.f; return (bits(val) & 0x007fffff) - 0x00400000;
+    # expected values printed by that C function.
+    values = np.array([np.inf, -np.inf, np.nan, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 63.49, 4194303, 4194304,
+                       5e6, -5e6, 1e30, -1e30], np.float32)
+    expected = [-4194304, -4194304, 0, 0, 2, 2, 0, -2, -2, 63, 4194303, -4194304, -3791456, 2582912, 651978, 651978]
+    assert quants._nearest_int(values).tolist() == expected
+
+
 def test_k_quantize_edge_blocks():
     x = _reference_input(8)
     q6 = quants.quantize(x, Q.Q6_K)

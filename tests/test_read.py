@@ -149,3 +149,56 @@ def test_corrupt_file_via_cli(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"error: {path}") and "Traceback" not in err
     assert len([line for line in err.splitlines() if line.startswith("error:")]) == 1
+
+
+LARGE = {
+    "big.strs": ([f"tok{i}é" for i in range(300)], V.ARRAY), "big.f32": ([i / 8 for i in range(300)], V.ARRAY),
+    "big.ints": ([i * 1000 for i in range(300)], V.ARRAY), "big.bools": ([i % 3 == 0 for i in range(300)], V.ARRAY),
+}
+
+
+def test_large_metadata_arrays_stay_compact_and_agree_with_gguf_reader(tmp_path):
+    from gguf2ov.read import COMPACT_ARRAY, StringArray
+
+    path = tmp_path / "big.gguf"
+    write_gguf(path, "testarch", LARGE, {"w": np.zeros(32, np.float32)})
+    gguf, reader = open_gguf(path), GGUFReader(path)
+    strs = gguf.metadata["big.strs"]
+    assert isinstance(strs, StringArray) and len(strs) == 300 > COMPACT_ARRAY
+    assert strs[0] == "tok0é" and strs[-1] == "tok299é" and strs[10:12] == ["tok10é", "tok11é"]
+    assert strs == reader.fields["big.strs"].contents() and list(strs) == LARGE["big.strs"][0]
+    assert strs.nbytes < 300 * 32  # the encoded bytes and one offset per string, not 300 str objects
+    for key in ("big.f32", "big.ints", "big.bools"):
+        value = gguf.metadata[key]
+        assert isinstance(value, np.ndarray) and not value.flags.writeable
+        assert value.tolist() == reader.fields[key].contents() == LARGE[key][0], key
+    assert summarise(strs) == "[300 x str] first: 'tok0é', 'tok1é', 'tok2é', ..."
+    assert summarise(gguf.metadata["big.bools"]) == "[300 x bool] first: True, False, False, ..."
+    with pytest.raises(IndexError):
+        strs[300]
+
+
+def test_invalid_utf8_in_a_large_string_array_is_a_corrupt_file(tmp_path):
+    path = tmp_path / "big.gguf"
+    write_gguf(path, "testarch", {"big.strs": ([f"tok{i:03d}" for i in range(300)], V.ARRAY)}, {})
+    data = bytearray(path.read_bytes())
+    at = data.index(b"tok150")
+    data[at:at + 2] = b"\xff\xfe"
+    path.write_bytes(bytes(data))
+    with pytest.raises(Gguf2ovError, match="metadata big.strs is not valid UTF-8"):
+        open_gguf(path)
+
+
+def test_a_large_array_read_by_a_config_rule_is_plain_python(tmp_path):
+    from gguf2ov.maps import load_map
+    from ggufs import write_dflash
+
+    path = tmp_path / "draft.gguf"
+    pattern = [i % 2 == 0 for i in range(100)]
+    write_dflash(path, layers=100, kv_extra={"dflash.attention.sliding_window": 64,
+                                             "dflash.attention.sliding_window_pattern": (pattern, V.ARRAY),
+                                             "tokenizer.ggml.tokens": [f"t{i}" for i in range(200000)]})
+    gguf = open_gguf(path)
+    config = load_map("dflash").hf_config(gguf)
+    assert config["layer_types"][:3] == ["sliding_attention", "full_attention", "sliding_attention"]
+    assert type(config["layer_types"]) is list and config["vocab_size"] == 200000

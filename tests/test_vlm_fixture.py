@@ -3,7 +3,8 @@
 The fast test checks the files, the DFlash contract between draft and target (text width, layer
 ids of one layer type, mask token, hidden-state locators on the language model) and the size
 budget. The slow test runs the closing check of fixtures/make_vlm_fixture.py on the text prompts:
-VLMPipeline greedy, target alone vs target + the reference draft exported by gguf2ov.
+VLMPipeline greedy (gguf2ov.accept.run_acceptance), target alone vs target + the reference draft
+exported by gguf2ov.
 """
 
 import json
@@ -33,7 +34,7 @@ def vlm_dir() -> Path:
 
 @pytest.fixture(scope="module")
 def vlm_builder():
-    """fixtures/make_vlm_fixture.py, whose VLMPipeline runs the slow test reuses."""
+    """fixtures/make_vlm_fixture.py, whose summary of an acceptance run the slow test reuses."""
     if str(FIXTURES_ROOT) not in sys.path:
         sys.path.insert(0, str(FIXTURES_ROOT))
     import make_vlm_fixture
@@ -126,15 +127,17 @@ def _draft_model(cfg_dict: dict):
 
 @pytest.mark.slow
 def test_vlm_reference_draft_is_accepted_on_text_prompts(vlm_dir, vlm_builder, tmp_path):
+    from gguf2ov.accept import run_acceptance
     from gguf2ov.export import export_draft
 
     export_draft(vlm_dir / "draft-ref", tmp_path / "draft", progress=False, run_verify=False)
     prompts = [p for p in (vlm_dir / "prompts.txt").read_text().splitlines() if p.strip()]
-    cases = [(p, []) for p in prompts]
-    base = vlm_builder.vlm_runs(vlm_dir / "target", None, cases)
-    spec = vlm_builder.vlm_runs(vlm_dir / "target", tmp_path / "draft", cases)
-    s = vlm_builder.summarize(base, spec)
-    assert s["identical"], [(b.text, d.text) for b, d in zip(base, spec) if b.text != d.text]
+    r = run_acceptance(vlm_dir / "target", tmp_path / "draft", prompts, max_new_tokens=vlm_builder.MAX_NEW_TOKENS,
+                       num_assistant_tokens=vlm_builder.K, precision="f32", progress=False)
+    assert r.pipeline == "VLMPipeline"
+    s = vlm_builder.summarize(r, "text")
+    assert s["identical"], [(p.text_target, p.text_draft) for p in r.prompts if not p.identical]
     assert s["generated"] == vlm_builder.MAX_NEW_TOKENS * len(prompts)
     assert s["accepted"] >= MIN_TEXT_ACCEPTANCE * s["generated"], s
     assert s["target_steps"] > 0 and s["drafted"] > 0
+    assert len(s["accepted_per_prompt"]) == len(prompts)

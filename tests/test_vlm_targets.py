@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import dflash_builders as b
+
 from gguf2ov.accept import read_prompts, run_acceptance
 from gguf2ov.export import export_draft
 from gguf2ov.target import Target
@@ -95,17 +97,8 @@ def test_vlm_pipeline_accepts_the_converted_draft_on_text_and_image_prompts(vlm,
 
 @pytest.mark.slow
 def test_a_random_draft_on_a_vlm_target_is_broken(vlm, tmp_path):
-    import torch
-    from optimum.exporters.openvino.model_patcher import Qwen3DFlashForCausalLM
-    from safetensors.torch import save_file
-    from transformers import Qwen3Config
-
     config = json.loads((vlm / "draft-ref" / "config.json").read_text())
-    torch.manual_seed(0)
-    model = Qwen3DFlashForCausalLM(Qwen3Config.from_dict(config))
-    (tmp_path / "random").mkdir()
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp_path / "random" / "model.safetensors"))
-    (tmp_path / "random" / "config.json").write_text(json.dumps(config))
+    b.random_checkpoint(config, tmp_path / "random")
     export_draft(tmp_path / "random", tmp_path / "draft", progress=False)
     r = run_acceptance(vlm / "target", tmp_path / "draft", read_prompts(vlm / "prompts.txt"), max_new_tokens=60,
                        num_assistant_tokens=7, precision="f32", progress=False)

@@ -1,0 +1,60 @@
+"""The GGUF fuzzer (benchmarks/fuzz_gguf.py) on a few hundred cases: every mutant gets one clean
+error line or a valid output; no traceback, memory blow-up, timeout, crash or invalid output."""
+
+import importlib.util
+import json
+
+from conftest import REPO
+
+CASES_PER_ENTRY = 100  # 300 cases, about 40 s on 2 busy cores
+
+
+def _fuzzer():
+    spec = importlib.util.spec_from_file_location("fuzz_gguf", REPO / "benchmarks" / "fuzz_gguf.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_fuzzer_finds_nothing_on_a_few_hundred_cases(tmp_path):
+    fuzz = _fuzzer()
+    summary = fuzz.run_fuzz(CASES_PER_ENTRY, seed=1)
+    fuzz.write_summary(summary, "ci", tmp_path)
+    problems = {entry: {cls: n for cls, n in counts.items() if cls not in ("clean", "clean_error") and n}
+                for entry, counts in summary["counts"].items()}
+    assert summary["failures"] == 0, json.dumps({"counts": problems, "examples": summary["examples"]}, indent=1)
+    for entry, counts in summary["counts"].items():
+        assert sum(counts.values()) == CASES_PER_ENTRY
+        assert counts["clean"] and counts["clean_error"], (entry, counts)  # mutants reach past the reader too
+    assert len(summary["by_operator"]) >= 10
+    assert (tmp_path / "fuzz-ci.md").read_text().startswith("# GGUF fuzzing: 100 cases per entry point")
+
+
+def test_the_fuzzer_is_deterministic_and_sees_a_broken_output(tmp_path):
+    fuzz = _fuzzer()
+    seeds = {name: (fuzz.FIXTURES / name).read_bytes() for name in fuzz.SEEDS}
+    keys = fuzz._map_keys()
+    first = fuzz.build_case("convert", 17, 3, seeds, keys, tmp_path)
+    data = (tmp_path / "mutant.gguf").read_bytes()
+    second = fuzz.build_case("convert", 17, 3, seeds, keys, tmp_path)
+    assert first[1].description == second[1].description and (tmp_path / "mutant.gguf").read_bytes() == data
+    # the output check is independent of the converter: a NaN weight or a string token id is caught
+    out = tmp_path / "ckpt"
+    from gguf2ov.cli import main
+
+    assert main(["convert", str(fuzz.FIXTURES / fuzz.SEEDS[0]), "-o", str(out), "--quiet"]) == 0
+    assert fuzz.validate_checkpoint(out) == []
+    config = json.loads((out / "config.json").read_text())
+    config["dflash_config"]["mask_token_id"] = "../../x"
+    config["rms_norm_eps"] = float("nan")
+    (out / "config.json").write_text(json.dumps(config))
+    raw = bytearray((out / "model.safetensors").read_bytes())
+    raw[-2:] = b"\xc0\x7f"  # the last bf16 value: NaN
+    (out / "model.safetensors").write_bytes(bytes(raw))
+    problems = fuzz.validate_checkpoint(out)
+    assert problems == ["config.json: NaN in JSON"]
+    config["rms_norm_eps"] = 1e-6
+    (out / "config.json").write_text(json.dumps(config))
+    problems = fuzz.validate_checkpoint(out)
+    assert any("mask_token_id = '../../x'" in p for p in problems)
+    assert any("holds 1 NaN/Inf values" in p for p in problems)
