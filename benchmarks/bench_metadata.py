@@ -6,6 +6,13 @@ Python lists as before), and reports for each the bytes still allocated once the
 (tracemalloc), the peak while parsing, and the time to open it. No test depends on it.
 
     python benchmarks/bench_metadata.py [--out benchmarks/results/metadata-memory.md]
+
+Measured on 2 shared CPU cores (11.2 MiB of metadata in the file):
+  arrays as              retained   x file   peak while parsing   open time
+  compact arrays (now)   12.8 MiB   1.1x     14.0 MiB             0.56 s
+  Python lists (before)  42.7 MiB   3.8x     42.7 MiB             0.56 s
+Short tokens cost less as lists than numbers do: an array of 16-bit integers above 256 costs 18x
+its size as a list (a 28-byte int object and an 8-byte pointer for 2 bytes).
 """
 
 import argparse

@@ -37,6 +37,7 @@ mutation and class, the first examples of every class other than clean and clean
 
 import argparse
 import contextlib
+import faulthandler
 import io
 import json
 import math
@@ -536,7 +537,7 @@ def _vm_size() -> int:
         return int(f.read().split()[0]) * resource.getpagesize()
 
 
-def _child(argv, out_path, err_path, memory_bytes) -> None:
+def _child(argv, out_path, err_path, memory_bytes, timeout) -> None:
     code = 71
     try:
         limit = _vm_size() + memory_bytes
@@ -548,6 +549,11 @@ def _child(argv, out_path, err_path, memory_bytes) -> None:
         os.dup2(err_fd, 2)
         sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", closefd=False), encoding="utf-8", write_through=True)
         sys.stderr = io.TextIOWrapper(os.fdopen(2, "wb", closefd=False), encoding="utf-8", write_through=True)
+        # a case about to time out leaves its stack, which the timeout's detail quotes
+        faulthandler.dump_traceback_later(max(1.0, timeout - 1.0), file=sys.stderr)
+        torch = sys.modules.get("torch")
+        if torch is not None:  # a parent that ran torch ops (a test process) leaves a thread pool a child cannot use
+            torch.set_num_threads(1)
         from gguf2ov.cli import main
 
         try:
@@ -573,7 +579,7 @@ def _run_forked(argv, scratch: Path, timeout: float, memory_bytes: int):
     start = time.monotonic()
     pid = os.fork()
     if pid == 0:
-        _child(argv, out_path, err_path, memory_bytes)
+        _child(argv, out_path, err_path, memory_bytes, timeout)
     timed_out = False
     try:
         fd = os.pidfd_open(pid)
@@ -610,7 +616,8 @@ def classify(entry: str, code, out: str, err: str, out_dir: Path, scratch: Path,
              seconds: float) -> tuple[str, str]:
     """(class, detail) of a finished case."""
     if code is None:
-        return "timeout", f"over {timeout:.0f} s"
+        frames = [line.strip() for line in err.splitlines() if line.strip().startswith('File "')]
+        return "timeout", f"over {timeout:.0f} s" + (f", in {frames[0]}" if frames else "")
     if "FUZZ-ESCAPED" in err or code == 70 or "Traceback (most recent call last)" in err:
         return "traceback", _last_line(err)
     if "error: out of memory" in err or "Cannot allocate memory" in err:
