@@ -66,6 +66,8 @@ import numpy as np  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+from gguf2ov.maps import config_get  # noqa: E402
+
 FIXTURES = REPO / "fixtures" / "tiny-dflash"
 SEEDS = ("draft-Q4_K_M.gguf", "draft-legacy-Q4_K_M.gguf")
 REFERENCE = FIXTURES / "draft-ref"
@@ -669,15 +671,6 @@ _POSITIVE = ("hidden_size", "num_hidden_layers", "intermediate_size", "num_atten
 _TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id", "dflash_config.mask_token_id")
 
 
-def _get(config, dotted):
-    node = config
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63
 
@@ -691,28 +684,28 @@ def validate_checkpoint(out_dir: Path) -> list[str]:
     except (OSError, ValueError) as e:
         return [f"config.json: {e}"]
     for key in _POSITIVE:
-        v = _get(config, key)
+        v = config_get(config, key)
         if v is not None and not (_is_int(v) and v >= 1):
             problems.append(f"{key} = {_short(v)}")
-    vocab = _get(config, "vocab_size")
+    vocab = config_get(config, "vocab_size")
     for key in _TOKEN_IDS:
-        v = _get(config, key)
+        v = config_get(config, key)
         if v is not None and not (_is_int(v) and v >= 0 and (not _is_int(vocab) or v < vocab)):
             problems.append(f"{key} = {_short(v)} (vocab_size {vocab})")
-    block = _get(config, "dflash_config.block_size")
+    block = config_get(config, "dflash_config.block_size")
     if not (_is_int(block) and block >= 2):
         problems.append(f"dflash_config.block_size = {_short(block)}")
     for key, low in (("rms_norm_eps", 0.0), ("rope_theta", None)):
-        v = _get(config, key)
+        v = config_get(config, key)
         ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and \
             (v >= low if low is not None else v > 0)
         if v is not None and not ok:
             problems.append(f"{key} = {_short(v)}")
-    ids = _get(config, "dflash_config.target_layer_ids")
+    ids = config_get(config, "dflash_config.target_layer_ids")
     if not (isinstance(ids, list) and ids and all(_is_int(i) and i >= 0 for i in ids)):
         problems.append(f"dflash_config.target_layer_ids = {_short(ids)}")
-    layers = _get(config, "num_hidden_layers")
-    types = _get(config, "layer_types")
+    layers = config_get(config, "num_hidden_layers")
+    types = config_get(config, "layer_types")
     if types is not None and not (isinstance(types, list) and len(types) == layers
                                   and all(t in ("sliding_attention", "full_attention") for t in types)):
         problems.append(f"layer_types = {_short(types)} for {layers} layers")
@@ -743,12 +736,12 @@ def _validate_tensors(out_dir: Path, config: dict) -> list[str]:
                 bad = 0
             if bad:
                 problems.append(f"{name} holds {bad} NaN/Inf values")
-    hidden, ids = _get(config, "hidden_size"), _get(config, "dflash_config.target_layer_ids")
+    hidden, ids = config_get(config, "hidden_size"), config_get(config, "dflash_config.target_layer_ids")
     if "fc.weight" in shapes and _is_int(hidden) and isinstance(ids, list) and \
             shapes["fc.weight"] != [hidden, len(ids) * hidden]:
         problems.append(f"fc.weight is {shapes['fc.weight']} for hidden {hidden} and {len(ids)} target layers")
     layer_ids = sorted({int(m.group(1)) for name in shapes if (m := re.match(r"layers\.(\d+)\.", name))})
-    n_layers = _get(config, "num_hidden_layers")
+    n_layers = config_get(config, "num_hidden_layers")
     if layer_ids and layer_ids != list(range(n_layers if _is_int(n_layers) and n_layers <= len(layer_ids) else -1)):
         problems.append(f"tensors for layers {layer_ids[:5]}... but num_hidden_layers {_short(n_layers)}")
     return problems
