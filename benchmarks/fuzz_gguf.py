@@ -22,7 +22,7 @@ A case is classified as
   timeout      the case ran longer than `--timeout`
   crash        the child died by a signal or exited in an unexpected way
   invalid      exit 0 but the output is wrong: a convert output with NaN/Inf weights or config
-               values that cannot be right, an inspect --json that is not JSON; or an error that
+               values that cannot be right, an inspect --json - that is not JSON; or an error that
                is more than one line, is huge, or left output behind.
 Cases are deterministic: case i of an entry point depends only on (--seed, entry point, i);
 `--replay convert:123` rebuilds that mutant, prints the mutation and runs it with its traceback.
@@ -638,7 +638,7 @@ def classify(entry: str, code, out: str, err: str, out_dir: Path, scratch: Path,
             try:
                 json.loads(out, parse_constant=_refuse_constant)
             except ValueError as e:
-                return "invalid", f"inspect --json is not JSON: {e}"
+                return "invalid", f"inspect --json - is not JSON: {e}"
         return "clean", ""
     if code == 1 and entry == "check" and not errors and ("FAIL:" in out or "PASS:" in out):
         return "clean", "check reported FAIL"
@@ -751,7 +751,7 @@ def _validate_tensors(out_dir: Path, config: dict) -> list[str]:
 
 def case_argv(entry: str, rng: random.Random, mutant_path: Path, out_dir: Path, legacy: bool) -> list[str]:
     if entry == "inspect":
-        return ["inspect", str(mutant_path)] + (["--json"] if rng.random() < 0.5 else [])
+        return ["inspect", str(mutant_path)] + (["--json", "-"] if rng.random() < 0.5 else [])
     offset = ["--target-layer-offset", "0"] if legacy and rng.random() < 0.7 else []
     if entry == "convert":
         dtype = ["--dtype", rng.choice(["f16", "f32"])] if rng.random() < 0.2 else []
@@ -785,7 +785,7 @@ def _warm_up(scratch: Path, seeds: dict) -> None:
     seed = scratch / "seed.gguf"
     seed.write_bytes(seeds[SEEDS[0]])
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        main(["inspect", str(seed), "--json"])
+        main(["inspect", str(seed), "--json", "-"])
         main(["convert", str(seed), "-o", str(scratch / "out"), "--quiet"])
         main(["check", str(seed), "--reference", str(REFERENCE)])
     _clear(scratch)

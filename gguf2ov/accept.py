@@ -26,7 +26,7 @@ from .genai import (IMAGE_PROMPT_TEXT, PIPELINES, PRECISIONS, Generation, Prompt
 from .names import DETOKENIZER_IR, IR_XML, TOKENIZER_IR
 from .progress import progress as progress_bar
 from .progress import step
-from .report import Table, render, write_reports
+from .report import Table, add_output_arguments, emit
 
 # Used when no prompt file is given: plain English openings any text model can continue.
 DEFAULT_PROMPTS = [
@@ -410,8 +410,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--precision", choices=PRECISIONS, default="f32",
                         help="f32 (default) makes greedy output comparable byte for byte; auto = device default")
     parser.add_argument("--repeats", type=int, default=1, help="timed runs per prompt (median is reported)")
-    parser.add_argument("--json", type=Path, help="write the result as JSON")
-    parser.add_argument("--markdown", type=Path, help="write the result as Markdown")
+    add_output_arguments(parser, inputs=("target", "draft", "prompts", "image"))
 
 
 def cli(args) -> int:
@@ -425,7 +424,6 @@ def cli(args) -> int:
         device=args.device,
         precision=args.precision,
         repeats=args.repeats,
+        progress=not args.quiet,
     )
-    print(render(result, "text"), end="")
-    write_reports(result, args.json, args.markdown, title="Acceptance")
-    return 0 if result.verdict == "PASS" else 1
+    return emit(result, args, title="Acceptance", code=0 if result.verdict == "PASS" else 1)

@@ -646,9 +646,6 @@ def configure_parser(parser) -> None:
     parser.add_argument("source", type=Path, metavar="SOURCE", help="a GGUF file or a converted checkpoint folder")
     parser.add_argument("--reference", type=Path, required=True, metavar="REF_DIR",
                         help="a Hugging Face checkpoint folder (config.json + safetensors) to compare against")
-    parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="write the full report as JSON")
-    parser.add_argument("--markdown", type=Path, default=None, metavar="FILE",
-                        help="write the full report as Markdown")
     _min_corr_argument(parser)
     parser.add_argument("--map", dest="map_path", type=Path, default=None, metavar="FILE",
                         help="a tensor map YAML to use instead of the shipped one (GGUF source only)")
@@ -658,8 +655,12 @@ def configure_parser(parser) -> None:
     parser.add_argument("--target", type=Path, default=None, metavar="TARGET_DIR",
                         help="also measure which target layers the draft fits (the tap scan) on this OpenVINO target")
     from .accept import add_prompt_arguments
+    from .report import add_output_arguments
 
     add_prompt_arguments(parser)
+    # the files hold the full report; the terminal shows the worst tensors (all of them under --quiet
+    # only when the check fails)
+    add_output_arguments(parser, inputs=("source", "reference", "map_path", "target", "prompts", "image"))
 
 
 def _min_corr_argument(parser) -> None:
@@ -699,8 +700,11 @@ def _show(result: CheckResult, json_path, markdown_path, quiet: bool = False) ->
 
 def cli(args) -> int:
     from .accept import prompts_from_args
+    from .report import emit, render
 
     result = check(args.source, args.reference, min_corr=args.min_corr, map_path=args.map_path,
-                   target_layer_offset=args.target_layer_offset, progress=not getattr(args, "quiet", False),
+                   target_layer_offset=args.target_layer_offset, progress=not args.quiet,
                    target_dir=args.target, prompts=prompts_from_args(args, default=None))
-    return _show(result, args.json, args.markdown)
+    text = render(TerminalView(result), "text", title=f"check {result.source} against {result.reference}")
+    return emit(result, args, title="gguf2ov check", text=text, code=0 if result.passed else 1,
+                explain_failure=True)

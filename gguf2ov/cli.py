@@ -1,7 +1,9 @@
 """The `gguf2ov` command: one subcommand per pipeline stage, plus `run` for the whole job.
 
 Each stage module defines `configure_parser(parser)` and `cli(args) -> int`; the work itself is a
-plain library function in the same module. This is the only place that exits.
+plain library function in the same module. Every command has the same output options
+(`report.add_output_arguments`: --json FILE, --markdown FILE, --quiet), and its `cli` hands the
+result to `report.emit`. This is the only place that exits.
 """
 
 import argparse
@@ -13,8 +15,9 @@ import sys
 
 from . import __version__
 from .errors import Gguf2ovError, printable
-from .outputs import Terminated, check_output_file, signals_unwind
-from .progress import quiet_third_party
+from .outputs import Terminated, signals_unwind
+from .progress import quiet_third_party, silenced
+from .report import check_report_paths
 
 # (subcommand, module, one-line help). Modules keep heavy imports (torch, openvino) inside
 # functions so that `gguf2ov inspect` starts fast.
@@ -70,8 +73,9 @@ def _main(argv) -> int:
     if not debug:
         quiet_third_party()
     try:
-        _check_report_paths(args)
-        code = args.func(args)
+        check_report_paths(args)  # --json / --markdown FILE: refused before the work, not after it
+        with silenced(getattr(args, "quiet", False)):
+            code = args.func(args)
     except Gguf2ovError as e:
         if debug:
             raise
@@ -92,15 +96,6 @@ def _main(argv) -> int:
         print(f"hint: {_os_error_hint(e)}", file=sys.stderr)
         return 1
     return int(code or 0)
-
-
-def _check_report_paths(args) -> None:
-    """Every command's --json / --markdown FILE is checked before the work: a device, a FIFO or a
-    folder is refused, and a failure to write it does not come after the work is done."""
-    for name in ("json", "markdown"):
-        value = getattr(args, name, None)
-        if isinstance(value, (str, os.PathLike)):  # `inspect --json` is a switch
-            check_output_file(value)
 
 
 def _stopped(e: KeyboardInterrupt) -> str:

@@ -1,5 +1,6 @@
 """`gguf2ov convert`: a GGUF draft -> a Hugging Face checkpoint folder, through the arch's map."""
 
+import contextlib
 import sys
 import time
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ from .errors import Gguf2ovError, printable
 from .maps import config_get, open_mapped
 from .outputs import check_output_dir, check_output_file
 from .progress import step
-from .report import Table, human_bytes, write_reports
+from .report import Table, add_output_arguments, emit, human_bytes, report_path, stdout_is_report, write_reports
 from .write import DEFAULT_MAX_SHARD_SIZE, DTYPES, TensorSpec, write_checkpoint
 
 _INTEGER_TYPES = {GGMLQuantizationType.I8: "I8", GGMLQuantizationType.I16: "I16",
@@ -76,9 +77,9 @@ class ConvertResult:
 def convert(gguf_path, out_dir, map_path=None, dtype: str = "bf16", target_layer_offset: int | None = None,
             overwrite: bool = False, progress: bool = True, max_shard_size: int = DEFAULT_MAX_SHARD_SIZE,
             allow_nonfinite: bool = False, json_path=None, target_dir=None, prompts=None,
-            offset_decision=None) -> ConvertResult:
-    """Convert, and write the JSON report to `json_path` (if given) before the checkpoint is put in
-    place: a report that cannot be written leaves no checkpoint behind.
+            offset_decision=None, markdown_path=None) -> ConvertResult:
+    """Convert, and write the JSON and Markdown reports to `json_path` / `markdown_path` (if given)
+    before the checkpoint is put in place: a report that cannot be written leaves no checkpoint behind.
 
     `target_dir` settles an ambiguous target layer offset by measurement (`taps.settle_offset`)
     when no `target_layer_offset` is given; `offset_decision` is one already made by the caller."""
@@ -89,6 +90,7 @@ def convert(gguf_path, out_dir, map_path=None, dtype: str = "bf16", target_layer
         raise Gguf2ovError(f"--max-shard-size must be a positive number of bytes, not {max_shard_size}")
     check_output_dir(Path(out_dir), overwrite, inputs=(getattr(gguf_path, "path", gguf_path), map_path))
     check_output_file(json_path)
+    check_output_file(markdown_path)
     if target_layer_offset is None and offset_decision is None and target_dir is not None:
         from .read import GgufFile, open_gguf
         from .taps import settle_offset
@@ -120,8 +122,7 @@ def convert(gguf_path, out_dir, map_path=None, dtype: str = "bf16", target_layer
             tensors=[TensorRow(e.hf_name, e.gguf_name, e.qtype.name, list(e.shape),
                                [f"{name} {arg}" for name, arg in e.ops]) for e in plan],
             nonfinite=dict(result.nonfinite), offset_decision=offset_decision))
-        if json_path is not None:
-            write_reports(done[0], json_path=json_path)
+        write_reports(done[0], json_path=json_path, markdown_path=markdown_path, title="gguf2ov convert")
 
     write_checkpoint(
         out_dir, config, specs,
@@ -160,8 +161,6 @@ def configure_parser(parser) -> None:
     parser.add_argument("--overwrite", action="store_true", help="replace OUT_DIR if it exists")
     parser.add_argument("--allow-nonfinite", action="store_true",
                         help="write tensors that hold NaN or Inf values (with a warning) instead of failing")
-    parser.add_argument("--json", metavar="FILE", help="also write the report as JSON")
-    parser.add_argument("--quiet", action="store_true", help="no progress and no report on stdout")
     parser.add_argument("--target", metavar="TARGET_DIR",
                         help="dflash: the target's OpenVINO folder; settles an ambiguous target layer offset by "
                              "measuring which layers the draft fits (the tap scan)")
@@ -169,6 +168,8 @@ def configure_parser(parser) -> None:
 
     add_prompt_arguments(parser)
     add_convert_arguments(parser)  # --reference REF_DIR [--min-corr R]: check the result afterwards
+    add_output_arguments(parser, inputs=("gguf", "map", "target", "reference", "prompts", "image"),
+                         outputs=("output",))
 
 
 def cli(args) -> int:
@@ -177,10 +178,17 @@ def cli(args) -> int:
     result = convert(args.gguf, args.output, map_path=args.map, dtype=args.dtype,
                      target_layer_offset=args.target_layer_offset, overwrite=args.overwrite,
                      progress=not args.quiet, max_shard_size=args.max_shard_size,
-                     allow_nonfinite=args.allow_nonfinite, json_path=args.json, target_dir=args.target,
-                     prompts=prompts_from_args(args, default=None))
-    if not args.quiet:
-        print("\n".join(printable(line) for line in result.summary()))
+                     allow_nonfinite=args.allow_nonfinite, target_dir=args.target,
+                     prompts=prompts_from_args(args, default=None),
+                     json_path=report_path(args, "json"), markdown_path=report_path(args, "markdown"))
+    # the reports were written before the checkpoint was put in place; stdout shows the summary
+    emit(result, args, text=_summary_text(result), files=False)
     for line in result.nonfinite_warnings():  # on stderr even under --quiet: the checkpoint computes NaN
         print(f"warning: {printable(line)}", file=sys.stderr)
-    return check_after_convert(args, result.out_dir)
+    # with --json - / --markdown -, stdout holds that document only: the check's table goes to stderr
+    with contextlib.redirect_stdout(sys.stderr) if stdout_is_report(args) else contextlib.nullcontext():
+        return check_after_convert(args, result.out_dir)
+
+
+def _summary_text(result: ConvertResult) -> str:
+    return "\n".join(printable(line) for line in result.summary()) + "\n"

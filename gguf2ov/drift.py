@@ -17,7 +17,7 @@ import numpy as np
 from .accept import DEFAULT_PROMPTS, add_prompt_arguments
 from .errors import Gguf2ovError
 from .genai import text_prompts
-from .report import Table, human_bytes
+from .report import Table, add_output_arguments, emit, human_bytes, render
 from .selector import SelectorGain
 
 
@@ -376,13 +376,11 @@ def configure_parser(p) -> None:
     p.add_argument("--map", help="tensor map YAML to use instead of the shipped one")
     p.add_argument("--target-layer-offset", type=int, help="see gguf2ov convert")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
-    p.add_argument("--json", help="also write the JSON report here")
-    p.add_argument("--quiet", action="store_true", help="no progress output")
+    add_output_arguments(p, inputs=("source", "target", "map", "prompts", "image"), outputs=("output",))
 
 
 def cli(args) -> int:
     from .accept import prompts_from_args
-    from .report import render, write_reports
 
     if args.accept and not args.target:
         raise Gguf2ovError("--accept needs --target")
@@ -393,7 +391,5 @@ def cli(args) -> int:
                    accept_options={"prompts": prompts or list(DEFAULT_PROMPTS), "device": args.device}
                    if args.accept else None,
                    overwrite=args.overwrite, progress=not args.quiet)
-    print(render(result, "text", title="gguf2ov drift"))
-    if args.json:
-        write_reports(result, json_path=args.json)
-    return 0 if all(v.verified is not False for v in result.variants) else 1
+    return emit(result, args, title="gguf2ov drift", text=render(result, "text", title="gguf2ov drift") + "\n",
+                code=0 if all(v.verified is not False for v in result.variants) else 1)

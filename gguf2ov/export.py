@@ -273,18 +273,17 @@ def configure_parser(parser) -> None:
 
     add_prompt_arguments(parser)
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
-    parser.add_argument("--json", metavar="FILE", help="also write the result as JSON")
-    parser.add_argument("--markdown", metavar="FILE", help="also write the result as Markdown")
+    from .report import add_output_arguments
+
+    add_output_arguments(parser, inputs=("source", "map", "target", "prompts", "image"), outputs=("output",))
 
 
 def cli(args) -> int:
     from .accept import prompts_from_args
-    from .report import render, write_reports
+    from .report import emit
 
     result = export_draft(args.source, args.output, weight_format=args.weight_format, overwrite=args.overwrite,
-                          progress=not args.json, target_layer_offset=args.target_layer_offset, map_path=args.map,
+                          progress=not args.quiet, target_layer_offset=args.target_layer_offset, map_path=args.map,
                           group_size=args.group_size, sym=args.sym, ratio=args.ratio, all_layers=args.all_layers,
                           target_dir=args.target, prompts=prompts_from_args(args, default=None))
-    print(render(result, "text"), end="")
-    write_reports(result, json_path=args.json, markdown_path=args.markdown, title="Draft export")
-    return 0
+    return emit(result, args, title="Draft export")

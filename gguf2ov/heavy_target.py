@@ -29,7 +29,7 @@ from .names import DETOKENIZER_IR, IR_XML, PROVENANCE_FILE, TOKENIZER_IR
 from .outputs import atomic_dir, atomic_write_text, check_output_dir
 from .progress import step
 from .provenance import provenance
-from .report import Table, human_bytes
+from .report import Table, add_output_arguments, emit, human_bytes
 
 
 # Defaults measured on a 2-core CPU at f32 with the fixture pair (hidden 256, 4 layers -> 12 layers,
@@ -315,15 +315,10 @@ def configure_parser(parser) -> None:
     parser.add_argument("--intermediate-size", type=int, default=DEFAULT_INTERMEDIATE_SIZE,
                         help=f"MLP width after zero padding (default {DEFAULT_INTERMEDIATE_SIZE})")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
-    parser.add_argument("--json", help="also write the result as JSON")
-    parser.add_argument("--quiet", action="store_true", help="no progress output")
+    add_output_arguments(parser, inputs=("target_hf",), outputs=("output",))
 
 
 def cli(args) -> int:
-    from .report import render, write_reports
-
     result = widen_target(args.target_hf, args.output, extra_layers=args.extra_layers,
                           intermediate_size=args.intermediate_size, overwrite=args.overwrite, progress=not args.quiet)
-    print(render(result, "text"), end="")
-    write_reports(result, json_path=args.json)
-    return 0
+    return emit(result, args)

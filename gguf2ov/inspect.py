@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from .errors import Gguf2ovError
 from .read import open_gguf, summarise
-from .report import Table, human_bytes, render
+from .report import Table, add_output_arguments, emit, human_bytes
 from .source import DFLASH2_ARCHITECTURE, SELECTOR_LEFT_OUT
 
 
@@ -96,10 +96,8 @@ def configure_parser(parser) -> None:
     parser.add_argument("gguf", metavar="FILE.gguf", help="the GGUF file to inspect")
     parser.add_argument("--map", metavar="FILE",
                         help="tensor map YAML to check (default: the shipped one for the arch)")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    add_output_arguments(parser, inputs=("gguf", "map"))
 
 
 def cli(args) -> int:
-    result = inspect(args.gguf, map_path=args.map)
-    print(render(result, "json" if args.json else "text"), end="")
-    return 0
+    return emit(inspect(args.gguf, map_path=args.map), args)

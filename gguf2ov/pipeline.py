@@ -15,7 +15,7 @@ from pathlib import Path
 from .errors import Gguf2ovError
 from .outputs import check_output_dir
 from .progress import step
-from .report import Table, render, write_reports
+from .report import Table, add_output_arguments, emit, render, write_reports
 
 DEFAULT_REQUANT = "int4_asym_g16"
 
@@ -234,7 +234,8 @@ def configure_parser(p) -> None:
     p.add_argument("--map", help="tensor map YAML to use instead of the shipped one")
     p.add_argument("--target-layer-offset", type=int, help="see gguf2ov convert")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
-    p.add_argument("--quiet", action="store_true")
+    # OUT/report.json and OUT/report.md are written in any case; --json / --markdown copy them elsewhere
+    add_output_arguments(p, inputs=("gguf", "target", "reference", "map", "prompts", "image"), outputs=("output",))
 
 
 def cli(args) -> int:
@@ -247,7 +248,7 @@ def cli(args) -> int:
                  precision=args.precision, repeats=args.repeats, map_path=args.map,
                  target_layer_offset=args.target_layer_offset, overwrite=args.overwrite, progress=not args.quiet,
                  device=args.device)
-    if "drift" in result.results:
-        print(render(result.results["drift"], "text"))
-    print(render(result, "text", title="gguf2ov run"))
-    return 0 if result.passed else 1
+    text = render(result.results["drift"], "text") + "\n" if "drift" in result.results else ""
+    text += render(result, "text", title="gguf2ov run") + "\n"
+    return emit(result, args, title="gguf2ov run", text=text, markdown=markdown_report(result),
+                code=0 if result.passed else 1)

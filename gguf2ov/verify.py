@@ -601,9 +601,10 @@ def configure_parser(parser) -> None:
                         help="with --target: skip the tap scan (which runs the target and the draft)")
     from .accept import add_prompt_arguments
 
+    from .report import add_output_arguments
+
     add_prompt_arguments(parser)
-    parser.add_argument("--json", metavar="FILE", help="also write the result as JSON")
-    parser.add_argument("--markdown", metavar="FILE", help="also write the result as Markdown")
+    add_output_arguments(parser, inputs=("draft_dir", "target", "checkpoint", "prompts", "image"))
 
 
 def parse_layer_sets(values) -> list[list[int]]:
@@ -615,11 +616,9 @@ def parse_layer_sets(values) -> list[list[int]]:
 
 def cli(args) -> int:
     from .accept import prompts_from_args
-    from .report import render, write_reports
+    from .report import emit
 
     result = verify_draft(args.draft_dir, target_dir=args.target, checkpoint_dir=args.checkpoint,
                           tap_scan=not args.no_tap_scan, prompts=prompts_from_args(args, default=None),
                           named_layers=parse_layer_sets(args.layers))
-    print(render(result, "text"), end="")
-    write_reports(result, json_path=args.json, markdown_path=args.markdown, title="DFlash draft verification")
-    return 0 if result.ok else 1
+    return emit(result, args, title="DFlash draft verification", code=0 if result.ok else 1)

@@ -26,7 +26,7 @@ def test_huge_block_count_is_stated_once(tmp_path, capsys, blocks):
     line = _one_error(["convert", str(path), "-o", str(tmp_path / "out")], capsys)
     assert f"dflash.block_count is {blocks} but the file holds tensors for layers 0..1 only" in line
     assert len(line) < 1000
-    assert main(["inspect", str(path), "--json"]) == 0
+    assert main(["inspect", str(path), "--json", "-"]) == 0
     out = capsys.readouterr().out
     assert f"dflash.block_count is {blocks}" in out and len(out) < 50_000
     assert time.monotonic() - start < 5
@@ -82,7 +82,7 @@ def test_absurd_dimensions_are_a_corrupt_file(tmp_path, capsys, dims, needle):
     path = tmp_path / "draft.gguf"
     write_dflash(path)
     _set_dims(path, "blk.0.attn_q.weight", dims)
-    for cmd in (["convert", str(path), "-o", str(tmp_path / "out")], ["inspect", str(path), "--json"]):
+    for cmd in (["convert", str(path), "-o", str(tmp_path / "out")], ["inspect", str(path), "--json", "-"]):
         line = _one_error(cmd, capsys)
         assert "corrupt or truncated GGUF: tensor blk.0.attn_q.weight" in line and needle in line
 
@@ -439,7 +439,7 @@ def test_an_architecture_that_is_not_a_string_is_a_corrupt_file(tmp_path, capsys
 
     path = tmp_path / "draft.gguf"
     write_gguf(path, None, {**dflash_kv(), "general.architecture": value}, dflash_tensors(np.random.default_rng(0)))
-    for argv in (["inspect", str(path), "--json"], ["convert", str(path), "-o", str(tmp_path / "out")],
+    for argv in (["inspect", str(path), "--json", "-"], ["convert", str(path), "-o", str(tmp_path / "out")],
                  ["check", str(path), "--reference", str(fixtures_dir / "draft-ref")]):
         line = _one_error(argv, capsys)
         assert f"corrupt or truncated GGUF: general.architecture is {shown}" in line and "not a string" in line

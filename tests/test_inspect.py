@@ -16,7 +16,7 @@ def test_inspect_text_and_json(tmp_path, capsys):
     assert "[1000 x str] first: 'tok0', 'tok1', 'tok2'" in text
     assert "blk.1.attn_q.weight" in text and "layers.1.self_attn.q_proj.weight" in text
     assert "tensor_maps/dflash.yaml consumes every tensor" in text
-    assert main(["inspect", str(path), "--json"]) == 0
+    assert main(["inspect", str(path), "--json", "-"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["arch"] == "dflash" and data["map_fits"] is True and data["type_counts"] == {"F32": 25}
     q = next(t for t in data["tensors"] if t["gguf_name"] == "blk.0.attn_output.weight")
