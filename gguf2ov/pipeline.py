@@ -1,10 +1,17 @@
 """`gguf2ov run`: the whole job on one GGUF draft, with one report.
 
-convert (HF checkpoint) -> check (against reference weights, when given) -> drift (every variant
-exported, int4 group 16 by default among them, each verified and measured) -> verify (the fp32 and
-the requantized draft against the target) -> accept (both drafts on the target) -> OUT/report.md and
-OUT/report.json. The GGUF is opened once and every stage reads it from there.
-A stage that fails stops the run: the report says which one and why, and the exit code is 1.
+The stages of `run`, in order:
+- layer-offset: only for a GGUF that cannot tell how its target layer ids were written (and no
+  --target-layer-offset): the offset is measured against the target (the tap scan);
+- convert: the HF checkpoint, OUT/checkpoint;
+- check: against the reference weights (skipped without --reference);
+- drift: fp32, the drift variants and the requantized draft (--requant, int4_asym_g16 by default),
+  each exported under OUT/drafts, verified and measured;
+- verify:fp32 (with the tap scan) and verify:REQUANT, against the target;
+- accept:fp32 and accept:REQUANT, each draft on the target in OpenVINO GenAI;
+then OUT/report.md and OUT/report.json, also when a stage failed. The GGUF is opened once and every
+stage reads it from there. A stage that fails stops the run: the report says which one and why,
+and the exit code is 1.
 """
 
 import shutil
