@@ -105,7 +105,7 @@ class AcceptResult:
 
     def summary(self) -> list[str]:
         o = self.overall
-        lines = [f"verdict: {self.verdict}" + "".join(f"\n  - {r}" for r in self.reasons),
+        lines = [f"verdict: {self.verdict}", *(f"reason: {r}" for r in self.reasons),
             f"greedy text with the draft: {'identical to' if o.identical else 'DIFFERENT from'} the target alone"
             + ("" if o.identical else f" ({sum(not p.identical for p in self.prompts)} of {len(self.prompts)} prompts)"),
             f"accepted {o.accepted_tokens} of {o.generated_tokens} generated tokens ({o.accepted_share:.1%}); "
