@@ -184,8 +184,8 @@ def _path_values(args, dests):
 def check_report_paths(args) -> None:
     """Refuse a bad `--json` / `--markdown` FILE before the work, so that the work is not done for
     nothing: a folder, a device or a FIFO, a file on the way where a folder should be
-    (`outputs.check_output_file`), a folder that does not exist, one of the command's inputs or a path in an input folder, a path
-    inside the output folder, or both reports on one path."""
+    (`outputs.check_output_file`), both reports on one path, one of the command's inputs or a path
+    in an input folder, a path inside the output folder, or a folder that does not exist."""
     given = {fmt: getattr(args, fmt) for fmt in _FORMATS if getattr(args, fmt, None) is not None}
     if [str(v) for v in given.values()].count(STDOUT) > 1:
         raise Gguf2ovError("--json - and --markdown - both ask for stdout", hint="give one of them a file path")
@@ -195,9 +195,6 @@ def check_report_paths(args) -> None:
             continue
         path = Path(value)
         check_output_file(path)
-        if not path.absolute().parent.is_dir():  # a typo in a folder name is not silently created
-            raise Gguf2ovError(f"cannot write {path}: the folder {path.absolute().parent} does not exist",
-                               hint="create the folder first, or write the report elsewhere")
         resolved = path.resolve()
         if resolved in seen:
             raise Gguf2ovError(f"--json and --markdown both name {path}", hint="give each report its own path")
@@ -214,6 +211,9 @@ def check_report_paths(args) -> None:
                 raise Gguf2ovError(f"cannot write {path}: it is inside the output folder {item}, "
                                    "which the command writes as a whole",
                                    hint=f"write the {_FORMATS[fmt]} report outside {item}")
+        if not path.absolute().parent.is_dir():  # a typo in a folder name is not silently created
+            raise Gguf2ovError(f"cannot write {path}: the folder {path.absolute().parent} does not exist",
+                               hint="create the folder first, or write the report elsewhere")
 
 
 def emit(result, args, *, title: str | None = None, text: str | None = None, markdown: str | None = None,
