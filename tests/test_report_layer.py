@@ -122,6 +122,7 @@ def test_verify_result(export_result):
 
 
 @pytest.mark.slow
+@pytest.mark.slow
 def test_drift_result(gguf, tmp_path):
     from gguf2ov.drift import drift
 
