@@ -658,8 +658,7 @@ def configure_parser(parser) -> None:
     from .report import add_output_arguments
 
     add_prompt_arguments(parser)
-    # the files hold the full report; the terminal shows the worst tensors (all of them under --quiet
-    # only when the check fails)
+    # the files hold the full report; the terminal shows the worst tensors
     add_output_arguments(parser, inputs=("source", "reference", "map_path", "target", "prompts", "image"))
 
 
@@ -706,5 +705,4 @@ def cli(args) -> int:
                    target_layer_offset=args.target_layer_offset, progress=not args.quiet,
                    target_dir=args.target, prompts=prompts_from_args(args, default=None))
     text = render(TerminalView(result), "text", title=f"check {result.source} against {result.reference}")
-    return emit(result, args, title="gguf2ov check", text=text, code=0 if result.passed else 1,
-                explain_failure=True)
+    return emit(result, args, title="gguf2ov check", text=text, code=0 if result.passed else 1)

@@ -159,7 +159,8 @@ def add_output_arguments(parser, inputs=(), outputs=()) -> None:
     group.add_argument("--markdown", metavar="FILE",
                        help="also write the result as Markdown (`-`: print it on stdout instead of the tables)")
     group.add_argument("--quiet", action="store_true",
-                       help="nothing on stdout and no progress on stderr (errors and warnings still show)")
+                       help="no progress on stderr, and nothing on stdout unless the result fails (errors "
+                            "and warnings still show)")
     parser.set_defaults(report_inputs=tuple(inputs), report_outputs=tuple(outputs))
 
 
@@ -217,14 +218,14 @@ def check_report_paths(args) -> None:
 
 
 def emit(result, args, *, title: str | None = None, text: str | None = None, markdown: str | None = None,
-         code: int = 0, explain_failure: bool = False, files: bool = True) -> int:
+         code: int = 0, files: bool = True) -> int:
     """Write and show a command's result; returns `code`, the command's exit code.
 
     - `--json FILE` / `--markdown FILE`: written atomically (`write_reports`); `files=False` when the
       library function wrote them already (before its output folder was put in place);
-    - stdout: `text` (default: the result's tables and summary) unless `--quiet`; with
-      `explain_failure`, also under `--quiet` when `code` is not 0 (the exit code alone would not
-      say what is wrong); with `--json -` or `--markdown -`, that document instead.
+    - stdout: `text` (default: the result's tables and summary) unless `--quiet`, and under `--quiet`
+      too when `code` is not 0: the exit code alone would not say what failed; with `--json -` or
+      `--markdown -`, that document instead.
     `title` heads the Markdown (default `gguf2ov COMMAND`); `markdown` replaces the rendered one."""
     title = title or f"gguf2ov {getattr(args, 'command', None) or 'report'}"
     if files:
@@ -237,7 +238,7 @@ def emit(result, args, *, title: str | None = None, text: str | None = None, mar
         sys.stdout.write(render(result, "json"))
     elif fmt == "markdown":
         sys.stdout.write(markdown if markdown is not None else render(result, "markdown", title=title))
-    elif not getattr(args, "quiet", False) or (explain_failure and code != 0):
+    elif not getattr(args, "quiet", False) or code != 0:
         sys.stdout.write(text if text is not None else render(result, "text"))
     return code
 
