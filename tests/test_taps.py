@@ -55,6 +55,24 @@ def test_wrong_layers_are_named_with_the_shift_that_fits(fixtures_dir, drafts, p
     assert scan.lag >= CLEAR_MARGIN
 
 
+def test_genai_accepts_far_less_from_a_draft_one_layer_off(fixtures_dir, drafts, tmp_path, prompts):
+    """What the fixture exists to show: a one-layer shift costs accepted tokens in GenAI (the
+    fixture draft was trained against shifted taps; see fixtures/make_fixtures.py TAP_SHIFTS),
+    while the text stays identical, so only the speed tells."""
+    from gguf2ov.accept import run_acceptance
+
+    up = export_draft(fixtures_dir / "draft-Q4_K_M.gguf", tmp_path / "up", progress=False, run_verify=False,
+                      target_layer_offset=0)
+    assert up.target_layer_ids == [2, 3]
+    accepted = {}
+    for label, draft in (("right", drafts / "right"), ("down", drafts / "wrong"), ("up", up.out_dir)):
+        result = run_acceptance(fixtures_dir / "target", draft, prompts, progress=False)
+        assert result.overall.identical, label
+        accepted[label] = result.overall.accepted_tokens
+    assert accepted["right"] >= 380
+    assert max(accepted["down"], accepted["up"]) <= 0.75 * accepted["right"], accepted
+
+
 def test_named_sets_are_scored_beside_the_shifts(fixtures_dir, drafts, prompts):
     scan = scan_taps(drafts / "right", fixtures_dir / "target", prompts=prompts[:2], shifts=(), named=[[0, 3]])
     assert [(s.label, s.ids) for s in scan.sets] == [("configured", [1, 2]), ("named 1", [0, 3])]
