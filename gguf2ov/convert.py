@@ -165,14 +165,14 @@ def configure_parser(parser) -> None:
     parser.add_argument("--target", metavar="TARGET_DIR",
                         help="dflash: the target's OpenVINO folder; settles an ambiguous target layer offset by "
                              "measuring which layers the draft fits (the tap scan)")
-    from .accept import add_prompt_arguments
+    from .genai import add_prompt_arguments
 
     add_prompt_arguments(parser)
     add_convert_arguments(parser)  # --reference REF_DIR [--min-corr R]: check the result afterwards
 
 
 def cli(args) -> int:
-    from .accept import prompts_from_args
+    from .genai import prompts_from_args
 
     result = convert(args.gguf, args.output, map_path=args.map, dtype=args.dtype,
                      target_layer_offset=args.target_layer_offset, overwrite=args.overwrite,

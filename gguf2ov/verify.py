@@ -286,7 +286,9 @@ def _weight_matmuls(model) -> int:
 
 
 def _behaviour_checks(d: _Draft, reference, figures: dict) -> list[Check]:
-    block = ((d.config or {}).get("dflash_config") or {}).get("block_size") or 16
+    from .source import block_size
+
+    block = block_size(d.config or {})
     out = []
     if not (d.hidden and d.fc_in):
         skip = "draft inputs unknown (see inputs)"
@@ -526,14 +528,14 @@ def _layer_fit_check(d: _Draft, target_dir: Path, checks: list[Check], prompts, 
 
 def _offset_used(draft_dir: Path) -> int | None:
     """The --target-layer-offset a GGUF-sourced draft folder was exported with (the map's when unset)."""
-    from .check import DEFAULT_LAYER_OFFSET
+    from .maps import flag_default
 
     record = _read_json(draft_dir / "gguf2ov.json") or {}
     options = record.get("options") or {}
     if options.get("source_kind") != "gguf":
         return None
     offset = options.get("target_layer_offset")
-    return offset if isinstance(offset, int) else DEFAULT_LAYER_OFFSET
+    return offset if isinstance(offset, int) else flag_default("target_layer_offset")
 
 
 def pattern_fallback_layers(target, ids) -> dict[int, str]:
@@ -599,7 +601,7 @@ def configure_parser(parser) -> None:
                              "comma-separated (repeatable)")
     parser.add_argument("--no-tap-scan", action="store_true",
                         help="with --target: skip the tap scan (which runs the target and the draft)")
-    from .accept import add_prompt_arguments
+    from .genai import add_prompt_arguments
 
     add_prompt_arguments(parser)
     parser.add_argument("--json", metavar="FILE", help="also write the result as JSON")
@@ -614,7 +616,7 @@ def parse_layer_sets(values) -> list[list[int]]:
 
 
 def cli(args) -> int:
-    from .accept import prompts_from_args
+    from .genai import prompts_from_args
     from .report import render, write_reports
 
     result = verify_draft(args.draft_dir, target_dir=args.target, checkpoint_dir=args.checkpoint,

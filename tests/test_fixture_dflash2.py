@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 import dflash_builders as b
-from gguf2ov.accept import read_prompts, run_acceptance
+from gguf2ov.accept import run_acceptance
 from gguf2ov.export import export_draft
+from gguf2ov.genai import read_prompts
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "fixtures" / "tiny-dflash2"
