@@ -39,6 +39,7 @@ import copy
 import math
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -105,15 +106,23 @@ def _check_heads(arg):
     return isinstance(arg, dict) and set(arg) == {"heads"} and isinstance(arg["heads"], str)
 
 
+@dataclass(frozen=True)
+class Op:
+    apply: Callable[..., np.ndarray]  # (x, arg, config, reverse=False)
+    check: Callable[[object], bool]   # whether a map's argument is valid
+    takes: str                # the argument, in words, for messages
+    examples: tuple = ()      # valid arguments (with a config where "n" is a head count of 4), for tests
+
+
 OPS = {
-    "add": (_add, _check_add, "a number, e.g. add: -1.0"),
-    "unpermute_qk": (_unpermute_qk, _check_heads, "{heads: <config key>}"),
+    "add": Op(_add, _check_add, "a number, e.g. add: -1.0", (-1.0, 0.5)),
+    "unpermute_qk": Op(_unpermute_qk, _check_heads, "{heads: <config key>}", ({"heads": "n"},)),
 }
 
 
 def apply_ops(ops, x, config, reverse=False):
     for name, arg in (reversed(ops) if reverse else ops):
-        x = OPS[name][0](x, arg, config, reverse=reverse)
+        x = OPS[name].apply(x, arg, config, reverse=reverse)
     return x
 
 
@@ -412,6 +421,11 @@ class ArchMap:
             if entry.ops:
                 x = apply_ops(entry.ops, x, config)
             yield entry.hf_name, x, entry.gguf_name, entry.qtype
+
+    def shape_for(self, hf_template: str, config: dict) -> list[int] | None:
+        """The PyTorch shape the map expects for an HF name template under `config` (None: not stated)."""
+        expr = self.shapes.get(hf_template)
+        return None if expr is None else [_eval_shape(e, config) for e in expr]
 
     def _expected_shape(self, rule, n, config):
         expr = self.shapes.get(rule.hf) if rule.hf else None
@@ -910,8 +924,8 @@ def _tensor_rule(gguf, value, required, group, bad) -> TensorRule:
         (op_name, arg), = op.items()
         if op_name not in OPS:
             raise bad(f"tensor {gguf}: unknown op {op_name!r}; known: {sorted(OPS)}")
-        if not OPS[op_name][1](arg):
-            raise bad(f"tensor {gguf}: op {op_name} takes {OPS[op_name][2]}, got {arg!r}")
+        if not OPS[op_name].check(arg):
+            raise bad(f"tensor {gguf}: op {op_name} takes {OPS[op_name].takes}, got {arg!r}")
         parsed.append((op_name, arg))
     return TensorRule(gguf, hf, tuple(parsed), required, group, _template_re(gguf), _template_re(hf) if hf else None)
 
