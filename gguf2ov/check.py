@@ -23,6 +23,7 @@ from .diagnose import (ConfigCheck, Diagnosis, Stats, TensorCheck, compare_confi
                        max_rel_err, missing_row, other_model, score, short_value, stats)
 from .errors import Gguf2ovError
 from .maps import ArchMap, flag_default, open_mapped
+from .taps import TapScan
 
 # Past this many failing tensors that match nothing, stop searching the reference for swaps: the
 # reference is most likely another model and every further search only costs time.
@@ -56,7 +57,7 @@ class CheckResult:
     overall: QuantSummary
     diagnoses: list[Diagnosis]
     seconds: float
-    taps: object = None  # taps.TapScan, with a target
+    taps: TapScan | None = None  # with a target
 
     def worst_first(self) -> list[TensorCheck]:
         return sorted(self.tensors, key=_severity)

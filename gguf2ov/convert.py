@@ -13,6 +13,7 @@ from .maps import config_get, open_mapped
 from .outputs import check_output_dir, check_output_file
 from .progress import step
 from .report import Table, human_bytes, write_reports
+from .taps import OffsetDecision
 from .write import DEFAULT_MAX_SHARD_SIZE, DTYPES, TensorSpec, write_checkpoint
 
 _INTEGER_TYPES = {GGMLQuantizationType.I8: "I8", GGMLQuantizationType.I16: "I16",
@@ -47,7 +48,7 @@ class ConvertResult:
     warnings: list[str]
     tensors: list[TensorRow]
     nonfinite: dict[str, int]               # tensor -> NaN/Inf values written (--allow-nonfinite)
-    offset_decision: object = None          # taps.OffsetDecision, when a target settled an ambiguous offset
+    offset_decision: OffsetDecision | None = None  # when a target settled an ambiguous offset
 
     def tables(self) -> list[Table]:
         rows = [[t.hf_name or "(not written)", t.gguf_name, t.gguf_type, t.shape, ", ".join(t.ops) or "-"]

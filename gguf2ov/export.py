@@ -21,14 +21,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import Gguf2ovError
 from .draft_graph import write_draft_ir
+from .errors import Gguf2ovError
 from .names import PROVENANCE_FILE
 from .outputs import atomic_dir, atomic_write_text, check_output_dir
 from .progress import step
 from .provenance import provenance
 from .report import Table, human_bytes
 from .source import SELECTOR_LEFT_OUT, SELECTOR_PREFIX, DraftSource, is_gguf, open_draft
+from .taps import OffsetDecision
 from .verify import VerifyResult
 
 
@@ -54,7 +55,7 @@ class ExportResult:
     causal_layers: list[int] = field(default_factory=list)  # layers whose block rows see only earlier rows
     # DFlash 2: what GenAI cannot run and the IR therefore leaves out
     left_out: list[str] = field(default_factory=list)
-    offset_decision: object = None  # taps.OffsetDecision, when a target settled an ambiguous offset
+    offset_decision: OffsetDecision | None = None  # when a target settled an ambiguous offset
 
     def tables(self) -> list[Table]:
         io_rows = [["input", *row] for row in self.inputs] + [["output", *row] for row in self.outputs]

@@ -48,6 +48,7 @@ import numpy as np
 import yaml
 
 from .errors import Gguf2ovError
+from .read import GgufFile, StringArray, open_gguf
 
 TOP_LEVEL_KEYS = {"arch", "extends", "unset", "strip_hf_prefix", "hf", "config", "tensors", "optional", "groups",
                   "group_hf", "shapes", "legacy", "compare"}
@@ -500,8 +501,6 @@ def _is_int(v) -> bool:
 
 def _is_array(value) -> bool:
     """A metadata array: a list, or the compact forms `read` keeps large arrays in."""
-    from .read import StringArray
-
     return isinstance(value, (list, np.ndarray, StringArray))
 
 
@@ -725,7 +724,7 @@ def compared_keys(extra: "ArchMap | None" = None) -> dict[str, dict]:
 @dataclass(frozen=True)
 class MappedGguf:
     """A GGUF file read through its map: the HF config it states and the plan for every tensor."""
-    gguf: object
+    gguf: GgufFile
     amap: ArchMap
     config: dict
     plan: list[PlanEntry]
@@ -741,8 +740,6 @@ def open_mapped(gguf_path, map_path=None, target_layer_offset=None, allow_ambigu
     `allow_ambiguous` takes the map's default where the file cannot settle a value (target layer ids
     of an old-layout dflash file): for uses that do not write a checkpoint, or that name the shift.
     """
-    from .read import GgufFile, open_gguf
-
     gguf = gguf_path if isinstance(gguf_path, GgufFile) else open_gguf(gguf_path)  # or opened once by the caller
     amap = map_for(gguf, map_path)
     if target_layer_offset is not None and amap.flag_rule("target_layer_offset") is None:

@@ -7,11 +7,13 @@ and `gguf`, which rebuilds every weight from the codes, scales and minimums the 
 """
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .errors import Gguf2ovError
+from .source import DraftSource
 from .variants import Variant
 
 # --- one weight at a time ----------------------------------------------------------------------------
@@ -29,9 +31,9 @@ class WeightForms:
     source's float32 tensor when making the weight already read it (NNCF), else None.
     """
 
-    draft: object  # DraftSource
+    draft: DraftSource
     variant: Variant
-    observe: object = None
+    observe: Callable[[str, object, np.ndarray], None] | None = None
     transcoded: list = field(default_factory=list)
     plan: dict = field(default_factory=dict)
     failure: BaseException | None = None  # what stopped a postponed weight while OpenVINO was saving

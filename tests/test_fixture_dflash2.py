@@ -228,7 +228,7 @@ def test_verifys_numpy_reference_is_the_pytorch_reference(fix2):
     from gguf2ov.dflash2_torch import load_dflash2
     from gguf2ov.reference import reference_outputs
     from gguf2ov.source import open_draft
-    from gguf2ov.verify import synthetic_steps
+    from gguf2ov.draft_ir import synthetic_steps
 
     draft = open_draft(fix2 / "draft-ref")
     model = load_dflash2(fix2 / "draft-ref").eval()
