@@ -214,7 +214,7 @@ def measure_target(label: str, target: Path, drafts: dict[str, Path], prompts: l
 
 
 def main(argv=None) -> int:
-    from gguf2ov.accept import read_prompts
+    from gguf2ov.genai import read_prompts
     from gguf2ov.heavy_target import DEFAULT_EXTRA_LAYERS, DEFAULT_INTERMEDIATE_SIZE
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

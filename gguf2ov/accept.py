@@ -21,20 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import Gguf2ovError, library_message
-from .genai import (IMAGE_PROMPT_TEXT, PIPELINES, PRECISIONS, Generation, Prompt, as_prompts, generate,
-                    generation_config, make_pipeline, parse_prompt, properties, target_kind)
+from .genai import (PIPELINES, PRECISIONS, Generation, add_prompt_arguments, as_prompts, generate, generation_config,
+                    make_pipeline, prompts_from_args, properties, target_kind)
 from .names import DETOKENIZER_IR, IR_XML, TOKENIZER_IR
 from .progress import progress as progress_bar
 from .progress import step
 from .report import Table, add_output_arguments, emit
-
-# Used when no prompt file is given: plain English openings any text model can continue.
-DEFAULT_PROMPTS = [
-    "The history of the printing press begins",
-    "Here is a short story about a lighthouse keeper:",
-    "Water boils at a lower temperature on a mountain because",
-]
-
 
 @dataclass(frozen=True)
 class PromptAcceptance:
@@ -360,43 +352,6 @@ def _total(per_prompt, base, spec) -> PromptAcceptance:
         tok_s_draft=tok_s_d,
         speedup=_ratio(tok_s_d, tok_s_t),
     )
-
-
-def read_prompts(path, images=()) -> list[Prompt]:
-    """One prompt per line (`[image=FILE] text` for an image prompt), then one image prompt per file
-    in `images` (`--image`)."""
-    prompts = []
-    if path is not None:
-        path = Path(path)
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except OSError as e:
-            raise Gguf2ovError(f"cannot read prompts file {path}: {e.strerror}") from e
-        prompts = [parse_prompt(line, path.parent) for line in lines if line.strip()]
-        if not prompts:
-            raise Gguf2ovError(f"prompts file {path} has no prompts", hint="write one prompt per line")
-    prompts += [Prompt(IMAGE_PROMPT_TEXT, (str(image),)) for image in images]
-    for image in (i for p in prompts for i in p.images):
-        if not Path(image).is_file():
-            raise Gguf2ovError(f"image {image} does not exist", hint="image paths in a prompts file are relative to it")
-    return prompts
-
-
-def add_prompt_arguments(parser) -> None:
-    parser.add_argument("--prompts", type=Path, help="text file, one prompt per line; `[image=FILE] text` for an "
-                                                     "image prompt (VLM targets)")
-    parser.add_argument("--image", action="append", default=[], metavar="FILE",
-                        help=f"add an image prompt ({IMAGE_PROMPT_TEXT!r}) for a VLM target; repeatable")
-
-
-def prompts_from_args(args, default=DEFAULT_PROMPTS) -> list[Prompt] | None:
-    """The prompts the command line names, or `default` (None: the stage's own)."""
-    if args.prompts is None and not args.image:
-        return None if default is None else as_prompts(default)
-    prompts = read_prompts(args.prompts, args.image)
-    if args.prompts is None:
-        prompts = as_prompts(DEFAULT_PROMPTS) + prompts
-    return prompts
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:

@@ -14,6 +14,7 @@ from .maps import config_get, open_mapped
 from .outputs import check_output_dir, check_output_file
 from .progress import step
 from .report import Table, add_output_arguments, emit, human_bytes, report_path, stdout_is_report, write_reports
+from .taps import OffsetDecision
 from .write import DEFAULT_MAX_SHARD_SIZE, DTYPES, TensorSpec, write_checkpoint
 
 _INTEGER_TYPES = {GGMLQuantizationType.I8: "I8", GGMLQuantizationType.I16: "I16",
@@ -48,7 +49,7 @@ class ConvertResult:
     warnings: list[str]
     tensors: list[TensorRow]
     nonfinite: dict[str, int]               # tensor -> NaN/Inf values written (--allow-nonfinite)
-    offset_decision: object = None          # taps.OffsetDecision, when a target settled an ambiguous offset
+    offset_decision: OffsetDecision | None = None  # when a target settled an ambiguous offset
 
     def tables(self) -> list[Table]:
         rows = [[t.hf_name or "(not written)", t.gguf_name, t.gguf_type, t.shape, ", ".join(t.ops) or "-"]
@@ -164,7 +165,7 @@ def configure_parser(parser) -> None:
     parser.add_argument("--target", metavar="TARGET_DIR",
                         help="dflash: the target's OpenVINO folder; settles an ambiguous target layer offset by "
                              "measuring which layers the draft fits (the tap scan)")
-    from .accept import add_prompt_arguments
+    from .genai import add_prompt_arguments
 
     add_prompt_arguments(parser)
     add_convert_arguments(parser)  # --reference REF_DIR [--min-corr R]: check the result afterwards
@@ -173,7 +174,7 @@ def configure_parser(parser) -> None:
 
 
 def cli(args) -> int:
-    from .accept import prompts_from_args
+    from .genai import prompts_from_args
 
     result = convert(args.gguf, args.output, map_path=args.map, dtype=args.dtype,
                      target_layer_offset=args.target_layer_offset, overwrite=args.overwrite,

@@ -27,11 +27,17 @@ Node names follow optimum's (`__module.layers.0.self_attn.q_proj/aten::linear/Ma
 every tool that reads an optimum draft IR by name reads this one too.
 """
 
+import json
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
-from .source import DraftConfig
+from .names import CONFIG_FILE, IR_XML
+from .outputs import atomic_write_text
+from .progress import step
+from .source import DraftConfig, DraftSource
+from .variants import Variant
 
 F32_MIN = float(np.finfo(np.float32).min)
 
@@ -303,3 +309,80 @@ def build_draft_model(config: DraftConfig, weight: Callable[[str], object], vect
     result = ops.result(out)
     result.output(0).get_tensor().set_names({"last_hidden_state"})
     return ov.Model([result], sinks, params, "dflash_draft")
+
+
+# --- the draft IR of a variant: built, annotated, saved ---------------------------------------------
+
+def set_dflash_rt_info(ov_model, draft: DraftConfig) -> None:
+    # The keys GenAI's draft_model reads (as dflash_mode, dflash_mask_token_id,
+    # dflash_target_layer_ids), with the values optimum writes for the same draft.
+    ov_model.set_rt_info("True", ["dflash_mode"])
+    ov_model.set_rt_info(str(draft.mask_token_id), ["dflash", "mask_token_id"])
+    ov_model.set_rt_info(",".join(map(str, draft.target_layer_ids)), ["dflash", "target_layer_ids"])
+
+
+def build_draft_ir(draft: DraftSource, variant, progress: bool = True, observe=None):
+    """The draft `ov.Model` of `variant` (not yet saved). Returns (model, weight forms)."""
+    from .requantize import WeightForms
+
+    forms = WeightForms(draft, variant, observe=observe)
+    model = build_draft_model(draft.config, forms.weight, forms.vector,
+                              progress=(lambda m: step(f"{variant.name}: {m}", progress)) if progress else None)
+    set_dflash_rt_info(model, draft.config)
+    model.set_rt_info(variant.name, ["gguf2ov", "variant"])  # verify holds a gguf transcode to float32's tolerance
+    if variant.nncf:
+        from .nncf_weights import write_nncf_rt_info
+
+        write_nncf_rt_info(model, variant)
+    return model, forms
+
+
+def save_draft_ir(ov_model, out_dir, forms=None) -> None:
+    """Save the IR; postponed weights are made one at a time while the .bin is written.
+
+    A weight that fails to load while OpenVINO writes (a corrupt tensor, Ctrl-C) stops the save
+    with its own error, not OpenVINO's rewording of it.
+    """
+    import openvino as ov
+
+    from .requantize import mark_decompression
+
+    xml = Path(out_dir) / IR_XML
+    try:
+        ov.save_model(ov_model, str(xml), compress_to_fp16=False)
+    except BaseException:
+        if forms is not None and forms.failure is not None:
+            raise forms.failure from None
+        raise
+    if forms is not None and forms.variant.weight_format == "fp16":
+        mark_decompression(xml)  # only the fp16 weights: NNCF's own f16 -> f32 Converts stay as NNCF wrote them
+
+
+def describe_ir(ov_model) -> dict:
+    def port(p):
+        return [p.get_any_name(), str(p.get_partial_shape()), p.get_element_type().get_type_name()]
+
+    rt = {}
+    for key in (("dflash_mode",), ("dflash", "mask_token_id"), ("dflash", "target_layer_ids")):
+        if ov_model.has_rt_info(list(key)):
+            rt["/".join(key)] = ov_model.get_rt_info(list(key)).astype(str)
+    return {
+        "inputs": [port(p) for p in ov_model.inputs],
+        "outputs": [port(p) for p in ov_model.outputs],
+        "state_variables": len(ov_model.get_variables()),
+        "rt_info": rt,
+    }
+
+
+def write_draft_ir(draft: DraftSource, folder, variant: Variant, progress: bool = True, observe=None):
+    """Build the IR of `variant` and save it in `folder` with the draft's config.json beside it.
+    Returns (describe_ir of the model, the WeightForms that made its weights)."""
+    step(f"building the {variant.name} draft from {draft.describe()}", progress)
+    ov_model, forms = build_draft_ir(draft, variant, progress, observe)
+    step(f"saving the {variant.name} IR", progress)
+    save_draft_ir(ov_model, folder, forms)
+    info = describe_ir(ov_model)
+    del ov_model
+    # GenAI needs only the .xml/.bin; config.json lets `verify` and the tap scan read rt_info and geometry.
+    atomic_write_text(Path(folder) / CONFIG_FILE, json.dumps(draft.config.raw, indent=2) + "\n")
+    return info, forms

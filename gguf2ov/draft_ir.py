@@ -25,6 +25,10 @@ from .names import IR_XML, compile_f32
 
 CONTEXT_NODE = "__module.hidden_norm/aten::mul/Multiply_1"
 LAYER_OUTPUT = "__module.layers.{}/aten::add/Add_1"
+# Synthetic run: two steps, so the second one exercises the KV state written by the first.
+CONTEXT_STEPS = (5, 3)
+SEED = 0
+
 SEGMENT_INPUT, SEGMENT_CONTEXT = "segment_input", "segment_context"
 
 
@@ -187,3 +191,14 @@ def block_feeds(block_embeds: np.ndarray, context_hidden: np.ndarray, past: int 
         "attention_mask": np.ones((1, past + c + b), dtype=np.int64),
         "beam_idx": np.zeros(1, dtype=np.int32),
     }
+
+
+def synthetic_steps(hidden: int, fc_in: int, block: int, stateful: bool) -> list[dict]:
+    """Two draft calls as GenAI makes them: new target context + a block of `block` embeddings."""
+    rng = np.random.default_rng(SEED)
+    steps, past = [], 0
+    for ctx in CONTEXT_STEPS if stateful else CONTEXT_STEPS[:1]:
+        steps.append(block_feeds(rng.standard_normal((block, hidden), dtype=np.float32),
+                                 rng.standard_normal((ctx, fc_in), dtype=np.float32), past))
+        past += ctx  # only the committed target context stays in the cache, not the block
+    return steps

@@ -14,9 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .accept import DEFAULT_PROMPTS, add_prompt_arguments
 from .errors import Gguf2ovError
-from .genai import text_prompts
+from .genai import DEFAULT_PROMPTS, add_prompt_arguments, text_prompts
 from .report import Table, add_output_arguments, emit, human_bytes, render
 from .selector import SelectorGain
 
@@ -280,7 +279,8 @@ def drift(source, out_dir, variants=None, target_dir=None, prompts=None, map_pat
     from .progress import step
     from .provenance import provenance
     from .report import write_reports
-    from .requantize import DEFAULT_DRIFT_VARIANTS, ir_size, parse_variant
+    from .requantize import ir_size
+    from .variants import DEFAULT_DRIFT_VARIANTS, parse_variant
     from .source import DraftSource, open_draft
     from .verify import verify_draft
 
@@ -301,7 +301,7 @@ def drift(source, out_dir, variants=None, target_dir=None, prompts=None, map_pat
     parsed = [parse_variant("fp32")] + [v for v in parsed if v.name != "fp32"]  # the baseline comes first
 
     with atomic_dir(out_dir, overwrite=overwrite, inputs=(draft.path, target_dir, map_path)) as tmp:
-        block = draft.config.block_size or 16
+        block = draft.config.block_size
         if target_dir is not None:
             blocks = target_blocks(target_dir, draft.config.raw, prompts or DEFAULT_PROMPTS, block)
         else:
@@ -380,7 +380,7 @@ def configure_parser(p) -> None:
 
 
 def cli(args) -> int:
-    from .accept import prompts_from_args
+    from .genai import prompts_from_args
 
     if args.accept and not args.target:
         raise Gguf2ovError("--accept needs --target")

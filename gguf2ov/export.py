@@ -21,13 +21,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .draft_graph import write_draft_ir
 from .errors import Gguf2ovError
-from .names import IR_XML, PROVENANCE_FILE
+from .names import PROVENANCE_FILE
 from .outputs import atomic_dir, atomic_write_text, check_output_dir
 from .progress import step
 from .provenance import provenance
 from .report import Table, human_bytes
-from .source import SELECTOR_LEFT_OUT, SELECTOR_PREFIX, DraftConfig, DraftSource, is_gguf, open_draft
+from .source import SELECTOR_LEFT_OUT, SELECTOR_PREFIX, DraftSource, is_gguf, open_draft
+from .taps import OffsetDecision
 from .verify import VerifyResult
 
 
@@ -53,7 +55,7 @@ class ExportResult:
     causal_layers: list[int] = field(default_factory=list)  # layers whose block rows see only earlier rows
     # DFlash 2: what GenAI cannot run and the IR therefore leaves out
     left_out: list[str] = field(default_factory=list)
-    offset_decision: object = None  # taps.OffsetDecision, when a target settled an ambiguous offset
+    offset_decision: OffsetDecision | None = None  # when a target settled an ambiguous offset
 
     def tables(self) -> list[Table]:
         io_rows = [["input", *row] for row in self.inputs] + [["output", *row] for row in self.outputs]
@@ -92,71 +94,6 @@ class ExportResult:
         return lines
 
 
-# --- building, rt_info, saving ------------------------------------------------------------------
-
-
-def set_dflash_rt_info(ov_model, draft: DraftConfig) -> None:
-    # The keys GenAI's draft_model reads (as dflash_mode, dflash_mask_token_id,
-    # dflash_target_layer_ids), with the values optimum writes for the same draft.
-    ov_model.set_rt_info("True", ["dflash_mode"])
-    ov_model.set_rt_info(str(draft.mask_token_id), ["dflash", "mask_token_id"])
-    ov_model.set_rt_info(",".join(map(str, draft.target_layer_ids)), ["dflash", "target_layer_ids"])
-
-
-def build_draft_ir(draft: DraftSource, variant, progress: bool = True, observe=None):
-    """The draft `ov.Model` of `variant` (not yet saved). Returns (model, weight forms)."""
-    from .draft_graph import build_draft_model
-    from .requantize import WeightForms
-
-    forms = WeightForms(draft, variant, observe=observe)
-    model = build_draft_model(draft.config, forms.weight, forms.vector,
-                              progress=(lambda m: step(f"{variant.name}: {m}", progress)) if progress else None)
-    set_dflash_rt_info(model, draft.config)
-    model.set_rt_info(variant.name, ["gguf2ov", "variant"])  # verify holds a gguf transcode to float32's tolerance
-    if variant.nncf:
-        from .nncf_weights import write_nncf_rt_info
-
-        write_nncf_rt_info(model, variant)
-    return model, forms
-
-
-def save_draft_ir(ov_model, out_dir, forms=None) -> None:
-    """Save the IR; postponed weights are made one at a time while the .bin is written.
-
-    A weight that fails to load while OpenVINO writes (a corrupt tensor, Ctrl-C) stops the save
-    with its own error, not OpenVINO's rewording of it.
-    """
-    import openvino as ov
-
-    from .requantize import mark_decompression
-
-    xml = Path(out_dir) / IR_XML
-    try:
-        ov.save_model(ov_model, str(xml), compress_to_fp16=False)
-    except BaseException:
-        if forms is not None and forms.failure is not None:
-            raise forms.failure from None
-        raise
-    if forms is not None and forms.variant.weight_format == "fp16":
-        mark_decompression(xml)  # only the fp16 weights: NNCF's own f16 -> f32 Converts stay as NNCF wrote them
-
-
-def describe_ir(ov_model) -> dict:
-    def port(p):
-        return [p.get_any_name(), str(p.get_partial_shape()), p.get_element_type().get_type_name()]
-
-    rt = {}
-    for key in (("dflash_mode",), ("dflash", "mask_token_id"), ("dflash", "target_layer_ids")):
-        if ov_model.has_rt_info(list(key)):
-            rt["/".join(key)] = ov_model.get_rt_info(list(key)).astype(str)
-    return {
-        "inputs": [port(p) for p in ov_model.inputs],
-        "outputs": [port(p) for p in ov_model.outputs],
-        "state_variables": len(ov_model.get_variables()),
-        "rt_info": rt,
-    }
-
-
 # --- the stage ------------------------------------------------------------------------------------
 
 
@@ -171,7 +108,7 @@ def export_draft(source, out_dir, weight_format: str = "fp32", overwrite: bool =
 
     `observe(name, output, values)` sees each weight as it is made (drift measures it there).
     """
-    from .requantize import variant_from_flags
+    from .variants import variant_from_flags
 
     out_dir = Path(out_dir)
     decision = None
@@ -198,14 +135,7 @@ def export_draft(source, out_dir, weight_format: str = "fp32", overwrite: bool =
 
     start = time.perf_counter()
     with atomic_dir(out_dir, overwrite=overwrite) as tmp:
-        step(f"building the {variant.name} draft from {draft.describe()}", progress)
-        ov_model, forms = build_draft_ir(draft, variant, progress, observe)
-        step(f"saving the {variant.name} IR", progress)
-        save_draft_ir(ov_model, tmp, forms)
-        info = describe_ir(ov_model)
-        del ov_model
-        # GenAI needs only the .xml/.bin; config.json lets `verify` compare rt_info and geometry.
-        atomic_write_text(tmp / "config.json", json.dumps(draft.config.raw, indent=2) + "\n")
+        info, forms = write_draft_ir(draft, tmp, variant, progress, observe)
         options = {"weight_format": variant.weight_format, "variant": variant.name,
                    "target_layer_offset": target_layer_offset, "map": str(map_path) if map_path else None,
                    **({"target_layer_offset_measured": decision.record()} if decision is not None else {}),
@@ -269,7 +199,7 @@ def configure_parser(parser) -> None:
     parser.add_argument("--target", metavar="TARGET_DIR",
                         help="the target's OpenVINO folder: settles an ambiguous GGUF's target layer offset by "
                              "measurement (the tap scan), and verify checks the draft against it")
-    from .accept import add_prompt_arguments
+    from .genai import add_prompt_arguments
 
     add_prompt_arguments(parser)
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
@@ -279,7 +209,7 @@ def configure_parser(parser) -> None:
 
 
 def cli(args) -> int:
-    from .accept import prompts_from_args
+    from .genai import prompts_from_args
     from .report import emit
 
     result = export_draft(args.source, args.output, weight_format=args.weight_format, overwrite=args.overwrite,

@@ -62,6 +62,55 @@ def text_prompts(items) -> list[str]:
     return [p.text for p in as_prompts(items) if not p.images]
 
 
+# --- prompts from the command line ----------------------------------------------------------------
+
+# Used when no prompt file is given: plain English openings any text model can continue.
+DEFAULT_PROMPTS = [
+    "The history of the printing press begins",
+    "Here is a short story about a lighthouse keeper:",
+    "Water boils at a lower temperature on a mountain because",
+]
+
+
+def read_prompts(path, images=()) -> list[Prompt]:
+    """One prompt per line (`[image=FILE] text` for an image prompt), then one image prompt per file
+    in `images` (`--image`)."""
+    prompts = []
+    if path is not None:
+        path = Path(path)
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except OSError as e:
+            raise Gguf2ovError(f"cannot read prompts file {path}: {e.strerror}") from e
+        prompts = [parse_prompt(line, path.parent) for line in lines if line.strip()]
+        if not prompts:
+            raise Gguf2ovError(f"prompts file {path} has no prompts", hint="write one prompt per line")
+    prompts += [Prompt(IMAGE_PROMPT_TEXT, (str(image),)) for image in images]
+    for image in (i for p in prompts for i in p.images):
+        if not Path(image).is_file():
+            raise Gguf2ovError(f"image {image} does not exist", hint="image paths in a prompts file are relative to it")
+    return prompts
+
+
+def add_prompt_arguments(parser) -> None:
+    parser.add_argument("--prompts", type=Path, help="text file, one prompt per line; `[image=FILE] text` for an "
+                                                     "image prompt (VLM targets)")
+    parser.add_argument("--image", action="append", default=[], metavar="FILE",
+                        help=f"add an image prompt ({IMAGE_PROMPT_TEXT!r}) for a VLM target; repeatable")
+
+
+def prompts_from_args(args, default=DEFAULT_PROMPTS) -> list[Prompt] | None:
+    """The prompts the command line names, or `default` (None: the stage's own)."""
+    if args.prompts is None and not args.image:
+        return None if default is None else as_prompts(default)
+    prompts = read_prompts(args.prompts, args.image)
+    if args.prompts is None:
+        prompts = as_prompts(DEFAULT_PROMPTS) + prompts
+    return prompts
+
+
+# --- the pipeline -------------------------------------------------------------------------------------
+
 def target_kind(target_dir) -> str | None:
     """"vlm" for a VLM folder (language model + text embeddings), "llm" for a text model, else None."""
     target_dir = Path(target_dir)

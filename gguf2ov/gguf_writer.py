@@ -1,7 +1,8 @@
-"""Write a DFlash draft checkpoint as a GGUF, the way llama.cpp's converter and quantizer do.
+"""Write a checkpoint as a GGUF, the way llama.cpp's converter and quantizer do (a DFlash draft by
+default; any architecture a map describes).
 
-Names and metadata come from `tensor_maps/dflash.yaml` run backwards, so a file written here
-converts back with the same map. The type mix is llama.cpp's `llama-quant.cpp` for the chosen
+Names and metadata come from the architecture's map (`tensor_maps/dflash.yaml`) run backwards, so a
+file written here converts back with the same map. The type mix is llama.cpp's `llama-quant.cpp` for the chosen
 `mix`; blocks are quantized with `gguf2ov.quants` (llama.cpp's reference quantizers).
 gguf-py has no DFLASH constants: the arch and keys are written as raw strings.
 """
@@ -15,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter, TokenType
 
-from .checkpoint import read_json_object
+from .checkpoint import Checkpoint, read_json_object
 from .errors import Gguf2ovError
 from .maps import load_map
 from .progress import progress as progress_bar
@@ -70,28 +71,40 @@ def write_dflash_gguf(checkpoint_dir, out_path, tokenizer_dir=None, mix: str = "
     under `dflash.mask_token_id`). `tokenizer_dir` is the target's HF tokenizer, written as
     llama.cpp writes a gpt2-style BPE vocabulary (`tokenizer_pre` names its pre-tokenizer).
     """
+    return write_gguf(checkpoint_dir, out_path, ARCH, tokenizer_dir, mix, legacy, progress, tokenizer_pre)
+
+
+def write_gguf(checkpoint_dir, out_path, arch: str, tokenizer_dir=None, mix: str = "Q4_K_M", legacy: bool = False,
+               progress: bool = False, tokenizer_pre: str = "qwen2", extra_metadata: dict | None = None,
+               maps_dir=None) -> GgufWriteResult:
+    """Write the HF checkpoint in `checkpoint_dir` as an `arch` GGUF, its map run backwards.
+
+    `extra_metadata`: GGUF keys the map does not write back (a vocabulary size it only reads).
+    """
     if mix not in MIXES:
         raise Gguf2ovError(f"unknown type mix {mix!r}; choose one of {', '.join(MIXES)}")
     checkpoint_dir = Path(checkpoint_dir)
     config = read_json_object(checkpoint_dir / "config.json")
-    amap = load_map(ARCH)
-    state = _load_checkpoint(checkpoint_dir)
+    amap = load_map(arch, maps_dir=maps_dir)
+    checkpoint = Checkpoint(checkpoint_dir)
     n_layers = config["num_hidden_layers"]
 
-    writer = GGUFWriter(path=None, arch=ARCH)
+    writer = GGUFWriter(path=None, arch=arch)
     writer.add_name(checkpoint_dir.name)
     writer.add_file_type(MIXES[mix][1])
     if MIXES[mix][0] not in (Q.F32, Q.F16):
         writer.add_quantization_version(QUANT_VERSION)
-    metadata = amap.gguf_metadata(config, legacy=legacy)
+    metadata = amap.gguf_metadata(config, legacy=legacy) | (extra_metadata or {})
     if tokenizer_dir is not None:
         _add_tokenizer(writer, Path(tokenizer_dir), config.get("vocab_size"), tokenizer_pre)
     for key, value in metadata.items():
         add_value(writer, key, value)
 
     counts = {}
-    for hf_name in progress_bar(list(state), desc="quantizing", enabled=progress, unit="tensor"):
-        gguf_name, values = amap.to_gguf(hf_name, state.pop(hf_name), config)
+    for hf_name in progress_bar(list(checkpoint.shapes), desc="quantizing", enabled=progress, unit="tensor"):
+        # float32 whatever the checkpoint holds (often BF16): the quantizers take float32
+        values = np.asarray(checkpoint.load(hf_name), dtype=np.float32)
+        gguf_name, values = amap.to_gguf(hf_name, values, config)
         qtype = tensor_type(gguf_name, values.shape, mix, n_layers)
         _add_tensor(writer, gguf_name, values, qtype)
         counts[qtype.name] = counts.get(qtype.name, 0) + 1
@@ -99,21 +112,6 @@ def write_dflash_gguf(checkpoint_dir, out_path, tokenizer_dir=None, mix: str = "
     out_path = Path(out_path)
     write_atomically(writer, out_path)
     return GgufWriteResult(str(out_path), sum(counts.values()), counts, sorted(metadata))
-
-
-def _load_checkpoint(checkpoint_dir: Path) -> dict[str, np.ndarray]:
-    """float32 arrays by HF name, from model.safetensors or a sharded index."""
-    from safetensors import safe_open
-
-    from .checkpoint import safetensors_files
-
-    state = {}
-    for path in safetensors_files(checkpoint_dir):
-        # torch: numpy has no bfloat16, and checkpoints are often BF16.
-        with safe_open(path, framework="pt") as f:
-            for key in f.keys():
-                state[key] = f.get_tensor(key).float().numpy()
-    return state
 
 
 def _add_tensor(writer: GGUFWriter, name: str, values: np.ndarray, qtype) -> None:

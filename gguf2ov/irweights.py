@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+
 from .names import IR_XML, compile_f32
 
 # optimum's PyTorch frontend names a Linear's MatMul "__module.<path>/aten::linear/MatMul" and an
@@ -95,3 +96,60 @@ def ir_weights(model_or_path, kinds=("MatMul", "Gather")) -> dict[str, np.ndarra
     compiled = compile_f32(sub)
     result = compiled.create_infer_request().infer({})
     return {name: np.asarray(result[compiled.output(i)], dtype=np.float32) for i, name in enumerate(names)}
+
+
+# --- what the IR's weights are stored as ------------------------------------------------------------
+
+def weight_precision(model) -> str:
+    """f32, f16, int, or gguf (the file's own grid, exact): how the IR stores its MatMul weights."""
+    if model.has_rt_info(["gguf2ov", "variant"]) and model.get_rt_info(["gguf2ov", "variant"]).astype(str) == "gguf":
+        return "gguf"
+    types = {src.get_output_element_type(0) for src in weight_constants(model)}
+    if any(not t.is_real() for t in types):
+        return "int"
+    return "f16" if any(t.get_type_name() in ("f16", "bf16") for t in types) else "f32"
+
+
+def weight_constants(model) -> list:
+    """The stored constant behind each MatMul that multiplies by a weight (through its decompression)."""
+    found = []
+    for op in model.get_ops():
+        if op.get_type_name() == "MatMul":
+            src = op.input_value(1).get_node()
+            while src.get_type_name() in ("Convert", "Multiply", "Subtract", "Reshape") and src.get_input_size():
+                src = src.input_value(0).get_node()
+            if src.get_type_name() == "Constant":
+                found.append(src)
+    return found
+
+
+def weight_matmuls(model) -> int:
+    """How many MatMuls multiply by a weight: an operand computed from constants alone, whatever
+    decompression (NNCF's, the GGUF grid's) makes it."""
+    constant: dict = {}
+
+    def from_constants(node) -> bool:
+        key = node.get_friendly_name()
+        if key not in constant:
+            kind = node.get_type_name()
+            constant[key] = kind == "Constant" or (kind not in ("Parameter", "ReadValue") and node.get_input_size() > 0
+                                                   and all(from_constants(i.get_node()) for i in node.input_values()))
+        return constant[key]
+
+    return sum(op.get_type_name() == "MatMul" and from_constants(op.input_value(1).get_node()) for op in model.get_ops())
+
+
+def constant_values(node, max_rows: int | None = None):
+    """The value of a weight constant, through the Convert that fp16 compression inserts.
+
+    `max_rows` reads evenly spaced rows only: the data is memory-mapped, and reading a whole 1 B
+    draft's weights would bring all of it into memory for a standard deviation.
+    """
+    if node.get_type_name() == "Convert" and node.input_value(0).get_node().get_type_name() == "Constant":
+        node = node.input_value(0).get_node()
+    if node.get_type_name() != "Constant" or not node.get_output_element_type(0).is_real():
+        return None
+    data = node.get_data()
+    if max_rows is not None and data.ndim == 2 and len(data) > max_rows:
+        data = data[:: -(-len(data) // max_rows)]
+    return data.astype("float32")

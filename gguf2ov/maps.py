@@ -6,7 +6,10 @@ metadata (and back), matching tensor names strictly, and the ops that undo what 
 a tensor, each with its reverse so a map can also write GGUF.
 
 Map sections:
-- `arch`: equals `general.architecture`; `extends`: a skeleton map merged underneath.
+- `arch`: equals `general.architecture`; `extends`: a skeleton map merged underneath;
+  `unset: {section: [keys]}` drops what the skeleton has and this map does not;
+  `strip_hf_prefix`: a prefix every HF name of the map loses (the DFlash draft is the decoder
+  skeleton without `model.`).
 - `hf`: fixed config fields (architectures, model_type, ...).
 - `config`: HF key (dotted keys nest) -> a rule `{from: key | [keys] (first present wins), type,
   add, default, optional, len, map, constant, min, max, above, below, length, flag, ambiguous_when,
@@ -24,12 +27,19 @@ Map sections:
   variant of the architecture that the tensors tell apart, e.g. DFlash 2 within `dflash`).
 - `shapes`: HF template -> expected PyTorch shape, as expressions over config keys.
 - `legacy`: config rules an older converter used (only used to write GGUF in the old layout).
+- `compare`: HF config key -> other places a published config may hold it; the keys `check`
+  compares with a reference.
+
+Maps are found in the shipped `tensor_maps/` and in the folders named by GGUF2OV_MAPS (paths
+separated like PATH) or passed as `maps_dir`: adding an architecture is one YAML file there.
 """
 
 import ast
 import copy
 import math
+import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -38,9 +48,14 @@ import numpy as np
 import yaml
 
 from .errors import Gguf2ovError
+from .read import GgufFile, StringArray, open_gguf
 
-TOP_LEVEL_KEYS = {"arch", "extends", "hf", "config", "tensors", "optional", "groups", "group_hf", "shapes",
-                  "legacy"}
+TOP_LEVEL_KEYS = {"arch", "extends", "unset", "strip_hf_prefix", "hf", "config", "tensors", "optional", "groups",
+                  "group_hf", "shapes", "legacy", "compare"}
+# Sections whose entries `unset` can drop (the ones that are mappings).
+UNSET_SECTIONS = ("hf", "config", "tensors", "optional", "groups", "group_hf", "shapes", "legacy", "compare")
+# Extra folders of maps, separated like PATH (os.pathsep).
+MAPS_ENV = "GGUF2OV_MAPS"
 RULE_KEYS = {"from", "tensor_absent", "type", "add", "default", "optional", "len", "map", "constant", "min", "max",
              "above", "below", "length", "flag", "ambiguous_when", "choices", "write_also", "hf_aliases"}
 # Value types a config rule declares: (test, words for messages). A float must be finite (NaN or
@@ -56,7 +71,10 @@ VALUE_TYPES = {
 # array can be as long as the file, and as Python objects it would take 8-30x its size.
 MAX_LIST = 1 << 16
 _LIST_WORDS = {"int": "integers", "float": "finite numbers", "bool": "true/false values", "str": "strings"}
-FLAGS = {"target_layer_offset": "--target-layer-offset"}
+# Values a command-line option can set in place of a config rule's `add` (rule key `flag`). Each is
+# a keyword of ArchMap.hf_config and an option of the commands that read GGUFs, so a new one needs
+# Python; its option is the name with dashes (flag_option).
+KNOWN_FLAGS = ("target_layer_offset",)
 _PLACEHOLDER = re.compile(r"\{(\w*)\}")
 
 
@@ -89,15 +107,23 @@ def _check_heads(arg):
     return isinstance(arg, dict) and set(arg) == {"heads"} and isinstance(arg["heads"], str)
 
 
+@dataclass(frozen=True)
+class Op:
+    apply: Callable[..., np.ndarray]  # (x, arg, config, reverse=False)
+    check: Callable[[object], bool]   # whether a map's argument is valid
+    takes: str                # the argument, in words, for messages
+    examples: tuple = ()      # valid arguments (with a config where "n" is a head count of 4), for tests
+
+
 OPS = {
-    "add": (_add, _check_add, "a number, e.g. add: -1.0"),
-    "unpermute_qk": (_unpermute_qk, _check_heads, "{heads: <config key>}"),
+    "add": Op(_add, _check_add, "a number, e.g. add: -1.0", (-1.0, 0.5)),
+    "unpermute_qk": Op(_unpermute_qk, _check_heads, "{heads: <config key>}", ({"heads": "n"},)),
 }
 
 
 def apply_ops(ops, x, config, reverse=False):
     for name, arg in (reversed(ops) if reverse else ops):
-        x = OPS[name][0](x, arg, config, reverse=reverse)
+        x = OPS[name].apply(x, arg, config, reverse=reverse)
     return x
 
 
@@ -143,6 +169,7 @@ class ArchMap:
     shapes: dict
     legacy: dict
     group_hf: dict = field(default_factory=dict)
+    compare: dict = field(default_factory=dict)   # HF key -> [other places a config may hold it]
 
     # -- config ------------------------------------------------------------------------------------
 
@@ -170,6 +197,10 @@ class ArchMap:
         if not self.group_hf:
             return set()
         return {rule.group for name in gguf.tensors for rule, _ in self.match(name) if rule.group}
+
+    def config_default(self, hf_key: str):
+        """The value the map takes for `hf_key` when the file does not state it (None: no default)."""
+        return self.config.get(hf_key, {}).get("default")
 
     def flag_rule(self, flag: str):
         """(hf_key, gguf_key) of the config rule a command-line flag overrides, or None."""
@@ -266,7 +297,7 @@ class ArchMap:
             raise Gguf2ovError(
                 f"{gguf.path}: cannot tell how {source} = {_short(value)} was written ({'; '.join(reasons)}), so "
                 f"{hf_key} is not settled: {self._choices_text(rule, value)}",
-                hint=f"check the draft's original config, then pass {FLAGS[rule['flag']]} explicitly; or give "
+                hint=f"check the draft's original config, then pass {flag_option(rule['flag'])} explicitly; or give "
                      "--target (the target's OpenVINO folder) and the tap scan measures which layers the draft "
                      "fits")
 
@@ -276,7 +307,7 @@ class ArchMap:
         for offset, meaning in rule.get("choices", {}).items():
             ids = [v + offset for v in value] if isinstance(value, list) else value + offset
             bad = " (invalid)" if _out_of_bounds(ids, rule) else ""
-            parts.append(f"{FLAGS[rule['flag']]} {offset} if written by {meaning}: {_short(ids)}{bad}")
+            parts.append(f"{flag_option(rule['flag'])} {offset} if written by {meaning}: {_short(ids)}{bad}")
         return "; ".join(parts)
 
     def gguf_metadata(self, hf_config: dict, legacy: bool = False) -> dict:
@@ -392,6 +423,11 @@ class ArchMap:
                 x = apply_ops(entry.ops, x, config)
             yield entry.hf_name, x, entry.gguf_name, entry.qtype
 
+    def shape_for(self, hf_template: str, config: dict) -> list[int] | None:
+        """The PyTorch shape the map expects for an HF name template under `config` (None: not stated)."""
+        expr = self.shapes.get(hf_template)
+        return None if expr is None else [_eval_shape(e, config) for e in expr]
+
     def _expected_shape(self, rule, n, config):
         expr = self.shapes.get(rule.hf) if rule.hf else None
         if expr is None:
@@ -465,8 +501,6 @@ def _is_int(v) -> bool:
 
 def _is_array(value) -> bool:
     """A metadata array: a list, or the compact forms `read` keeps large arrays in."""
-    from .read import StringArray
-
     return isinstance(value, (list, np.ndarray, StringArray))
 
 
@@ -601,27 +635,96 @@ def _maps_dir():
     return resources.files("gguf2ov.tensor_maps")
 
 
-def supported_arches() -> list[str]:
-    return sorted(p.name[:-5] for p in _maps_dir().iterdir() if p.name.endswith(".yaml") and not p.name.startswith("_"))
+def map_dirs(maps_dir=None) -> list:
+    """Where maps are found, in order: the shipped folder, then `maps_dir` (a folder or a list of
+    them), then the folders in GGUF2OV_MAPS. A shipped map is never replaced by a user's one of the
+    same name (pass --map for that)."""
+    extra = [] if maps_dir is None else [maps_dir] if isinstance(maps_dir, (str, os.PathLike)) else list(maps_dir)
+    extra += [d for d in os.environ.get(MAPS_ENV, "").split(os.pathsep) if d]
+    return [_maps_dir(), *(Path(d) for d in extra)]
 
 
-def load_map(arch: str | None = None, path=None) -> ArchMap:
+def _arch_files(maps_dir=None) -> dict:
+    """arch -> (its YAML file, the name messages give it), over every map folder (the first folder
+    holding a name wins)."""
+    found = {}
+    for i, folder in enumerate(map_dirs(maps_dir)):
+        if not folder.is_dir():
+            continue
+        for p in sorted(folder.iterdir(), key=lambda p: p.name):
+            if p.name.endswith(".yaml") and not p.name.startswith("_"):
+                found.setdefault(p.name[:-5], (p, f"tensor_maps/{p.name}" if i == 0 else str(p)))
+    return found
+
+
+def supported_arches(maps_dir=None) -> list[str]:
+    return sorted(_arch_files(maps_dir))
+
+
+def load_map(arch: str | None = None, path=None, maps_dir=None) -> ArchMap:
     if path is not None:
         return _build(_read_yaml(Path(path)), str(path))
+    files = _arch_files(maps_dir)
     if arch is None:
         raise Gguf2ovError("the file names no architecture (general.architecture is missing)",
-                           hint=f"pass --map; shipped maps: {', '.join(supported_arches())}")
-    # general.architecture comes from an untrusted file: only a shipped map's name selects a map
-    if not isinstance(arch, str) or arch not in supported_arches():
-        raise Gguf2ovError(f"no map for architecture {_short(arch)}; supported: {', '.join(supported_arches())}",
-                           hint="write a tensor map YAML for it and pass --map")
-    return _build(_read_yaml(_maps_dir() / f"{arch}.yaml"), f"tensor_maps/{arch}.yaml")
+                           hint=f"pass --map; known maps: {', '.join(sorted(files))}")
+    # general.architecture comes from an untrusted file: it only selects a map by its file name in
+    # a map folder (never a path)
+    if not isinstance(arch, str) or arch not in files:
+        raise Gguf2ovError(f"no map for architecture {_short(arch)}; supported: {', '.join(sorted(files))}",
+                           hint=f"write a tensor map YAML for it and pass --map, or put it in a folder named by "
+                                f"{MAPS_ENV}")
+    resource, name = files[arch]
+    return _build(_read_yaml(resource), name)
+
+
+def map_data(arch: str, maps_dir=None) -> dict:
+    """A map's YAML content with `extends` resolved: one self-contained map (to write a variant of it)."""
+    load_map(arch, maps_dir=maps_dir)  # the same checks and messages
+    return _read_yaml(_arch_files(maps_dir)[arch][0])
+
+
+def shipped_maps(maps_dir=None) -> list[ArchMap]:
+    """Every map that a file's architecture can select."""
+    return [load_map(arch, maps_dir=maps_dir) for arch in supported_arches(maps_dir)]
+
+
+def config_default(arch: str, hf_key: str):
+    """The default the `arch` map states for `hf_key` (e.g. dflash's block_size), None if none."""
+    return load_map(arch).config_default(hf_key)
+
+
+def flag_default(flag: str, maps_dir=None):
+    """What a map adds where `flag` is not given (dflash: -1 to the target layers), when every map
+    with that flag agrees; None otherwise. For a converted folder that did not record the value."""
+    adds = {m.config[found[0]].get("add", 0) for m in shipped_maps(maps_dir) if (found := m.flag_rule(flag))}
+    return adds.pop() if len(adds) == 1 else None
+
+
+def flag_option(flag: str) -> str:
+    """The command-line option of a rule's `flag`."""
+    return "--" + flag.replace("_", "-")
+
+
+def compared_keys(extra: "ArchMap | None" = None) -> dict[str, dict]:
+    """Config keys `check` compares, over every map (a key missing on both sides is skipped):
+    {HF key: {"places": [where a config may hold it, first present wins], "default": value or None,
+    "flag": the rule's flag or None}}, in map order."""
+    out = {}
+    for amap in [*shipped_maps(), *([extra] if extra is not None else [])]:
+        for key, others in amap.compare.items():
+            rule = amap.config.get(key, {})
+            entry = out.setdefault(key, {"places": [key], "default": None, "flag": None})
+            entry["places"] += [p for p in others if p not in entry["places"]]
+            entry["default"] = entry["default"] if entry["default"] is not None else rule.get("default")
+            entry["flag"] = entry["flag"] or rule.get("flag")
+    return out
 
 
 @dataclass(frozen=True)
 class MappedGguf:
     """A GGUF file read through its map: the HF config it states and the plan for every tensor."""
-    gguf: object
+    gguf: GgufFile
     amap: ArchMap
     config: dict
     plan: list[PlanEntry]
@@ -637,8 +740,6 @@ def open_mapped(gguf_path, map_path=None, target_layer_offset=None, allow_ambigu
     `allow_ambiguous` takes the map's default where the file cannot settle a value (target layer ids
     of an old-layout dflash file): for uses that do not write a checkpoint, or that name the shift.
     """
-    from .read import GgufFile, open_gguf
-
     gguf = gguf_path if isinstance(gguf_path, GgufFile) else open_gguf(gguf_path)  # or opened once by the caller
     amap = map_for(gguf, map_path)
     if target_layer_offset is not None and amap.flag_rule("target_layer_offset") is None:
@@ -648,9 +749,9 @@ def open_mapped(gguf_path, map_path=None, target_layer_offset=None, allow_ambigu
     return MappedGguf(gguf, amap, config, amap.plan(gguf, config))
 
 
-def map_for(gguf, path=None) -> ArchMap:
-    """The map for a file: `path` if given (its arch must match), else the shipped one."""
-    amap = load_map(gguf.arch, path)
+def map_for(gguf, path=None, maps_dir=None) -> ArchMap:
+    """The map for a file: `path` if given (its arch must match), else the one its arch names."""
+    amap = load_map(gguf.arch, path, maps_dir)
     if amap.arch != gguf.arch:
         raise Gguf2ovError(f"{gguf.path} is {_short(gguf.arch)} but the map {amap.path} is for {amap.arch!r}")
     return amap
@@ -666,12 +767,49 @@ def _read_yaml(resource, seen=()) -> dict:
         raise Gguf2ovError(f"tensor map {name} is not a mapping")
     if unknown := set(data) - TOP_LEVEL_KEYS:
         raise Gguf2ovError(f"tensor map {name}: unknown sections {sorted(unknown)}; allowed: {sorted(TOP_LEVEL_KEYS)}")
+    unset = data.get("unset") or {}
+    if not isinstance(unset, dict) or not all(k in UNSET_SECTIONS and isinstance(v, list) for k, v in unset.items()):
+        raise Gguf2ovError(f"tensor map {name}: unset must map sections ({', '.join(UNSET_SECTIONS)}) to lists of "
+                           "their keys")
     if base_name := data.get("extends"):
         base = resource.parent / base_name if (resource.parent / base_name).is_file() else _maps_dir() / base_name
         if str(base) in seen:
             raise Gguf2ovError(f"tensor map {name}: extends loop through {base_name}")
-        data = _merge(_read_yaml(base, seen + (str(base),)), {k: v for k, v in data.items() if k != "extends"})
+        base_data = _read_yaml(base, seen + (str(base),))
+        for section, keys in unset.items():
+            if absent := [k for k in keys if k not in (base_data.get(section) or {})]:
+                raise Gguf2ovError(f"tensor map {name}: unset {section}: {absent} not in {base_name}")
+            base_data[section] = {k: v for k, v in base_data[section].items() if k not in keys}
+        data = _merge(base_data, {k: v for k, v in data.items() if k not in ("extends", "unset")})
+    elif unset:
+        raise Gguf2ovError(f"tensor map {name}: unset needs extends")
+    if prefix := data.get("strip_hf_prefix"):
+        if not isinstance(prefix, str):
+            raise Gguf2ovError(f"tensor map {name}: strip_hf_prefix must be a string")
+        data = _strip_hf_prefix(data, prefix)
     return data
+
+
+def _strip_hf_prefix(data: dict, prefix: str) -> dict:
+    def strip(hf):
+        if isinstance(hf, str):
+            return hf[len(prefix):] if hf.startswith(prefix) else hf
+        if isinstance(hf, dict) and isinstance(hf.get("to"), str):
+            return dict(hf, to=strip(hf["to"]))
+        return hf
+
+    def names(section):
+        return {k: strip(v) for k, v in section.items()} if isinstance(section, dict) else section
+
+    out = dict(data)
+    for key in ("tensors", "optional"):
+        if key in out:
+            out[key] = names(out[key])
+    if isinstance(out.get("groups"), dict):
+        out["groups"] = {g: names(body) for g, body in out["groups"].items()}
+    if isinstance(out.get("shapes"), dict):
+        out["shapes"] = {strip(k): v for k, v in out["shapes"].items()}
+    return out
 
 
 def _merge(base: dict, child: dict) -> dict:
@@ -719,7 +857,14 @@ def _build(data: dict, name: str) -> ArchMap:
             raise bad(f"group_hf names {group!r}, which is not a group of this map")
         if not isinstance(fields, dict):
             raise bad(f"group_hf {group} must be a mapping of config fields")
-    return ArchMap(arch, name, dict(data.get("hf") or {}), config, rules, shapes, legacy, group_hf)
+    compare = data.get("compare") or {}
+    for key, places in compare.items():
+        if key not in config:
+            raise bad(f"compare names {key!r}, which is not a config key of this map")
+        if not isinstance(places, list) or not all(isinstance(p, str) for p in places):
+            raise bad(f"compare {key} must list the other places a config may hold it")
+    return ArchMap(arch, name, dict(data.get("hf") or {}), config, rules, shapes, legacy, group_hf,
+                   {k: list(v) for k, v in compare.items()})
 
 
 def _rule(hf_key, rule, arch, bad, typed: bool = True) -> dict:
@@ -749,8 +894,8 @@ def _rule(hf_key, rule, arch, bad, typed: bool = True) -> dict:
             raise bad(f"config {hf_key}: {key} names another config key")
     if "add" in rule and not _check_add(rule["add"]):
         raise bad(f"config {hf_key}: add must be a number")
-    if "flag" in rule and rule["flag"] not in FLAGS:
-        raise bad(f"config {hf_key}: unknown flag {rule['flag']!r}; known: {sorted(FLAGS)}")
+    if "flag" in rule and rule["flag"] not in KNOWN_FLAGS:
+        raise bad(f"config {hf_key}: unknown flag {rule['flag']!r}; known: {sorted(KNOWN_FLAGS)}")
     for cond in rule.get("ambiguous_when", []):
         if not isinstance(cond, dict) or len(set(cond) & {"has", "lacks", "contains"}) != 1 or "why" not in cond:
             raise bad(f"config {hf_key}: each ambiguous_when entry needs one of has/lacks/contains and a why")
@@ -776,8 +921,8 @@ def _tensor_rule(gguf, value, required, group, bad) -> TensorRule:
         (op_name, arg), = op.items()
         if op_name not in OPS:
             raise bad(f"tensor {gguf}: unknown op {op_name!r}; known: {sorted(OPS)}")
-        if not OPS[op_name][1](arg):
-            raise bad(f"tensor {gguf}: op {op_name} takes {OPS[op_name][2]}, got {arg!r}")
+        if not OPS[op_name].check(arg):
+            raise bad(f"tensor {gguf}: op {op_name} takes {OPS[op_name].takes}, got {arg!r}")
         parsed.append((op_name, arg))
     return TensorRule(gguf, hf, tuple(parsed), required, group, _template_re(gguf), _template_re(hf) if hf else None)
 

@@ -64,7 +64,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import Gguf2ovError
-from .requantize import Variant
+from .variants import Variant
 
 INT8_ASYM, INT8_SYM, INT4_ASYM, INT4_SYM = "int8_asym", "int8_sym", "int4_asym", "int4_sym"
 _NNCF_MODE_NAMES = {INT8_ASYM: "INT8_ASYM", INT8_SYM: "INT8_SYM", INT4_ASYM: "INT4_ASYM", INT4_SYM: "INT4_SYM"}

@@ -72,12 +72,13 @@ def run(gguf_path, target_dir, out_dir, reference_dir=None, requant: str = DEFAU
         prompts=None, max_new_tokens: int = 100, num_assistant_tokens: int = 7, precision: str = "f32",
         repeats: int = 1, map_path=None, target_layer_offset=None, overwrite: bool = False,
         progress: bool = True, device: str = "CPU") -> RunResult:
-    from .accept import DEFAULT_PROMPTS, check_options, check_target_dir, run_acceptance
+    from .accept import check_options, check_target_dir, run_acceptance
     from .check import check
     from .convert import convert
     from .drift import drift
     from .provenance import provenance
-    from .requantize import DEFAULT_DRIFT_VARIANTS, parse_variant
+    from .genai import DEFAULT_PROMPTS
+    from .variants import DEFAULT_DRIFT_VARIANTS, parse_variant
     from .verify import verify_draft
 
     gguf_path, target_dir, out_dir = Path(gguf_path), Path(target_dir), Path(out_dir)
@@ -223,7 +224,7 @@ def markdown_report(result: RunResult) -> str:
 
 
 def configure_parser(p) -> None:
-    from .accept import add_prompt_arguments
+    from .genai import add_prompt_arguments
 
     p.add_argument("gguf", help="the draft GGUF")
     p.add_argument("--target", required=True, help="the target's OpenVINO folder (IR, tokenizer, config.json)")
@@ -246,7 +247,7 @@ def configure_parser(p) -> None:
 
 
 def cli(args) -> int:
-    from .accept import prompts_from_args
+    from .genai import prompts_from_args
 
     result = run(args.gguf, args.target, args.output, reference_dir=args.reference, requant=args.requant,
                  variants=[v for v in args.variants.split(",") if v.strip()] if args.variants else None,

@@ -146,7 +146,7 @@ def selector_gain(draft, draft_dir, target, prompts, new_tokens: int = 48, block
     from .source import draft_value
 
     top_k = draft_value(config.raw, "selector_top_k") or DEFAULT_TOP_K
-    block = config.block_size or 16
+    block = config.block_size
     ids = config.target_layer_ids
     embeds, contexts, anchors, truths = [], [], [], []
     for c in continuations(target, prompts, ids, block, new_tokens, blocks_per_prompt):

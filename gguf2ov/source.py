@@ -31,6 +31,9 @@ SELECTOR_LEFT_OUT = ("The candidate selector stays in the checkpoint, out of the
                      "top-1, which is lossless but accepts fewer tokens than the selector's path "
                      "(`gguf2ov drift --target` measures the difference).")
 
+# The map that states a draft's config keys and their defaults (tensor_maps/dflash.yaml).
+DRAFT_ARCH = "dflash"
+
 # transformers' Qwen3Config defaults for keys a draft config may leave out
 QWEN3_DEFAULTS = {"num_key_value_heads": 32, "head_dim": 128, "rms_norm_eps": 1e-6, "sliding_window": 4096,
                   "max_window_layers": 28, "rope_theta": 10000.0}
@@ -45,7 +48,7 @@ class DraftConfig:
     num_layers: int
     target_layer_ids: list[int]
     mask_token_id: int
-    block_size: int | None
+    block_size: int                   # the map's default when the config leaves it out
     # DFlash 2: taps and channels per group of each dynamic convolution (None for a v1 draft)
     conv_kernel_size: int | None = None
     conv_group_size: int | None = None
@@ -146,14 +149,21 @@ def draft_config(raw: dict, where) -> DraftConfig:
             raise Gguf2ovError(f"{where}: {key} is {raw[key]!r}, not a positive integer")
     if raw.get("is_causal") is not None and not isinstance(raw["is_causal"], bool):
         raise Gguf2ovError(f"{where}: is_causal is {raw['is_causal']!r}, not true or false")
-    block = dflash.get("block_size")
     config = DraftConfig(raw=raw, hidden_size=raw["hidden_size"], num_layers=raw["num_hidden_layers"],
                          target_layer_ids=list(ids), mask_token_id=dflash["mask_token_id"],
-                         block_size=block if _is_int(block) else None, **_dflash2_fields(raw, where))
+                         block_size=block_size(raw), **_dflash2_fields(raw, where))
     if config.num_heads % config.num_kv_heads:
         raise Gguf2ovError(f"{where}: {config.num_heads} attention heads do not split into "
                            f"{config.num_kv_heads} key/value heads")
     return config
+
+
+def block_size(raw: dict) -> int:
+    """A draft config's dflash_config.block_size, or the dflash map's default where it has none."""
+    from .maps import config_default
+
+    block = (raw.get("dflash_config") or {}).get("block_size")
+    return block if _is_int(block) and block > 0 else config_default(DRAFT_ARCH, "dflash_config.block_size")
 
 
 def draft_value(raw: dict, name: str):

@@ -176,9 +176,10 @@ def score_sets(draft_xml, raw_config: dict, target, prompts, sets: dict[str, lis
     """Score every layer set on the same blocks. Returns ([TapSet], blocks, proposals, prompts used)."""
     from .draft_ir import block_feeds, run_draft
     from .selector import accepted, continuations, draft_logits
+    from .source import block_size
 
     dflash = raw_config.get("dflash_config") or {}
-    mask, block = dflash.get("mask_token_id"), dflash.get("block_size") or 16
+    mask, block = dflash.get("mask_token_id"), block_size(raw_config)
     if mask is None:
         raise Gguf2ovError("the draft's config has no dflash_config.mask_token_id")
     layers = sorted({i for ids in sets.values() for i in ids})
@@ -245,8 +246,8 @@ def scan_taps(draft_dir, target, prompts=None, shifts=SHIFTS, named=(), configur
     `configured` overrides the draft's own target_layer_ids (the ids its config states); `named` are
     further layer sets to score; `prompts` default to accept's.
     """
-    from .accept import DEFAULT_PROMPTS
     from .draft_ir import DraftIR
+    from .genai import DEFAULT_PROMPTS
     from .names import IR_XML
     from .target import Target
 
@@ -331,20 +332,20 @@ def scan_source(source, target, map_path=None, target_layer_offset=None, prompts
     values exactly; a checkpoint in fp32)."""
     import tempfile
 
-    from .export import export_draft
+    from .draft_graph import write_draft_ir
     from .source import open_draft
+    from .variants import parse_variant
 
     draft = open_draft(source, map_path, target_layer_offset)
     with tempfile.TemporaryDirectory(prefix="gguf2ov-taps-") as tmp:
-        export_draft(draft, Path(tmp) / "draft", weight_format="gguf" if draft.kind == "gguf" else "fp32",
-                     progress=False, run_verify=False)
-        return scan_taps(Path(tmp) / "draft", target, prompts=prompts, shifts=shifts, named=named)
+        write_draft_ir(draft, tmp, parse_variant("gguf" if draft.kind == "gguf" else "fp32"), progress=False)
+        return scan_taps(tmp, target, prompts=prompts, shifts=shifts, named=named)
 
 
 def settle_offset(gguf, target, map_path=None, prompts=None, progress: bool = True) -> OffsetDecision | None:
     """The target layer offset of an ambiguous GGUF, measured against `target`; None when the file
     settles it itself. Refuses (Gguf2ovError) when the measurement cannot tell."""
-    from .maps import FLAGS, map_for
+    from .maps import flag_option, map_for
     from .progress import step
     from .read import GgufFile, open_gguf
     from .target import Target
@@ -368,7 +369,7 @@ def settle_offset(gguf, target, map_path=None, prompts=None, progress: bool = Tr
             invalid[int(offset)] = f"ids {ids} outside the target's layers"
         else:
             choices[int(offset)] = ids
-    flag = FLAGS[rule["flag"]]
+    flag = flag_option(rule["flag"])
     if not choices:
         raise Gguf2ovError(f"{gguf.path}: no choice of {flag} puts {declared} inside the target "
                            f"({'; '.join(f'offset {o}: {w}' for o, w in invalid.items())})",

@@ -12,9 +12,12 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .draft_ir import CONTEXT_STEPS, synthetic_steps
 from .errors import Gguf2ovError, library_message
+from .irweights import constant_values, weight_matmuls, weight_precision
 from .names import DETOKENIZER_IR, IR_XML, SAFETENSORS_FILE, TOKENIZER_IR, VLM_LANGUAGE_MODEL
 from .report import Table
+from .taps import TapScan
 
 TARGET_XMLS = (IR_XML, VLM_LANGUAGE_MODEL)  # a text target's model, a VLM's language model
 DRAFT_INPUTS = ("inputs_embeds", "hidden_states", "position_ids", "attention_mask")
@@ -28,9 +31,6 @@ TOLERANCE = {"f32": 1e-4, "f16": 1e-2, "gguf": 1e-4}
 INIT_STD_MARGIN = 0.25
 # Rows read per projection weight for its standard deviation.
 SAMPLE_ROWS = 64
-# Synthetic run: two steps, so the second one exercises the KV state written by the first.
-CONTEXT_STEPS = (5, 3)
-SEED = 0
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class VerifyResult:
     checkpoint_dir: str | None
     checks: list[Check]
     figures: dict = field(default_factory=dict)
-    taps: object = None  # taps.TapScan, with a target
+    taps: TapScan | None = None  # with a target
     ok: bool = field(init=False)  # a field, so that it reaches the JSON
 
     def __post_init__(self):
@@ -231,62 +231,10 @@ def _rt_info_check(d: _Draft) -> Check:
 # --- behaviour ----------------------------------------------------------------------------------
 
 
-def synthetic_steps(hidden: int, fc_in: int, block: int, stateful: bool) -> list[dict]:
-    """Two draft calls as GenAI makes them: new target context + a block of `block` embeddings."""
-    import numpy as np
-
-    from .draft_ir import block_feeds
-
-    rng = np.random.default_rng(SEED)
-    steps, past = [], 0
-    for ctx in CONTEXT_STEPS if stateful else CONTEXT_STEPS[:1]:
-        steps.append(block_feeds(rng.standard_normal((block, hidden), dtype=np.float32),
-                                 rng.standard_normal((ctx, fc_in), dtype=np.float32), past))
-        past += ctx  # only the committed target context stays in the cache, not the block
-    return steps
-
-
-def weight_precision(model) -> str:
-    """f32, f16, int, or gguf (the file's own grid, exact): how the IR stores its MatMul weights."""
-    if model.has_rt_info(["gguf2ov", "variant"]) and model.get_rt_info(["gguf2ov", "variant"]).astype(str) == "gguf":
-        return "gguf"
-    types = {src.get_output_element_type(0) for src in weight_constants(model)}
-    if any(not t.is_real() for t in types):
-        return "int"
-    return "f16" if any(t.get_type_name() in ("f16", "bf16") for t in types) else "f32"
-
-
-def weight_constants(model) -> list:
-    """The stored constant behind each MatMul that multiplies by a weight (through its decompression)."""
-    found = []
-    for op in model.get_ops():
-        if op.get_type_name() == "MatMul":
-            src = op.input_value(1).get_node()
-            while src.get_type_name() in ("Convert", "Multiply", "Subtract", "Reshape") and src.get_input_size():
-                src = src.input_value(0).get_node()
-            if src.get_type_name() == "Constant":
-                found.append(src)
-    return found
-
-
-def _weight_matmuls(model) -> int:
-    """How many MatMuls multiply by a weight: an operand computed from constants alone, whatever
-    decompression (NNCF's, the GGUF grid's) makes it."""
-    constant: dict = {}
-
-    def from_constants(node) -> bool:
-        key = node.get_friendly_name()
-        if key not in constant:
-            kind = node.get_type_name()
-            constant[key] = kind == "Constant" or (kind not in ("Parameter", "ReadValue") and node.get_input_size() > 0
-                                                   and all(from_constants(i.get_node()) for i in node.input_values()))
-        return constant[key]
-
-    return sum(op.get_type_name() == "MatMul" and from_constants(op.input_value(1).get_node()) for op in model.get_ops())
-
-
 def _behaviour_checks(d: _Draft, reference, figures: dict) -> list[Check]:
-    block = ((d.config or {}).get("dflash_config") or {}).get("block_size") or 16
+    from .source import block_size
+
+    block = block_size(d.config or {})
     out = []
     if not (d.hidden and d.fc_in):
         skip = "draft inputs unknown (see inputs)"
@@ -369,7 +317,7 @@ def _missing_convolutions(model, source) -> str | None:
     weights the output comparison below has no tolerance to catch it, so the projections are counted.
     """
     expected = sum(len(shape) == 2 for shape in source.expected.values())
-    found = _weight_matmuls(model)
+    found = weight_matmuls(model)
     convs = sum(name.endswith("kernel_projection.weight") for name in source.expected)
     if not convs or found >= expected:
         return None
@@ -395,11 +343,11 @@ def _weights_check(d: _Draft, figures: dict | None = None) -> Check:
             norms.setdefault(scope.group(1), False)
             if op.get_type_name() == "Multiply":
                 for value in op.input_values():
-                    data = _constant(value.get_node())
+                    data = constant_values(value.get_node())
                     if data is not None and data.size > 1 and not np.all(data == 1):
                         norms[scope.group(1)] = True
         elif op.get_type_name() == "MatMul" and re.match(r"__module\.[\w.]*_proj/", name):
-            data = _constant(op.input_value(1).get_node(), max_rows=SAMPLE_ROWS)
+            data = constant_values(op.input_value(1).get_node(), max_rows=SAMPLE_ROWS)
             if data is not None and data.ndim == 2:
                 stds.append(float(data.std()))
     if not norms:
@@ -416,22 +364,6 @@ def _weights_check(d: _Draft, figures: dict | None = None) -> Check:
                      f"value), {std_text}{' like a fresh init' if init_like else ''}: the weights look untrained "
                      "(e.g. loaded with strict=False under other names)")
     return Check("weights", "behaviour", "pass", f"{trained}/{len(norms)} RMSNorm weights differ from 1.0, {std_text}")
-
-
-def _constant(node, max_rows: int | None = None):
-    """The value of a weight constant, through the Convert that fp16 compression inserts.
-
-    `max_rows` reads evenly spaced rows only: the data is memory-mapped, and reading a whole 1 B
-    draft's weights would bring all of it into memory for a standard deviation.
-    """
-    if node.get_type_name() == "Convert" and node.input_value(0).get_node().get_type_name() == "Constant":
-        node = node.input_value(0).get_node()
-    if node.get_type_name() != "Constant" or not node.get_output_element_type(0).is_real():
-        return None
-    data = node.get_data()
-    if max_rows is not None and data.ndim == 2 and len(data) > max_rows:
-        data = data[:: -(-len(data) // max_rows)]
-    return data.astype("float32")
 
 
 # --- target -------------------------------------------------------------------------------------
@@ -526,14 +458,14 @@ def _layer_fit_check(d: _Draft, target_dir: Path, checks: list[Check], prompts, 
 
 def _offset_used(draft_dir: Path) -> int | None:
     """The --target-layer-offset a GGUF-sourced draft folder was exported with (the map's when unset)."""
-    from .check import DEFAULT_LAYER_OFFSET
+    from .maps import flag_default
 
     record = _read_json(draft_dir / "gguf2ov.json") or {}
     options = record.get("options") or {}
     if options.get("source_kind") != "gguf":
         return None
     offset = options.get("target_layer_offset")
-    return offset if isinstance(offset, int) else DEFAULT_LAYER_OFFSET
+    return offset if isinstance(offset, int) else flag_default("target_layer_offset")
 
 
 def pattern_fallback_layers(target, ids) -> dict[int, str]:
@@ -599,7 +531,7 @@ def configure_parser(parser) -> None:
                              "comma-separated (repeatable)")
     parser.add_argument("--no-tap-scan", action="store_true",
                         help="with --target: skip the tap scan (which runs the target and the draft)")
-    from .accept import add_prompt_arguments
+    from .genai import add_prompt_arguments
 
     from .report import add_output_arguments
 
@@ -615,7 +547,7 @@ def parse_layer_sets(values) -> list[list[int]]:
 
 
 def cli(args) -> int:
-    from .accept import prompts_from_args
+    from .genai import prompts_from_args
     from .report import emit
 
     result = verify_draft(args.draft_dir, target_dir=args.target, checkpoint_dir=args.checkpoint,

@@ -129,3 +129,63 @@ def decoder_tensors(rng, names_per_layer: list[str], layers: int = 2, hidden: in
         for name in names_per_layer:
             out[f"blk.{n}.{name}.weight"] = rng.standard_normal(shapes.get(name, (hidden,)))
     return out
+
+
+# --- a random model built from a map alone ---------------------------------------------------------
+
+def _rule_value(rule, config: dict):
+    """An HF value the rule accepts: small, in range, of its declared type."""
+    declared = rule["type"]
+    if isinstance(declared, list):
+        n = config.get(rule["length"]) if rule.get("length") else 2
+        if "map" in rule:
+            choices = list(rule["map"].values())
+            return [choices[i % len(choices)] for i in range(n)]
+        item = _rule_value(dict(rule, type=declared[0]), config)
+        return [item + i for i in range(n)] if isinstance(item, int) and not isinstance(item, bool) else [item] * n
+    if "map" in rule:
+        return next(iter(rule["map"].values()))
+    if declared == "int":  # a token id (below the vocabulary) is its least, a size 4
+        return rule.get("min", 0) if "below" in rule else min(max(4, rule.get("min", 4)), rule.get("max", 4))
+    return {"float": 0.5, "bool": True, "str": "x"}[declared]
+
+
+def model_from_map(amap, rng, layers: int = 2):
+    """(HF config, {HF name: float32 array}, extra GGUF metadata) for a random model that uses every
+    tensor and config rule of `amap`: values are multiples of 1/256 in [-4, 4), so that the map's ops
+    (+-1.0, row permutations) are exact in float32 both ways."""
+    from gguf2ov.maps import config_get
+
+    config, extra = {}, {}
+    # `below` / `length` read other keys: those first
+    ordered = sorted(amap.config.items(), key=lambda kv: bool(kv[1].get("below") or kv[1].get("length")))
+    for key, rule in ordered:
+        if "tensor_absent" in rule or "constant" in rule:
+            continue  # derived from the file
+        value = layers if key == "num_hidden_layers" else _rule_value(rule, config)
+        node = config
+        *parents, last = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+        if rule.get("len"):  # read from an array's length: the GGUF states it as a count instead
+            extra[rule["from"][0]] = value
+    state = {}
+    for rule in amap.rules:
+        if rule.hf is None:
+            continue
+        shape = amap.shape_for(rule.hf, config) or [4]  # a tensor the map gives no shape: any will do
+        for n in range(layers) if rule.per_layer else [None]:
+            state[rule.hf_name(n)] = (rng.integers(-1024, 1024, size=shape) / 256).astype(np.float32)
+    assert config_get(config, "num_hidden_layers") == layers
+    return config, state, extra
+
+
+def write_checkpoint_folder(folder, config: dict, state: dict) -> None:
+    import json
+
+    from safetensors.numpy import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    save_file(state, str(folder / "model.safetensors"))

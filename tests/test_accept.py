@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from gguf2ov.accept import AcceptResult, PromptAcceptance, judge, per_position_acceptance, read_prompts, run_acceptance
-from gguf2ov.genai import Generation
+from gguf2ov.accept import AcceptResult, PromptAcceptance, judge, per_position_acceptance, run_acceptance
 from gguf2ov.errors import Gguf2ovError
+from gguf2ov.genai import Generation, read_prompts
 from gguf2ov.report import render
 
 

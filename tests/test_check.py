@@ -11,7 +11,7 @@ import torch
 import yaml
 from safetensors.torch import load_file, save_file
 
-from gguf2ov import check as check_mod
+from gguf2ov import diagnose
 from gguf2ov.check import check, stats
 from gguf2ov.cli import main
 from gguf2ov.convert import convert
@@ -86,10 +86,10 @@ def _edited_copy(src, dst, edit):
 
 
 def _map_copy(tmp_path, edit):
-    """A copy of the shipped dflash map with its tensors section edited."""
-    from importlib import resources
+    """A copy of the shipped dflash map (its skeleton merged in) with its tensors section edited."""
+    from gguf2ov.maps import map_data
 
-    data = yaml.safe_load((resources.files("gguf2ov.tensor_maps") / "dflash.yaml").read_text())
+    data = map_data("dflash")
     edit(data["tensors"])
     path = tmp_path / "dflash-broken.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -281,7 +281,7 @@ def test_config_mismatch(draft, tmp_path):
 # --- statistics ----------------------------------------------------------------------------------
 
 def test_stats_match_numpy_in_float64_across_chunks(monkeypatch):
-    monkeypatch.setattr(check_mod, "CHUNK", 1000)  # many chunks on a small array
+    monkeypatch.setattr(diagnose, "CHUNK", 1000)  # many chunks on a small array
     rng = np.random.default_rng(0)
     ref = (1 + 1e-3 * rng.standard_normal(10_007)).astype(np.float32)  # a norm: tiny spread around 1
     ours = (ref + 1e-4 * rng.standard_normal(ref.size)).astype(np.float32)

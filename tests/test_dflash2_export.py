@@ -11,12 +11,13 @@ from safetensors.torch import load_file, save_file
 
 import dflash_builders as b
 from gguf2ov.names import compile_f32
+from gguf2ov.draft_ir import synthetic_steps
 from gguf2ov.errors import Gguf2ovError
 from gguf2ov.export import export_draft
 from gguf2ov.reference import reference_outputs
-from gguf2ov.requantize import parse_variant
 from gguf2ov.source import open_draft
-from gguf2ov.verify import synthetic_steps, verify_draft
+from gguf2ov.variants import parse_variant
+from gguf2ov.verify import verify_draft
 
 LAYERS = 2
 

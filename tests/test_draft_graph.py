@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 
 import dflash_builders as b
+from gguf2ov.draft_graph import build_draft_ir, save_draft_ir
 from gguf2ov.draft_ir import block_feeds, run_draft
-from gguf2ov.export import build_draft_ir, export_draft, save_draft_ir
+from gguf2ov.export import export_draft
 from gguf2ov.reference import reference_outputs, trace_optimum
-from gguf2ov.requantize import parse_variant
 from gguf2ov.source import open_draft
+from gguf2ov.variants import parse_variant
 
 pytestmark = pytest.mark.slow
 
@@ -62,7 +63,7 @@ def pair(request, tmp_path_factory, fixtures_dir):
     """(draft source, our IR folder, optimum's IR folder) for one geometry."""
     import openvino as ov
 
-    from gguf2ov.export import set_dflash_rt_info
+    from gguf2ov.draft_graph import set_dflash_rt_info
 
     work = tmp_path_factory.mktemp(request.param)
     if request.param == "fixture":

@@ -115,12 +115,12 @@ def test_bad_sources_are_refused(tmp_path):
 
 
 def test_interrupt_leaves_no_output(tmp_path, checkpoint, monkeypatch, capsys):
-    import gguf2ov.export as export
+    import gguf2ov.draft_graph as draft_graph
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(export, "build_draft_ir", interrupted)
+    monkeypatch.setattr(draft_graph, "build_draft_ir", interrupted)
     assert cli.main(["export", str(checkpoint), "-o", str(tmp_path / "out")]) == 130
     assert "no partial output" in capsys.readouterr().err
     assert not (tmp_path / "out").exists() and no_leftovers(tmp_path)

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 import dflash_builders as b
-from gguf2ov.accept import read_prompts, run_acceptance
+from gguf2ov.accept import run_acceptance
 from gguf2ov.export import export_draft
+from gguf2ov.genai import read_prompts
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "fixtures" / "tiny-dflash2"
@@ -227,7 +228,7 @@ def test_verifys_numpy_reference_is_the_pytorch_reference(fix2):
     from gguf2ov.dflash2_torch import load_dflash2
     from gguf2ov.reference import reference_outputs
     from gguf2ov.source import open_draft
-    from gguf2ov.verify import synthetic_steps
+    from gguf2ov.draft_ir import synthetic_steps
 
     draft = open_draft(fix2 / "draft-ref")
     model = load_dflash2(fix2 / "draft-ref").eval()

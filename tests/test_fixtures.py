@@ -90,7 +90,8 @@ def _export_draft(ckpt: Path, out_dir: Path) -> Path:
 
 
 def _accept(fixtures_dir, draft_dir):
-    from gguf2ov.accept import read_prompts, run_acceptance
+    from gguf2ov.accept import run_acceptance
+    from gguf2ov.genai import read_prompts
 
     return run_acceptance(
         fixtures_dir / "target",

@@ -3,16 +3,12 @@ import pytest
 from gguf import GGUFValueType
 
 from gguf2ov.errors import Gguf2ovError
-from gguf2ov.maps import OPS, apply_ops, load_map, map_for, supported_arches
+from gguf2ov.maps import MAPS_ENV, OPS, apply_ops, config_get, load_map, map_for, open_mapped, supported_arches
 from gguf2ov.read import open_gguf
-from ggufs import DRAFT, decoder_kv, decoder_tensors, dflash_kv, dflash_tensors, write_dflash, write_gguf
+from ggufs import (DRAFT, decoder_kv, decoder_tensors, dflash_kv, dflash_tensors, model_from_map, write_checkpoint_folder,
+                   write_dflash, write_gguf)
 
 DECODER = ["attn_norm", "ffn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"]
-LAYER_NAMES = {
-    "qwen3": DECODER + ["attn_q_norm", "attn_k_norm"],
-    "llama": DECODER,
-    "gemma3": DECODER + ["attn_q_norm", "attn_k_norm", "post_attention_norm", "post_ffw_norm"],
-}
 
 
 def llama_cpp_permute(w, n_head):
@@ -27,15 +23,112 @@ def draft(tmp_path):
     return open_gguf(path), tensors
 
 
-def test_supported_arches():
-    assert supported_arches() == ["dflash", "gemma3", "llama", "qwen3"]
+def test_every_shipped_yaml_is_a_supported_arch():
+    from importlib import resources
+
+    files = sorted(p.name[:-5] for p in resources.files("gguf2ov.tensor_maps").iterdir()
+                   if p.name.endswith(".yaml") and not p.name.startswith("_"))
+    assert supported_arches() == files
+    for arch in files:
+        assert load_map(arch).arch == arch
+
+
+def _round_trip(tmp_path, arch):
+    """A random model built from the map's own entries, written as a GGUF with the map run backwards:
+    (the GGUF path, the HF config, the HF tensors)."""
+    from gguf2ov.gguf_writer import write_gguf as write_from_checkpoint
+
+    config, state, extra = model_from_map(load_map(arch), np.random.default_rng(7))
+    write_checkpoint_folder(tmp_path / "hf", config, state)
+    path = tmp_path / f"{arch}.gguf"
+    write_from_checkpoint(tmp_path / "hf", path, arch, mix="F32", extra_metadata=extra)
+    return path, config, state
+
+
+def _assert_same_model(amap, config, state, converted_config, converted):
+    assert set(converted) == set(state)
+    for name, values in state.items():
+        np.testing.assert_array_equal(converted[name], values, err_msg=name)
+    for key in amap.config:
+        if (value := config_get(config, key)) is not None:
+            assert config_get(converted_config, key) == value, key
+    for key, value in amap.hf.items():
+        if all(key not in fields for fields in amap.group_hf.values()):
+            assert converted_config[key] == value, key
+
+
+@pytest.mark.parametrize("arch", supported_arches())
+def test_every_map_round_trips_a_model_built_from_it(tmp_path, arch):
+    """Every tensor and config rule of the map, HF -> GGUF (the map backwards) -> HF, exactly."""
+    path, config, state = _round_trip(tmp_path, arch)
+    mapped = open_mapped(path)
+    assert mapped.amap.arch == arch
+    converted = {hf: x for hf, x, _, _ in mapped.tensors()}
+    _assert_same_model(mapped.amap, config, state, mapped.config, converted)
+
+
+NEW_ARCH = """
+# A decoder the package has never heard of: one YAML file, no Python.
+arch: tinydec
+extends: _decoder.yaml
+hf:
+  architectures: [TinyDecForCausalLM]
+  model_type: tinydec
+tensors:
+  blk.{N}.attn_q.weight:
+    to: model.layers.{N}.self_attn.q_proj.weight
+    ops: [unpermute_qk: {heads: num_attention_heads}]
+  blk.{N}.ffn_norm.weight:
+    to: model.layers.{N}.post_attention_layernorm.weight
+    ops: [add: -1.0]
+  blk.{N}.attn_q_norm.weight: model.layers.{N}.self_attn.q_norm.weight
+shapes:
+  model.layers.{N}.self_attn.q_norm.weight: [head_dim]
+"""
+
+
+def test_a_new_architecture_is_one_yaml_file_in_a_maps_folder(tmp_path, monkeypatch, capsys):
+    """Drop a YAML in a folder named by GGUF2OV_MAPS: `gguf2ov convert` converts that architecture."""
+    import json
+
+    from safetensors.numpy import load_file
+
+    from gguf2ov.cli import main
+
+    maps = tmp_path / "maps"
+    maps.mkdir()
+    (maps / "tinydec.yaml").write_text(NEW_ARCH)
+    assert "tinydec" not in supported_arches() and "tinydec" in supported_arches(maps_dir=maps)
+    monkeypatch.setenv(MAPS_ENV, str(maps))
+    assert "tinydec" in supported_arches()
+    path, config, state = _round_trip(tmp_path, "tinydec")
+    out = tmp_path / "out"
+    assert main(["convert", str(path), "-o", str(out), "--dtype", "f32"]) == 0, capsys.readouterr().err
+    amap = load_map("tinydec")
+    assert amap.path == str(maps / "tinydec.yaml")
+    converted_config = json.loads((out / "config.json").read_text())
+    _assert_same_model(amap, config, state, converted_config, load_file(str(out / "model.safetensors")))
+    # the map was applied, not only its names: the file holds q permuted and the norm + 1
+    gguf = open_gguf(path)
+    assert not np.array_equal(gguf.load("blk.0.attn_q.weight"), state["model.layers.0.self_attn.q_proj.weight"])
+    np.testing.assert_array_equal(gguf.load("blk.0.ffn_norm.weight"),
+                                  state["model.layers.0.post_attention_layernorm.weight"] + 1)
+
+
+def test_a_maps_folder_never_replaces_a_shipped_map(tmp_path):
+    (tmp_path / "dflash.yaml").write_text("arch: dflash\ntensors: {a.weight: b.weight}\n")
+    assert load_map("dflash", maps_dir=tmp_path).path == "tensor_maps/dflash.yaml"
 
 
 @pytest.mark.parametrize("arch", ["qwen3", "llama", "gemma3"])
-def test_decoder_maps_map_a_synthetic_file(tmp_path, arch):
+def test_decoder_maps_read_what_llama_cpp_writes(tmp_path, arch):
+    """What llama.cpp writes for these decoders (Gemma norms as w + 1, llama q/k permuted), written
+    by hand rather than by the map itself."""
+    names = DECODER + {"qwen3": ["attn_q_norm", "attn_k_norm"], "llama": [],
+                       "gemma3": ["attn_q_norm", "attn_k_norm", "post_attention_norm", "post_ffw_norm"]}[arch]
     rng = np.random.default_rng(1)
     path = tmp_path / f"{arch}.gguf"
-    tensors = decoder_tensors(rng, LAYER_NAMES[arch])
+    tensors = decoder_tensors(rng, names)
     write_gguf(path, arch, decoder_kv(arch), tensors)
     gguf = open_gguf(path)
     amap = map_for(gguf)
@@ -186,7 +279,7 @@ def test_plan_lists_every_breach_in_one_error(tmp_path):
 def test_unknown_arch_lists_supported(tmp_path):
     path = tmp_path / "mamba.gguf"
     write_gguf(path, "mamba", {}, {"w": np.zeros(4, np.float32)})
-    with pytest.raises(Gguf2ovError, match="no map for architecture 'mamba'; supported: dflash, gemma3, llama, qwen3"):
+    with pytest.raises(Gguf2ovError, match=f"no map for architecture 'mamba'; supported: {', '.join(supported_arches())} "):
         map_for(open_gguf(path))
 
 
@@ -225,16 +318,18 @@ def test_extends_merges_a_skeleton(tmp_path):
     assert [r.gguf for r in amap.rules] == ["a.weight", "c.weight"] and "hidden_size" in amap.config
 
 
-@pytest.mark.parametrize("name, arg", [("add", -1.0), ("add", 0.5), ("unpermute_qk", {"heads": "n"})])
-def test_op_reverse_round_trips(name, arg):
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_every_op_reverses(name):
+    """Each op on its examples, against a config where `n` is 4 (a head count)."""
     rng = np.random.default_rng(4)
     x = rng.standard_normal((4 * 8, 6)).astype(np.float32)
-    ops = ((name, arg),)
-    config = {"n": 4}
-    there = apply_ops(ops, x, config)
-    assert not np.array_equal(there, x)
-    np.testing.assert_allclose(apply_ops(ops, there, config, reverse=True), x, rtol=0, atol=1e-6)
-    assert set(OPS) == {"add", "unpermute_qk"}
+    assert OPS[name].examples
+    for arg in OPS[name].examples:
+        assert OPS[name].check(arg), arg
+        ops = ((name, arg),)
+        there = apply_ops(ops, x, {"n": 4})
+        assert not np.array_equal(there, x)
+        np.testing.assert_allclose(apply_ops(ops, there, {"n": 4}, reverse=True), x, rtol=0, atol=1e-6)
 
 
 def test_unpermute_qk_undoes_llama_cpp_permute():

@@ -16,7 +16,7 @@ from openvino import opset13 as ops
 from gguf2ov import nncf_weights as nw
 from gguf2ov.errors import Gguf2ovError
 from gguf2ov.irweights import matmul_weights
-from gguf2ov.requantize import parse_variant
+from gguf2ov.variants import parse_variant
 
 VARIANTS = ["int8", "int8_sym", "int4_sym_g16", "int4_asym_g16", "int4_sym_g32", "int4_asym_g32",
             "int4_sym_g128", "int4_asym_g128", "int4_asym_g16_r0.8", "int4_asym_g16_all"]

@@ -7,7 +7,7 @@ import pytest
 import dflash_builders as b
 
 from gguf2ov import cli
-from gguf2ov.accept import read_prompts
+from gguf2ov.genai import read_prompts
 from gguf2ov.pipeline import run
 
 VARIANTS = ["fp32", "int4_asym_g16", "gguf"]

@@ -15,7 +15,7 @@ from gguf2ov import cli
 from gguf2ov.convert import convert
 from gguf2ov.errors import Gguf2ovError
 from gguf2ov.export import export_draft
-from gguf2ov.accept import read_prompts
+from gguf2ov.genai import read_prompts
 from gguf2ov.target import Target
 from gguf2ov.taps import CLEAR_MARGIN, FITS, MISFIT, candidate_sets, scan_taps, settle_offset
 from gguf2ov.verify import verify_draft

@@ -12,8 +12,9 @@ import pytest
 
 import dflash_builders as b
 
-from gguf2ov.accept import read_prompts, run_acceptance
+from gguf2ov.accept import run_acceptance
 from gguf2ov.export import export_draft
+from gguf2ov.genai import read_prompts
 from gguf2ov.target import Target
 from gguf2ov.verify import verify_draft
 
