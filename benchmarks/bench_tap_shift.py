@@ -74,7 +74,8 @@ class TapShiftResult:
 
 
 def main(argv=None) -> int:
-    from gguf2ov.accept import read_prompts, run_acceptance
+    from gguf2ov.accept import run_acceptance
+    from gguf2ov.genai import read_prompts
     from gguf2ov.export import export_draft
     from gguf2ov.heavy_target import DEFAULT_EXTRA_LAYERS, DEFAULT_INTERMEDIATE_SIZE
     from gguf2ov.taps import scan_taps
