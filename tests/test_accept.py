@@ -142,3 +142,21 @@ def test_image_prompts_need_a_vlm_target(fixtures_dir, tmp_path):
     (tmp_path / "draft" / "openvino_model.xml").write_text("<net/>")
     with pytest.raises(Gguf2ovError, match="image prompts need a VLM target"):
         run_acceptance(fixtures_dir / "target", tmp_path / "draft", [Prompt("look", ("x.png",))])
+
+
+@pytest.mark.slow
+def test_cli_runs_the_draft_it_is_given(fixtures_dir, tmp_path):
+    """The command end to end: the draft named is the one attached, and the report says what it did."""
+    from gguf2ov.cli import main
+    from gguf2ov.export import export_draft
+
+    draft, report, prompts = tmp_path / "draft", tmp_path / "accept.json", tmp_path / "prompts.txt"
+    export_draft(fixtures_dir / "draft-ref", draft, progress=False, run_verify=False)
+    prompts.write_text((fixtures_dir / "prompts.txt").read_text().splitlines()[0] + "\n")
+    code = main(["accept", "--target", str(fixtures_dir / "target"), "--draft", str(draft), "--prompts", str(prompts),
+                 "--max-new-tokens", "12", "--num-assistant-tokens", "3", "--json", str(report), "--quiet"])
+    r = json.loads(report.read_text())
+    assert r["draft_dir"] == str(draft) and r["num_assistant_tokens"] == 3
+    assert r["identical"] is True and r["overall"]["generated_tokens"] == 12
+    assert r["accepted_tokens"] >= 6, r  # the trained fixture draft
+    assert code == (0 if r["verdict"] == "PASS" else 1)

@@ -205,8 +205,9 @@ def test_qk_unpermuted_although_never_permuted(draft, tmp_path):
     flagged = _only(result, "qk_permuted")
     assert flagged == [f"layers.{i}.self_attn.q_proj.weight" for i in range(LAYERS)]
     details = {t.name: t.detail for t in result.tensors}
-    assert all("was un-permuted although llama.cpp never permuted it; drop the unpermute_qk op" in details[n]
-               for n in flagged)
+    for n in flagged:
+        assert "was un-permuted although llama.cpp never permuted it; drop the unpermute_qk op" in details[n], \
+            (n, details[n])
 
 
 def test_target_layer_offset_wrong(draft):
