@@ -10,7 +10,8 @@ from gguf import GGMLQuantizationType
 
 from .check import add_convert_arguments, check_after_convert
 from .errors import Gguf2ovError, printable
-from .maps import config_get, open_mapped
+from .map_rules import config_get
+from .maps import open_mapped
 from .outputs import check_output_dir, check_output_file
 from .progress import step
 from .report import Table, add_output_arguments, emit, human_bytes, report_path, stdout_is_report, write_reports

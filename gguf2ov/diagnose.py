@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .checkpoint import Checkpoint
-from .maps import apply_ops, compared_keys, config_get
+from .map_rules import apply_ops, config_get
+from .maps import compared_keys
 
 # A converted tensor of any usable quant type correlates far above this with its reference; an
 # unrelated one sits near 0. Used to recognise what a failing tensor does match (its transpose,
