@@ -127,7 +127,7 @@ class ArchMap:
                                + ", ".join(missing))
         for group in sorted(self.groups_present(gguf)):
             out.update(copy.deepcopy(self.group_hf.get(group, {})))
-        self._check_relations(gguf, out)
+        self._require_relations(gguf, out)
         return out
 
     def groups_present(self, gguf) -> set[str]:
@@ -193,7 +193,7 @@ class ArchMap:
                                f"{shift}), {bound}", hint=hint or None)
         return value
 
-    def _check_relations(self, gguf, config: dict) -> None:
+    def _require_relations(self, gguf, config: dict) -> None:
         """`below` and `length`: bounds one config value takes from another the file states."""
         for hf_key, rule in self.config.items():
             value = config_get(config, hf_key)
