@@ -66,7 +66,7 @@ import numpy as np  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
-from gguf2ov.maps import config_get  # noqa: E402
+from gguf2ov.map_rules import config_get  # noqa: E402
 
 FIXTURES = REPO / "fixtures" / "tiny-dflash"
 SEEDS = ("draft-Q4_K_M.gguf", "draft-legacy-Q4_K_M.gguf")

@@ -124,17 +124,17 @@ def _first_difference(a: str, b: str) -> int | None:
     return next((i for i in range(n) if a[i] != b[i]), n)
 
 
-def _check_gguf_suffix(what: str, d: Path) -> None:
+def _require_gguf_suffix(what: str, d: Path) -> None:
     if d.suffix.lower() == ".gguf":
         # GenAI reads any path ending in .gguf as a GGUF file, even a folder of IR files.
         raise Gguf2ovError(f"{what} path {d} ends in .gguf; OpenVINO GenAI would read it as a GGUF file",
                            hint="pass the exported OpenVINO folder, renamed without the .gguf suffix")
 
 
-def check_target_dir(target_dir) -> None:
+def require_target_dir(target_dir) -> None:
     """What GenAI needs of a target folder, checked before any work: the IR and its tokenizers."""
     target_dir = Path(target_dir)
-    _check_gguf_suffix("target", target_dir)
+    _require_gguf_suffix("target", target_dir)
     if not target_dir.is_dir():
         raise Gguf2ovError(f"target folder {target_dir} does not exist")
     if target_kind(target_dir) is None:
@@ -149,9 +149,9 @@ def check_target_dir(target_dir) -> None:
                                 "tok, with_detokenizer=True); GenAI takes the tokenizer from the target")
 
 
-def _check_dirs(target_dir: Path, draft_dir: Path) -> None:
-    check_target_dir(target_dir)
-    _check_gguf_suffix("draft", draft_dir)
+def _require_dirs(target_dir: Path, draft_dir: Path) -> None:
+    require_target_dir(target_dir)
+    _require_gguf_suffix("draft", draft_dir)
     if not draft_dir.is_dir():
         raise Gguf2ovError(f"draft folder {draft_dir} does not exist")
     if not (draft_dir / IR_XML).is_file():
@@ -159,7 +159,7 @@ def _check_dirs(target_dir: Path, draft_dir: Path) -> None:
                            hint="export the draft first (gguf2ov export)")
 
 
-def check_options(max_new_tokens: int, num_assistant_tokens: int, repeats: int, precision: str) -> None:
+def require_options(max_new_tokens: int, num_assistant_tokens: int, repeats: int, precision: str) -> None:
     if repeats < 1 or max_new_tokens < 1 or num_assistant_tokens < 1:
         raise Gguf2ovError("--repeats, --max-new-tokens and --num-assistant-tokens must be at least 1")
     properties(precision)
@@ -245,8 +245,8 @@ def run_acceptance(
     prompts = [p for p in as_prompts(prompts) if p.text.strip() or p.images]
     if not prompts:
         raise Gguf2ovError("no prompts to run")
-    check_options(max_new_tokens, num_assistant_tokens, repeats, precision)
-    _check_dirs(target_dir, draft_dir)
+    require_options(max_new_tokens, num_assistant_tokens, repeats, precision)
+    _require_dirs(target_dir, draft_dir)
     kind = target_kind(target_dir)
     if kind != "vlm" and any(p.images for p in prompts):
         raise Gguf2ovError(f"image prompts need a VLM target; {target_dir} is a text model",

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from .checkpoint import Checkpoint
-from .diagnose import (ConfigCheck, Diagnosis, Stats, TensorCheck, compare_config, diagnose_tensor, extra_row,
+from .diagnose import (ConfigFinding, Diagnosis, Stats, TensorFinding, compare_config, diagnose_tensor, extra_row,
                        max_rel_err, missing_row, other_model, score, short_value, stats)
 from .errors import Gguf2ovError
 from .maps import ArchMap, flag_default, open_mapped
@@ -51,15 +51,15 @@ class CheckResult:
     reference: str
     min_corr: float
     passed: bool
-    tensors: list[TensorCheck]
-    config: list[ConfigCheck]
+    tensors: list[TensorFinding]
+    config: list[ConfigFinding]
     by_qtype: list[QuantSummary]
     overall: QuantSummary
     diagnoses: list[Diagnosis]
     seconds: float
     taps: TapScan | None = None  # with a target
 
-    def worst_first(self) -> list[TensorCheck]:
+    def worst_first(self) -> list[TensorFinding]:
         return sorted(self.tensors, key=_severity)
 
     def tables(self, limit: int | None = None):
@@ -121,7 +121,7 @@ class TerminalView:
         return self.result.summary(self.limit)
 
 
-def _severity(t: TensorCheck):
+def _severity(t: TensorFinding):
     own = score(t.pearson, t.cosine)
     return STATUS_ORDER.index(t.status), own if own is not None else -2.0, t.name
 
@@ -203,7 +203,7 @@ def check(source, reference, min_corr: float = 0.99, map_path=None, target_layer
     opened, source = source, getattr(source, "path", source)
 
     missing = [n for n in ref.shapes if n not in src.shapes]
-    rows: list[TensorCheck] = []
+    rows: list[TensorFinding] = []
     misnamed: dict[str, str] = {}     # reference name -> the source name that holds it
     fruitless = 0
     for name, ours, gguf_name, qtype in progress_bar(src.tensors, desc="check", total=len(src.shapes),
@@ -219,9 +219,9 @@ def check(source, reference, min_corr: float = 0.99, map_path=None, target_layer
         if not (np.issubdtype(ours.dtype, np.floating) and np.issubdtype(ref_arr.dtype, np.floating)):
             # Integer tensors (d2t, a vocabulary map) must be equal, not correlated.
             equal = ours.shape == ref_arr.shape and np.array_equal(ours, ref_arr)
-            rows.append(TensorCheck(name, list(ours.shape), list(ref_arr.shape), qtype, gguf_name, None, None,
-                                    None, None, "pass" if equal else "fail", None if equal else "no_match",
-                                    "" if equal else f"{name} differs from the reference (integer values)"))
+            rows.append(TensorFinding(name, list(ours.shape), list(ref_arr.shape), qtype, gguf_name, None, None,
+                                      None, None, "pass" if equal else "fail", None if equal else "no_match",
+                                      "" if equal else f"{name} differs from the reference (integer values)"))
             continue
         ours = ours.astype(np.float32, copy=False)
         s = stats(ours, ref_arr) if ours.shape == ref_arr.shape else Stats(None, None, None, None, None, None,
@@ -234,8 +234,8 @@ def check(source, reference, min_corr: float = 0.99, map_path=None, target_layer
             status, code, detail = diagnose_tensor(name, ours, ref_arr, s, ref, ref.config or src.config, min_corr,
                                                    search_swaps=fruitless < GIVE_UP_SEARCH)
             fruitless += code in ("no_match", "shape_mismatch")
-        rows.append(TensorCheck(name, list(ours.shape), list(ref_arr.shape), qtype, gguf_name, s.pearson,
-                                s.cosine, s.rel_err, s.max_abs, status, code, detail))
+        rows.append(TensorFinding(name, list(ours.shape), list(ref_arr.shape), qtype, gguf_name, s.pearson,
+                                  s.cosine, s.rel_err, s.max_abs, status, code, detail))
         del ours, ref_arr
     rows += [missing_row(n, ref, misnamed) for n in missing]
 
@@ -267,7 +267,7 @@ def check(source, reference, min_corr: float = 0.99, map_path=None, target_layer
                        round(time.perf_counter() - start, 3), scan)
 
 
-def _quant_summaries(rows: list[TensorCheck]):
+def _quant_summaries(rows: list[TensorFinding]):
     def summarise(qtype, group):
         corr = [t.pearson for t in group if t.pearson is not None]
         errs = [t.rel_err for t in group if t.rel_err is not None and math.isfinite(t.rel_err)]
@@ -275,7 +275,7 @@ def _quant_summaries(rows: list[TensorCheck]):
                             float(np.mean(corr)) if corr else None, float(min(corr)) if corr else None,
                             float(np.mean(errs)) if errs else None)
 
-    groups: dict[str, list[TensorCheck]] = {}
+    groups: dict[str, list[TensorFinding]] = {}
     for t in rows:
         groups.setdefault(t.qtype, []).append(t)
     return [summarise(q, g) for q, g in sorted(groups.items())], summarise("all", rows)

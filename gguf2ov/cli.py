@@ -17,7 +17,7 @@ from . import __version__
 from .errors import Gguf2ovError, printable
 from .outputs import Terminated, signals_unwind
 from .progress import quiet_third_party, silenced
-from .report import check_report_paths
+from .report import require_report_paths
 
 # (subcommand, module, one-line help). Modules keep heavy imports (torch, openvino) inside
 # functions so that `gguf2ov inspect` starts fast.
@@ -73,7 +73,7 @@ def _main(argv) -> int:
     if not debug:
         quiet_third_party()
     try:
-        check_report_paths(args)  # --json / --markdown FILE: refused before the work, not after it
+        require_report_paths(args)  # --json / --markdown FILE: refused before the work, not after it
         with silenced(getattr(args, "quiet", False)):
             code = args.func(args)
     except Gguf2ovError as e:

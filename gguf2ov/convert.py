@@ -10,8 +10,9 @@ from gguf import GGMLQuantizationType
 
 from .check import add_convert_arguments, check_after_convert
 from .errors import Gguf2ovError, printable
-from .maps import config_get, open_mapped
-from .outputs import check_output_dir, check_output_file
+from .map_rules import config_get
+from .maps import open_mapped
+from .outputs import require_output_dir, require_output_file
 from .progress import step
 from .report import Table, add_output_arguments, emit, human_bytes, report_path, stdout_is_report, write_reports
 from .taps import OffsetDecision
@@ -89,9 +90,9 @@ def convert(gguf_path, out_dir, map_path=None, dtype: str = "bf16", target_layer
         raise Gguf2ovError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
     if max_shard_size < 1:
         raise Gguf2ovError(f"--max-shard-size must be a positive number of bytes, not {max_shard_size}")
-    check_output_dir(Path(out_dir), overwrite, inputs=(getattr(gguf_path, "path", gguf_path), map_path))
-    check_output_file(json_path)
-    check_output_file(markdown_path)
+    require_output_dir(Path(out_dir), overwrite, inputs=(getattr(gguf_path, "path", gguf_path), map_path))
+    require_output_file(json_path)
+    require_output_file(markdown_path)
     if target_layer_offset is None and offset_decision is None and target_dir is not None:
         from .read import GgufFile, open_gguf
         from .taps import settle_offset

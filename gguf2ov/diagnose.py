@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .checkpoint import Checkpoint
-from .maps import apply_ops, compared_keys, config_get
+from .map_rules import apply_ops, config_get
+from .maps import compared_keys
 
 # A converted tensor of any usable quant type correlates far above this with its reference; an
 # unrelated one sits near 0. Used to recognise what a failing tensor does match (its transpose,
@@ -33,7 +34,7 @@ OTHER_MODEL_SHARE = 0.8
 # --- result rows ----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class TensorCheck:
+class TensorFinding:
     name: str                         # HF name
     shape: list[int]                  # ours (the reference's for a missing tensor)
     ref_shape: list[int] | None
@@ -49,7 +50,7 @@ class TensorCheck:
 
 
 @dataclass(frozen=True)
-class ConfigCheck:
+class ConfigFinding:
     key: str
     ours: object
     reference: object
@@ -274,7 +275,7 @@ def _config_value(config: dict, entry: dict):
 
 
 def compare_config(ours: dict | None, ref: dict | None, target_layer_offset: int | None = None,
-                   from_gguf: bool = True, amap=None) -> list[ConfigCheck]:
+                   from_gguf: bool = True, amap=None) -> list[ConfigFinding]:
     """Key by key, over the keys the maps list under `compare` (and `amap`'s, a map given by --map);
     `target_layer_offset` is what was added to the GGUF's flagged target layers."""
     if ours is None or ref is None:
@@ -294,7 +295,7 @@ def compare_config(ours: dict | None, ref: dict | None, target_layer_offset: int
                                                   f"{short_value(b)} in the reference")
         if entry["flag"] == "target_layer_offset" and not agrees and target_layer_offset is not None:
             detail = _layer_shift(a, b, target_layer_offset, from_gguf) or detail
-        checks.append(ConfigCheck(key, a, b, agrees, code, detail))
+        checks.append(ConfigFinding(key, a, b, agrees, code, detail))
     return checks
 
 
@@ -328,19 +329,20 @@ def extra_row(name, ours, gguf_name, qtype, ref: Checkpoint, missing: list[str])
                 detail, match = (f"{name} is not in the reference but matches its {other} (pearson {c:.4f}): "
                                  f"the map names it wrongly"), other
                 break
-    row = TensorCheck(name, list(ours.shape), None, qtype, gguf_name, None, None, None, None, "extra", "extra", detail)
+    row = TensorFinding(name, list(ours.shape), None, qtype, gguf_name, None, None, None, None, "extra", "extra",
+                        detail)
     return row, match
 
 
-def missing_row(name: str, ref: Checkpoint, misnamed: dict[str, str]) -> TensorCheck:
+def missing_row(name: str, ref: Checkpoint, misnamed: dict[str, str]) -> TensorFinding:
     detail = f"{name} is in the reference but not in the source: the GGUF lacks it or the map has no entry for it"
     if name in misnamed:
         detail = f"{name} is in the reference but the source holds it as {misnamed[name]}: the map names it wrongly"
     shape = list(ref.shapes[name])
-    return TensorCheck(name, shape, shape, "-", None, None, None, None, None, "missing", "missing", detail)
+    return TensorFinding(name, shape, shape, "-", None, None, None, None, None, "missing", "missing", detail)
 
 
-def other_model(rows: list[TensorCheck]):
+def other_model(rows: list[TensorFinding]):
     """When nearly every compared matrix matches nothing, one diagnosis for the whole model."""
     matrices = [t for t in rows if len(t.shape) >= 2 and t.status in ("pass", "fail")]
     lost = [t for t in matrices if t.diagnosis == "no_match"]

@@ -275,7 +275,7 @@ def drift(source, out_dir, variants=None, target_dir=None, prompts=None, map_pat
     streams from the one opened source.
     """
     from .export import export_draft
-    from .outputs import atomic_dir, check_output_dir
+    from .outputs import atomic_dir, require_output_dir
     from .progress import step
     from .provenance import provenance
     from .report import write_reports
@@ -289,10 +289,10 @@ def drift(source, out_dir, variants=None, target_dir=None, prompts=None, map_pat
     names = list(variants or DEFAULT_DRIFT_VARIANTS)
     parsed = [parse_variant(n) for n in names]  # fail on a bad name before any work
     if target_dir is not None:
-        from .accept import check_target_dir
+        from .accept import require_target_dir
 
-        check_target_dir(target_dir)  # before minutes of export, not after
-    check_output_dir(out_dir, overwrite, inputs=(getattr(source, "path", source), target_dir, map_path))
+        require_target_dir(target_dir)  # before minutes of export, not after
+    require_output_dir(out_dir, overwrite, inputs=(getattr(source, "path", source), target_dir, map_path))
     draft = source if isinstance(source, DraftSource) else open_draft(source, map_path, target_layer_offset)
     if draft.kind != "gguf":
         if variants and any(v.weight_format == "gguf" for v in parsed):

@@ -24,7 +24,7 @@ from pathlib import Path
 from .draft_graph import write_draft_ir
 from .errors import Gguf2ovError
 from .names import PROVENANCE_FILE
-from .outputs import atomic_dir, atomic_write_text, check_output_dir
+from .outputs import atomic_dir, atomic_write_text, require_output_dir
 from .progress import step
 from .provenance import provenance
 from .report import Table, human_bytes
@@ -115,14 +115,14 @@ def export_draft(source, out_dir, weight_format: str = "fp32", overwrite: bool =
     variant = variant or variant_from_flags(weight_format, group_size, sym, ratio, all_layers)
     if isinstance(source, DraftSource):
         draft = source
-        check_output_dir(out_dir, overwrite, inputs=(draft.path, map_path))
+        require_output_dir(out_dir, overwrite, inputs=(draft.path, map_path))
     else:
         source = Path(source)
         if not source.exists():
             raise Gguf2ovError(f"{source} does not exist")
         if variant.weight_format == "gguf" and not is_gguf(source):
             raise Gguf2ovError("--weight-format gguf carries the GGUF's own quantization grid: the source must be a GGUF file")
-        check_output_dir(out_dir, overwrite, inputs=(source, map_path, target_dir))  # before the file is read
+        require_output_dir(out_dir, overwrite, inputs=(source, map_path, target_dir))  # before the file is read
         if target_layer_offset is None and target_dir is not None and is_gguf(source):
             from .read import open_gguf
             from .taps import settle_offset

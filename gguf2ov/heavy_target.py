@@ -26,7 +26,7 @@ from pathlib import Path
 from .checkpoint import read_json_object
 from .errors import Gguf2ovError
 from .names import DETOKENIZER_IR, IR_XML, PROVENANCE_FILE, TOKENIZER_IR
-from .outputs import atomic_dir, atomic_write_text, check_output_dir
+from .outputs import atomic_dir, atomic_write_text, require_output_dir
 from .progress import step
 from .provenance import provenance
 from .report import Table, add_output_arguments, emit, human_bytes
@@ -232,7 +232,7 @@ def widen_target(
     if source_config.get("model_type") != "qwen3":
         raise Gguf2ovError(f"{target_hf_dir} is a {source_config.get('model_type')!r} model; only qwen3 targets "
                            "can be widened")
-    check_output_dir(out_dir, overwrite, inputs=(target_hf_dir,))
+    require_output_dir(out_dir, overwrite, inputs=(target_hf_dir,))
 
     import openvino as ov
     import torch

@@ -2,8 +2,9 @@
 
 The architecture knowledge lives in `tensor_maps/<arch>.yaml` (shipped as `gguf2ov.tensor_maps`);
 this module holds the mechanism: loading and validating a map, building the HF config from GGUF
-metadata (and back), matching tensor names strictly, and the ops that undo what llama.cpp did to
-a tensor, each with its reverse so a map can also write GGUF.
+metadata (and back), and matching tensor names strictly. The rules a map names (value types and
+bounds, shape expressions, and the ops that undo what llama.cpp did to a tensor, each with its
+reverse so a map can also write GGUF) live in `map_rules`.
 
 Map sections:
 - `arch`: equals `general.architecture`; `extends`: a skeleton map merged underneath;
@@ -34,21 +35,20 @@ Maps are found in the shipped `tensor_maps/` and in the folders named by GGUF2OV
 separated like PATH) or passed as `maps_dir`: adding an architecture is one YAML file there.
 """
 
-import ast
 import copy
-import math
 import os
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-import numpy as np
 import yaml
 
 from .errors import Gguf2ovError
-from .read import GgufFile, StringArray, open_gguf
+from .map_rules import (MAX_LIST, OPS, VALUE_TYPES, BadShapeValue, apply_ops, config_get, config_set, eval_shape,
+                        has_type, is_array, is_int, is_number, out_of_bounds, plain_value, type_words, valid_shape_expr,
+                        valid_type, value_items)
+from .read import GgufFile, open_gguf
 
 TOP_LEVEL_KEYS = {"arch", "extends", "unset", "strip_hf_prefix", "hf", "config", "tensors", "optional", "groups",
                   "group_hf", "shapes", "legacy", "compare"}
@@ -58,73 +58,11 @@ UNSET_SECTIONS = ("hf", "config", "tensors", "optional", "groups", "group_hf", "
 MAPS_ENV = "GGUF2OV_MAPS"
 RULE_KEYS = {"from", "tensor_absent", "type", "add", "default", "optional", "len", "map", "constant", "min", "max",
              "above", "below", "length", "flag", "ambiguous_when", "choices", "write_also", "hf_aliases"}
-# Value types a config rule declares: (test, words for messages). A float must be finite (NaN or
-# Inf in a config is never meant); an integer must also fit in int64 (see _out_of_bounds).
-VALUE_TYPES = {
-    "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
-    "float": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
-              "a finite number"),
-    "bool": (lambda v: isinstance(v, bool), "true or false"),
-    "str": (lambda v: isinstance(v, str), "a string"),
-}
-# A list in a config (target layer ids, one type per layer) has at most this many items: a file's
-# array can be as long as the file, and as Python objects it would take 8-30x its size.
-MAX_LIST = 1 << 16
-_LIST_WORDS = {"int": "integers", "float": "finite numbers", "bool": "true/false values", "str": "strings"}
 # Values a command-line option can set in place of a config rule's `add` (rule key `flag`). Each is
 # a keyword of ArchMap.hf_config and an option of the commands that read GGUFs, so a new one needs
 # Python; its option is the name with dashes (flag_option).
 KNOWN_FLAGS = ("target_layer_offset",)
 _PLACEHOLDER = re.compile(r"\{(\w*)\}")
-
-
-# --- ops: one per llama.cpp transform, with its reverse ------------------------------------------
-
-def _add(x, value, config, reverse=False):
-    # Runs in fp32 on purpose: the file holds these tensors as F32, so w + 1 - 1 is exact enough
-    # to reproduce the checkpoint the converter read (up to the fp32 rounding it did itself).
-    x = np.asarray(x, dtype=np.float32)
-    return x - np.float32(value) if reverse else x + np.float32(value)
-
-
-def _unpermute_qk(x, args, config, reverse=False):
-    # llama.cpp's LlamaModel.permute interleaves the two rotary halves of each head so its
-    # NORM-style RoPE can rotate adjacent pairs: reshape(n_head, 2, head_dim/2, in).swapaxes(1, 2).
-    # Undoing it swaps the same axes back; permuting again is the reverse.
-    n_head = config_get(config, args["heads"])
-    if not isinstance(n_head, int) or n_head <= 0 or x.shape[0] % (2 * n_head):
-        raise Gguf2ovError(f"unpermute_qk: {x.shape[0]} rows do not split into {n_head} heads of rotary pairs")
-    rows = x.shape[0] // n_head
-    halves = (n_head, 2, rows // 2) if reverse else (n_head, rows // 2, 2)
-    return x.reshape(*halves, *x.shape[1:]).swapaxes(1, 2).reshape(x.shape)
-
-
-def _check_add(arg):
-    return isinstance(arg, (int, float)) and not isinstance(arg, bool)
-
-
-def _check_heads(arg):
-    return isinstance(arg, dict) and set(arg) == {"heads"} and isinstance(arg["heads"], str)
-
-
-@dataclass(frozen=True)
-class Op:
-    apply: Callable[..., np.ndarray]  # (x, arg, config, reverse=False)
-    check: Callable[[object], bool]   # whether a map's argument is valid
-    takes: str                # the argument, in words, for messages
-    examples: tuple = ()      # valid arguments (with a config where "n" is a head count of 4), for tests
-
-
-OPS = {
-    "add": Op(_add, _check_add, "a number, e.g. add: -1.0", (-1.0, 0.5)),
-    "unpermute_qk": Op(_unpermute_qk, _check_heads, "{heads: <config key>}", ({"heads": "n"},)),
-}
-
-
-def apply_ops(ops, x, config, reverse=False):
-    for name, arg in (reversed(ops) if reverse else ops):
-        x = OPS[name].apply(x, arg, config, reverse=reverse)
-    return x
 
 
 # --- the map --------------------------------------------------------------------------------------
@@ -183,13 +121,13 @@ class ArchMap:
             if value is _MISSING:
                 missing.append(f"{hf_key} (from {' or '.join(rule['from'])})")
             elif value is not _ABSENT:
-                _config_set(out, hf_key, value)
+                config_set(out, hf_key, value)
         if missing:
             raise Gguf2ovError(f"{gguf.path}: metadata needed by the {self.arch} map ({self.path}) is missing: "
                                + ", ".join(missing))
         for group in sorted(self.groups_present(gguf)):
             out.update(copy.deepcopy(self.group_hf.get(group, {})))
-        self._check_relations(gguf, out)
+        self._require_relations(gguf, out)
         return out
 
     def groups_present(self, gguf) -> set[str]:
@@ -221,15 +159,15 @@ class ArchMap:
             return rule["constant"]
         stated = gguf.metadata[source]
         # The file's value enters here: as plain Python, and of the type the rule declares.
-        if rule.get("len") and _is_array(stated):
+        if rule.get("len") and is_array(stated):
             value = len(stated)
-        elif _is_array(stated) and len(stated) > MAX_LIST:
+        elif is_array(stated) and len(stated) > MAX_LIST:
             raise Gguf2ovError(f"{gguf.path}: {source} holds {len(stated)} items, more than {hf_key} can "
                                f"(at most {MAX_LIST})", hint="the file's metadata is malformed")
         else:
-            value = _plain_value(stated)
-        if not _has_type(value, rule["type"]):
-            raise Gguf2ovError(f"{gguf.path}: {source} is {_short(value)}, not {_type_words(rule['type'])} "
+            value = plain_value(stated)
+        if not has_type(value, rule["type"]):
+            raise Gguf2ovError(f"{gguf.path}: {source} is {_short(value)}, not {type_words(rule['type'])} "
                                f"(it sets {hf_key})", hint="the file's metadata is malformed; re-download or "
                                "re-convert the file")
         flag = rule.get("flag")
@@ -244,30 +182,30 @@ class ArchMap:
         if "map" in rule:
             # exact types: True must not find a key 1, nor 1.0 a key True
             table = {(type(k), k): v for k, v in rule["map"].items()}
-            if unknown := [v for v in _items(value) if (type(v), v) not in table]:
+            if unknown := [v for v in value_items(value) if (type(v), v) not in table]:
                 raise Gguf2ovError(f"{gguf.path}: {source} holds {_short(unknown[0])}; the {self.arch} map knows "
                                    f"{sorted(rule['map'], key=str)}")
             value = [table[type(v), v] for v in value] if isinstance(value, list) else table[type(value), value]
-        if bound := _out_of_bounds(value, rule):
+        if bound := out_of_bounds(value, rule):
             shift = f", offset {offset:+}" if offset else ""
             hint = self._choices_text(rule, stated) if flag else None
             raise Gguf2ovError(f"{gguf.path}: {hf_key} would be {_short(value)} (from {source} = {_short(stated)}"
                                f"{shift}), {bound}", hint=hint or None)
         return value
 
-    def _check_relations(self, gguf, config: dict) -> None:
+    def _require_relations(self, gguf, config: dict) -> None:
         """`below` and `length`: bounds one config value takes from another the file states."""
         for hf_key, rule in self.config.items():
             value = config_get(config, hf_key)
             if value is None or not (rule.get("below") or rule.get("length")):
                 continue
             source = self._source_key(gguf, hf_key)
-            if (key := rule.get("below")) and _is_int(limit := config_get(config, key)):
-                if high := [v for v in _items(value) if _is_number(v) and v >= limit]:
+            if (key := rule.get("below")) and is_int(limit := config_get(config, key)):
+                if high := [v for v in value_items(value) if is_number(v) and v >= limit]:
                     raise Gguf2ovError(f"{gguf.path}: {hf_key} would be {_short(value)} (from {source}), but "
                                        f"{key} is {limit} (from {self._source_key(gguf, key)}): {_short(high[0])} "
                                        f"is out of range", hint="the file's metadata is malformed")
-            if (key := rule.get("length")) and _is_int(limit := config_get(config, key)) and \
+            if (key := rule.get("length")) and is_int(limit := config_get(config, key)) and \
                     isinstance(value, list) and len(value) != limit:
                 raise Gguf2ovError(f"{gguf.path}: {hf_key} has {len(value)} entries (from {source}), but {key} "
                                    f"is {limit} (from {self._source_key(gguf, key)})",
@@ -306,7 +244,7 @@ class ArchMap:
         parts = []
         for offset, meaning in rule.get("choices", {}).items():
             ids = [v + offset for v in value] if isinstance(value, list) else value + offset
-            bad = " (invalid)" if _out_of_bounds(ids, rule) else ""
+            bad = " (invalid)" if out_of_bounds(ids, rule) else ""
             parts.append(f"{flag_option(rule['flag'])} {offset} if written by {meaning}: {_short(ids)}{bad}")
         return "; ".join(parts)
 
@@ -426,17 +364,17 @@ class ArchMap:
     def shape_for(self, hf_template: str, config: dict) -> list[int] | None:
         """The PyTorch shape the map expects for an HF name template under `config` (None: not stated)."""
         expr = self.shapes.get(hf_template)
-        return None if expr is None else [_eval_shape(e, config) for e in expr]
+        return None if expr is None else [eval_shape(e, config) for e in expr]
 
     def _expected_shape(self, rule, n, config):
         expr = self.shapes.get(rule.hf) if rule.hf else None
         if expr is None:
             return None
         try:
-            return [_eval_shape(e, config) for e in expr]
+            return [eval_shape(e, config) for e in expr]
         except KeyError:
             return None  # the file does not state a key the shape needs; transformers will check
-        except _BadShapeValue as e:
+        except BadShapeValue as e:
             # one message per bad key, not per tensor (problems() drops repeats)
             raise Gguf2ovError(f"{self._key_text(e.key)} is {_short(e.value)}, not {e.wanted}: the expected "
                                "tensor shapes cannot be computed from the file's metadata") from None
@@ -491,142 +429,6 @@ def _layers_text(layers: list[int]) -> str:
     return f"layers {capped(layers)}"
 
 
-def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_array(value) -> bool:
-    """A metadata array: a list, or the compact forms `read` keeps large arrays in."""
-    return isinstance(value, (list, np.ndarray, StringArray))
-
-
-def _plain_value(value):
-    """A metadata value as plain Python (large arrays arrive as numpy arrays or a StringArray)."""
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    return list(value) if _is_array(value) else value
-
-
-def _items(value) -> list:
-    return value if isinstance(value, list) else [value]
-
-
-def _has_type(value, declared) -> bool:
-    if isinstance(declared, list):
-        test = VALUE_TYPES[declared[0]][0]
-        return isinstance(value, list) and all(test(v) for v in value)
-    return VALUE_TYPES[declared][0](value)
-
-
-def _valid_type(declared) -> bool:
-    if isinstance(declared, list) and len(declared) == 1:
-        declared = declared[0]
-    return isinstance(declared, str) and declared in VALUE_TYPES
-
-
-def _type_words(declared) -> str:
-    return f"a list of {_LIST_WORDS[declared[0]]}" if isinstance(declared, list) else VALUE_TYPES[declared][1]
-
-
-def _out_of_bounds(value, rule) -> str | None:
-    """What is wrong with a value against the rule's min / max / above, or None."""
-    for v in _items(value):
-        if not _is_number(v):
-            continue
-        if _is_int(v) and not -2**63 <= v < 2**63:  # what readers of the config (GenAI, rt_info) hold it in
-            return "outside the 64-bit integer range"
-        if "min" in rule and v < rule["min"]:
-            return f"below {rule['min']}"
-        if "max" in rule and v > rule["max"]:
-            return f"above {rule['max']}"
-        if "above" in rule and v <= rule["above"]:
-            return f"not above {rule['above']}"
-    return None
-
-
-def config_get(config: dict, dotted: str):
-    """config["a"]["b"] for "a.b", None where any part is missing."""
-    node = config
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
-def _config_set(config: dict, dotted: str, value) -> None:
-    *parents, last = dotted.split(".")
-    node = config
-    for part in parents:
-        node = node.setdefault(part, {})
-    node[last] = value
-
-
-# Shape expressions: config keys (dotted), integers, + - * //, and len().
-def _eval_shape(expr, config):
-    if isinstance(expr, int):
-        return expr
-    return _eval_node(ast.parse(str(expr), mode="eval").body, config)
-
-
-class _BadShapeValue(Exception):
-    """A config key a shape expression reads holds the wrong kind of value (from an untrusted file)."""
-
-    def __init__(self, key: str, value, wanted: str):
-        super().__init__(key)
-        self.key, self.value, self.wanted = key, value, wanted
-
-
-def _shape_key(node, config):
-    key = ast.unparse(node)
-    value = config_get(config, key)
-    if value is None:
-        raise KeyError(key)
-    return key, value
-
-
-def _eval_node(node, config):
-    # Every value read must be an int (not bool): a string or list times a large int would make
-    # Python repeat it ('ab' * 10**9) instead of failing.
-    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
-        return node.value
-    if isinstance(node, (ast.Name, ast.Attribute)):
-        key, value = _shape_key(node, config)
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise _BadShapeValue(key, value, "an integer")
-        return value
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len" and len(node.args) == 1:
-        if not isinstance(node.args[0], (ast.Name, ast.Attribute)):
-            raise ValueError(f"unsupported shape expression {ast.unparse(node)!r}: len() takes a config key")
-        key, value = _shape_key(node.args[0], config)
-        if not isinstance(value, list):
-            raise _BadShapeValue(key, value, "a list")
-        return len(value)
-    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-        return _BINOPS[type(node.op)](_eval_node(node.left, config), _eval_node(node.right, config))
-    raise ValueError(f"unsupported shape expression {ast.unparse(node)!r}")
-
-
-def _valid_shape_expr(expr) -> bool:
-    if isinstance(expr, int):
-        return True
-    try:
-        tree = ast.parse(str(expr), mode="eval")
-    except SyntaxError:
-        return False
-    allowed = (ast.Expression, ast.Constant, ast.Name, ast.Attribute, ast.Load, ast.Call, ast.BinOp, *_BINOPS)
-    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
-    calls_ok = all(isinstance(n.func, ast.Name) and n.func.id == "len" and len(n.args) == 1 and not n.keywords
-                   and isinstance(n.args[0], (ast.Name, ast.Attribute)) for n in calls)
-    return calls_ok and all(isinstance(n, allowed) for n in ast.walk(tree))
-
-
-_BINOPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
-           ast.FloorDiv: lambda a, b: a // b}
 
 
 # --- loading and validation ----------------------------------------------------------------------
@@ -848,7 +650,7 @@ def _build(data: dict, name: str) -> ArchMap:
         if not isinstance(expr, list):
             raise bad(f"shape of {hf} must be a list")
         for e in expr:
-            if not _valid_shape_expr(e):
+            if not valid_shape_expr(e):
                 raise bad(f"shape of {hf}: {e!r} is not an expression of config keys, integers, + - * // and len()")
     group_hf = data.get("group_hf") or {}
     groups = {r.group for r in rules if r.group}
@@ -883,16 +685,16 @@ def _rule(hf_key, rule, arch, bad, typed: bool = True) -> dict:
         # the value comes from an untrusted file: the map must say what it may be
         raise bad(f"config {hf_key}: a rule that reads metadata needs a `type` ({', '.join(VALUE_TYPES)}, or a "
                   f"one-item list such as [int])")
-    if declared is not None and not _valid_type(declared):
+    if declared is not None and not valid_type(declared):
         raise bad(f"config {hf_key}: unknown type {declared!r}; known: {', '.join(VALUE_TYPES)}, or [int] etc. for "
                   f"a list")
     for key in ("min", "max", "above"):
-        if key in rule and not _is_number(rule[key]):
+        if key in rule and not is_number(rule[key]):
             raise bad(f"config {hf_key}: {key} must be a number")
     for key in ("below", "length"):
         if key in rule and not isinstance(rule[key], str):
             raise bad(f"config {hf_key}: {key} names another config key")
-    if "add" in rule and not _check_add(rule["add"]):
+    if "add" in rule and not OPS["add"].check(rule["add"]):
         raise bad(f"config {hf_key}: add must be a number")
     if "flag" in rule and rule["flag"] not in KNOWN_FLAGS:
         raise bad(f"config {hf_key}: unknown flag {rule['flag']!r}; known: {sorted(KNOWN_FLAGS)}")

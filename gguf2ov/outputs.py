@@ -26,7 +26,7 @@ from .errors import Gguf2ovError
 _HOST = re.sub(r"[^A-Za-z0-9]", "", socket.gethostname())[:24] or "host"
 
 
-def check_output_dir(path: Path, overwrite: bool, inputs=()) -> None:
+def require_output_dir(path: Path, overwrite: bool, inputs=()) -> None:
     """Refuse an output that exists (unless `overwrite`), is not a folder, or holds one of `inputs`."""
     path = Path(path)
     if path.exists() and not path.is_dir():
@@ -51,7 +51,7 @@ _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"), (sta
           (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
 
 
-def check_output_file(path) -> None:
+def require_output_file(path) -> None:
     """Refuse a file output (a report) that is neither a regular file nor a new path in a folder
     that can be written: checked before the work, so that the work is not done for nothing."""
     if path is None:
@@ -125,7 +125,7 @@ def atomic_dir(path, overwrite: bool = False, inputs=(), before_commit=None):
     (e.g. a report that cannot be written) still leaves nothing in place.
     """
     path = Path(path)
-    check_output_dir(path, overwrite, inputs)
+    require_output_dir(path, overwrite, inputs)
     clear_stale(path)
     tmp = _temp_path(path, "partial")  # named before it exists, so an interruption at any point removes it
     try:
@@ -160,7 +160,7 @@ def atomic_write_bytes(path, data: bytes) -> None:
     path = Path(path)
     if path.is_symlink():  # write the file the link names; replacing would turn the link into a file
         path = Path(os.path.realpath(path))
-    check_output_file(path)
+    require_output_file(path)
     clear_stale(path)
     tmp = _temp_path(path, "partial")
     try:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import Gguf2ovError
-from .outputs import check_output_dir
+from .outputs import require_output_dir
 from .progress import step
 from .report import Table, add_output_arguments, emit, render, write_reports
 
@@ -72,7 +72,7 @@ def run(gguf_path, target_dir, out_dir, reference_dir=None, requant: str = DEFAU
         prompts=None, max_new_tokens: int = 100, num_assistant_tokens: int = 7, precision: str = "f32",
         repeats: int = 1, map_path=None, target_layer_offset=None, overwrite: bool = False,
         progress: bool = True, device: str = "CPU") -> RunResult:
-    from .accept import check_options, check_target_dir, run_acceptance
+    from .accept import require_options, require_target_dir, run_acceptance
     from .check import check
     from .convert import convert
     from .drift import drift
@@ -88,12 +88,12 @@ def run(gguf_path, target_dir, out_dir, reference_dir=None, requant: str = DEFAU
         parse_variant(v)
     if not gguf_path.is_file():
         raise Gguf2ovError(f"{gguf_path} does not exist")
-    check_target_dir(target_dir)
-    check_options(max_new_tokens, num_assistant_tokens, repeats, precision)
+    require_target_dir(target_dir)
+    require_options(max_new_tokens, num_assistant_tokens, repeats, precision)
     if reference_dir is not None and not Path(reference_dir, "config.json").is_file():
         raise Gguf2ovError(f"reference folder {reference_dir} has no config.json",
                            hint="pass the Hugging Face checkpoint folder the GGUF was made from")
-    check_output_dir(out_dir, overwrite, inputs=(gguf_path, target_dir, reference_dir, map_path))
+    require_output_dir(out_dir, overwrite, inputs=(gguf_path, target_dir, reference_dir, map_path))
     if out_dir.exists():
         shutil.rmtree(out_dir)  # an old report must not sit beside a new run's outputs
     prompts = list(prompts or DEFAULT_PROMPTS)

@@ -7,7 +7,7 @@ A result is a dataclass that may define:
 JSON is the dataclass itself, field by field (`to_jsonable`), so every field reaches the JSON file.
 
 Every command has the same output options (`add_output_arguments`): `--json FILE`, `--markdown FILE`
-(`-` for either: that format on stdout instead of the tables) and `--quiet`; `check_report_paths`
+(`-` for either: that format on stdout instead of the tables) and `--quiet`; `require_report_paths`
 refuses a bad report path before the work, and `emit` shows and writes the command's result.
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import Gguf2ovError, printable
-from .outputs import atomic_write_text, check_output_file
+from .outputs import atomic_write_text, require_output_file
 
 
 @dataclass
@@ -182,10 +182,10 @@ def _path_values(args, dests):
                 yield Path(item)
 
 
-def check_report_paths(args) -> None:
+def require_report_paths(args) -> None:
     """Refuse a bad `--json` / `--markdown` FILE before the work, so that the work is not done for
     nothing: a folder, a device or a FIFO, a file on the way where a folder should be
-    (`outputs.check_output_file`), both reports on one path, one of the command's inputs or a path
+    (`outputs.require_output_file`), both reports on one path, one of the command's inputs or a path
     in an input folder, a path inside the output folder, or a folder that does not exist."""
     given = {fmt: getattr(args, fmt) for fmt in _FORMATS if getattr(args, fmt, None) is not None}
     if [str(v) for v in given.values()].count(STDOUT) > 1:
@@ -195,7 +195,7 @@ def check_report_paths(args) -> None:
         if str(value) == STDOUT:
             continue
         path = Path(value)
-        check_output_file(path)
+        require_output_file(path)
         resolved = path.resolve()
         if resolved in seen:
             raise Gguf2ovError(f"--json and --markdown both name {path}", hint="give each report its own path")

@@ -378,7 +378,7 @@ class DraftSource:
     def f32(self, name: str) -> np.ndarray:
         """The tensor as float32 in PyTorch shape: dequantized with the map's ops, or read from safetensors."""
         if self._mapped is not None:
-            from .maps import apply_ops
+            from .map_rules import apply_ops
 
             entry = self._entries[name]
             x = self._mapped.gguf.load(entry.gguf_name)

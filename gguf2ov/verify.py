@@ -34,7 +34,7 @@ SAMPLE_ROWS = 64
 
 
 @dataclass(frozen=True)
-class Check:
+class Finding:
     name: str
     group: str  # interface | behaviour | target
     status: str  # pass | fail | warn | skip
@@ -46,7 +46,7 @@ class VerifyResult:
     draft_dir: str
     target_dir: str | None
     checkpoint_dir: str | None
-    checks: list[Check]
+    checks: list[Finding]
     figures: dict = field(default_factory=dict)
     taps: TapScan | None = None  # with a target
     ok: bool = field(init=False)  # a field, so that it reaches the JSON
@@ -54,7 +54,7 @@ class VerifyResult:
     def __post_init__(self):
         object.__setattr__(self, "ok", not any(c.status == "fail" for c in self.checks))
 
-    def check(self, name: str) -> Check:
+    def finding(self, name: str) -> Finding:
         return next(c for c in self.checks if c.name == name)
 
     def tables(self) -> list[Table]:
@@ -95,7 +95,7 @@ def verify_draft(draft_dir, target_dir=None, checkpoint_dir=None, reference=None
     import openvino as ov
 
     draft_dir = Path(draft_dir)
-    checks: list[Check] = []
+    checks: list[Finding] = []
     figures: dict = {}
     xml = draft_dir / IR_XML
     if reference is None and checkpoint_dir is None and (draft_dir / SAFETENSORS_FILE).is_file() \
@@ -113,16 +113,16 @@ def verify_draft(draft_dir, target_dir=None, checkpoint_dir=None, reference=None
     if not draft_dir.is_dir():
         raise Gguf2ovError(f"draft folder {draft_dir} does not exist")
     if not xml.is_file():
-        checks.append(Check("ir", "interface", "fail", f"{draft_dir} has no {IR_XML}: export the draft first"))
+        checks.append(Finding("ir", "interface", "fail", f"{draft_dir} has no {IR_XML}: export the draft first"))
         return result()
     try:
         model = ov.Core().read_model(str(xml))
     except Exception as e:  # a corrupt IR: nothing else can be checked
-        checks.append(Check("ir", "interface", "fail", f"cannot read {xml}: {library_message(e)}"))
+        checks.append(Finding("ir", "interface", "fail", f"cannot read {xml}: {library_message(e)}"))
         return result()
     config = _read_json(draft_dir / "config.json")
     d = _Draft(draft_dir, model, config)
-    checks.append(Check("ir", "interface", "pass", f"read {xml.name}" + (" and config.json" if config else "")))
+    checks.append(Finding("ir", "interface", "pass", f"read {xml.name}" + (" and config.json" if config else "")))
     checks += _interface_checks(d)
     checks += _behaviour_checks(d, reference, figures)
     if target_dir is not None:
@@ -152,14 +152,14 @@ def _last_dim(port) -> int | None:
 # --- interface ----------------------------------------------------------------------------------
 
 
-def _interface_checks(d: _Draft) -> list[Check]:
+def _interface_checks(d: _Draft) -> list[Finding]:
     m, cfg = d.model, d.config or {}
     out = []
     d.stateful = _input(m, "beam_idx") is not None
-    out.append(Check("stateful", "interface", "pass" if d.stateful else "fail",
-                     "beam_idx input present: the KV cache is kept as state" if d.stateful else
-                     "no beam_idx input: the draft is stateless, recomputes its context every step and "
-                     "its proposals are rejected (export with use_past_in_inputs=True, stateful=True)"))
+    out.append(Finding("stateful", "interface", "pass" if d.stateful else "fail",
+                       "beam_idx input present: the KV cache is kept as state" if d.stateful else
+                       "no beam_idx input: the draft is stateless, recomputes its context every step and "
+                       "its proposals are rejected (export with use_past_in_inputs=True, stateful=True)"))
 
     missing = [n for n in DRAFT_INPUTS if _input(m, n) is None]
     if _input(m, "inputs_embeds") is not None:
@@ -167,38 +167,38 @@ def _interface_checks(d: _Draft) -> list[Check]:
     if _input(m, "hidden_states") is not None:
         d.fc_in = _last_dim(_input(m, "hidden_states"))
     if cfg.get("hidden_size") and d.hidden and cfg["hidden_size"] != d.hidden:
-        out.append(Check("inputs", "interface", "fail",
-                         f"inputs_embeds width {d.hidden} != config hidden_size {cfg['hidden_size']}"))
+        out.append(Finding("inputs", "interface", "fail",
+                           f"inputs_embeds width {d.hidden} != config hidden_size {cfg['hidden_size']}"))
     elif missing:
-        out.append(Check("inputs", "interface", "fail", f"missing input(s) {', '.join(missing)}: not a DFlash "
-                         "draft exported through Qwen3DFlashForCausalLM"))
+        out.append(Finding("inputs", "interface", "fail", f"missing input(s) {', '.join(missing)}: not a DFlash "
+                           "draft exported through Qwen3DFlashForCausalLM"))
     else:
-        out.append(Check("inputs", "interface", "pass", f"inputs_embeds [.., {d.hidden}], hidden_states "
-                         f"[.., {d.fc_in}], position_ids, attention_mask"))
+        out.append(Finding("inputs", "interface", "pass", f"inputs_embeds [.., {d.hidden}], hidden_states "
+                           f"[.., {d.fc_in}], position_ids, attention_mask"))
 
     names = [sorted(o.get_names()) for o in m.outputs]
     if len(names) == 1 and "last_hidden_state" in names[0]:
-        out.append(Check("output", "interface", "pass", "one output, last_hidden_state"))
+        out.append(Finding("output", "interface", "pass", "one output, last_hidden_state"))
     else:
         shown = ", ".join(n[0] if n else "?" for n in names[:4]) + (", ..." if len(names) > 4 else "")
-        out.append(Check("output", "interface", "fail", f"{len(names)} output(s) ({shown}); expected exactly "
-                         "one, last_hidden_state (present.* outputs mean the cache was not made stateful)"))
+        out.append(Finding("output", "interface", "fail", f"{len(names)} output(s) ({shown}); expected exactly "
+                           "one, last_hidden_state (present.* outputs mean the cache was not made stateful)"))
 
     graph_layers = {int(x) for op in m.get_ops() for x in re.findall(r"__module\.layers\.(\d+)[./]", op.get_friendly_name())}
     d.layers = cfg.get("num_hidden_layers") or (max(graph_layers) + 1 if graph_layers else None)
     n_vars = len(m.get_variables())
     if d.layers is None:
-        out.append(Check("state", "interface", "skip", f"{n_vars} state variables; layer count unknown"))
+        out.append(Finding("state", "interface", "skip", f"{n_vars} state variables; layer count unknown"))
     elif n_vars == 2 * d.layers:
-        out.append(Check("state", "interface", "pass", f"{n_vars} state variables = 2 x {d.layers} layers (K and V)"))
+        out.append(Finding("state", "interface", "pass", f"{n_vars} state variables = 2 x {d.layers} layers (K and V)"))
     else:
-        out.append(Check("state", "interface", "fail", f"{n_vars} state variables for {d.layers} layers; expected "
-                         f"{2 * d.layers} (one K and one V per layer)"))
+        out.append(Finding("state", "interface", "fail", f"{n_vars} state variables for {d.layers} layers; expected "
+                           f"{2 * d.layers} (one K and one V per layer)"))
     out.append(_rt_info_check(d))
     return out
 
 
-def _rt_info_check(d: _Draft) -> Check:
+def _rt_info_check(d: _Draft) -> Finding:
     m = d.model
     dflash = (d.config or {}).get("dflash_config") or {}
     # config.json's values stand in when the rt_info is broken, so the target checks still run
@@ -206,39 +206,39 @@ def _rt_info_check(d: _Draft) -> Check:
     keys = (("dflash_mode",), ("dflash", "mask_token_id"), ("dflash", "target_layer_ids"))
     absent = ["/".join(k) for k in keys if not m.has_rt_info(list(k))]
     if absent:
-        return Check("rt-info", "interface", "fail", f"rt_info {', '.join(absent)} missing: GenAI does not treat "
-                     "the model as a DFlash draft (set them with model.set_rt_info)")
+        return Finding("rt-info", "interface", "fail", f"rt_info {', '.join(absent)} missing: GenAI does not treat "
+                       "the model as a DFlash draft (set them with model.set_rt_info)")
     mode = m.get_rt_info(["dflash_mode"]).astype(str)
     try:
         d.mask_token_id = int(m.get_rt_info(["dflash", "mask_token_id"]).astype(str))
         d.ids = [int(x) for x in m.get_rt_info(["dflash", "target_layer_ids"]).astype(str).split(",")]
     except ValueError as e:
-        return Check("rt-info", "interface", "fail", f"malformed dflash rt_info: {e}")
+        return Finding("rt-info", "interface", "fail", f"malformed dflash rt_info: {e}")
     if mode.lower() != "true":
-        return Check("rt-info", "interface", "fail", f"dflash_mode is {mode!r}, GenAI needs 'True'")
+        return Finding("rt-info", "interface", "fail", f"dflash_mode is {mode!r}, GenAI needs 'True'")
     wrong = [f"{k}: rt_info {got} != config {dflash[k]}" for k, got in
              (("mask_token_id", d.mask_token_id), ("target_layer_ids", d.ids)) if k in dflash and dflash[k] != got]
     if wrong:
-        return Check("rt-info", "interface", "fail", "; ".join(wrong))
+        return Finding("rt-info", "interface", "fail", "; ".join(wrong))
     if d.hidden and d.fc_in and d.fc_in != len(d.ids) * d.hidden:
-        return Check("rt-info", "interface", "fail", f"{len(d.ids)} target layer ids but hidden_states width "
-                     f"{d.fc_in} != {len(d.ids)} x {d.hidden}")
+        return Finding("rt-info", "interface", "fail", f"{len(d.ids)} target layer ids but hidden_states width "
+                       f"{d.fc_in} != {len(d.ids)} x {d.hidden}")
     where = " (equal to config.json)" if dflash else ""
-    return Check("rt-info", "interface", "pass", f"dflash_mode True, mask_token_id {d.mask_token_id}, "
-                 f"target_layer_ids {d.ids}{where}")
+    return Finding("rt-info", "interface", "pass", f"dflash_mode True, mask_token_id {d.mask_token_id}, "
+                   f"target_layer_ids {d.ids}{where}")
 
 
 # --- behaviour ----------------------------------------------------------------------------------
 
 
-def _behaviour_checks(d: _Draft, reference, figures: dict) -> list[Check]:
+def _behaviour_checks(d: _Draft, reference, figures: dict) -> list[Finding]:
     from .source import block_size
 
     block = block_size(d.config or {})
     out = []
     if not (d.hidden and d.fc_in):
         skip = "draft inputs unknown (see inputs)"
-        return [Check(n, "behaviour", "skip", skip) for n in ("block-rows", "kv-cache", "checkpoint-match")] + [_weights_check(d)]
+        return [Finding(n, "behaviour", "skip", skip) for n in ("block-rows", "kv-cache", "checkpoint-match")] + [_weights_check(d)]
     from .draft_ir import run_draft
 
     steps = synthetic_steps(d.hidden, d.fc_in, block, d.stateful)
@@ -248,25 +248,25 @@ def _behaviour_checks(d: _Draft, reference, figures: dict) -> list[Check]:
         ir_out, cache = run.outputs, run.cache
     except Exception as e:
         reason = f"OpenVINO failed on a {block}-token block: {library_message(e)}"
-        return [Check("block-rows", "behaviour", "fail", reason), _weights_check(d)]
+        return [Finding("block-rows", "behaviour", "fail", reason), _weights_check(d)]
     rows = ir_out[0].shape[1]
     figures.update(block=block, rows=rows, context_steps=list(CONTEXT_STEPS[:len(steps)]))
     if rows == block - 1:
-        out.append(Check("block-rows", "behaviour", "pass", f"{block}-token block -> {rows} rows (seed row dropped)"))
+        out.append(Finding("block-rows", "behaviour", "pass", f"{block}-token block -> {rows} rows (seed row dropped)"))
     else:
-        out.append(Check("block-rows", "behaviour", "fail", f"{block}-token block -> {rows} rows, expected {block - 1}: "
-                         "the seed row is not dropped ([:, 1:]), every proposal is off by one position "
-                         "(export through Qwen3DFlashForCausalLM, not Qwen3DFlashDraftModel)"))
+        out.append(Finding("block-rows", "behaviour", "fail", f"{block}-token block -> {rows} rows, expected {block - 1}: "
+                           "the seed row is not dropped ([:, 1:]), every proposal is off by one position "
+                           "(export through Qwen3DFlashForCausalLM, not Qwen3DFlashDraftModel)"))
 
     want = [sum(CONTEXT_STEPS[:i + 1]) for i in range(len(steps))]
     got = [c[0] if len(c) == 1 else c for c in cache]
     if not d.stateful:
-        out.append(Check("kv-cache", "behaviour", "skip", "stateless draft (see stateful)"))
+        out.append(Finding("kv-cache", "behaviour", "skip", "stateless draft (see stateful)"))
     elif got == want:
-        out.append(Check("kv-cache", "behaviour", "pass", f"state holds {want} context positions after each step"))
+        out.append(Finding("kv-cache", "behaviour", "pass", f"state holds {want} context positions after each step"))
     else:
-        out.append(Check("kv-cache", "behaviour", "fail", f"state lengths {got} after steps of {list(CONTEXT_STEPS)} "
-                         f"context tokens; expected {want}"))
+        out.append(Finding("kv-cache", "behaviour", "fail", f"state lengths {got} after steps of {list(CONTEXT_STEPS)} "
+                           f"context tokens; expected {want}"))
 
     figures["segments"] = run.segments
     out.append(_checkpoint_check(d, reference, steps, ir_out, figures))
@@ -274,40 +274,40 @@ def _behaviour_checks(d: _Draft, reference, figures: dict) -> list[Check]:
     return out
 
 
-def _checkpoint_check(d: _Draft, reference, steps, ir_out, figures: dict) -> Check:
+def _checkpoint_check(d: _Draft, reference, steps, ir_out, figures: dict) -> Finding:
     import numpy as np
 
     from .reference import reference_outputs
     from .source import DraftSource, open_draft
 
     if reference is None:
-        return Check("checkpoint-match", "behaviour", "skip", "no source: pass --checkpoint (the checkpoint folder or GGUF the IR came from) to compare")
+        return Finding("checkpoint-match", "behaviour", "skip", "no source: pass --checkpoint (the checkpoint folder or GGUF the IR came from) to compare")
     try:
         source = reference if isinstance(reference, DraftSource) else open_draft(reference)
         # optimum-intel's class in NumPy, one layer at a time from the source
         ref = reference_outputs(source, steps)
     except Gguf2ovError as e:
-        return Check("checkpoint-match", "behaviour", "fail", f"checkpoint unusable: {e.message}")
+        return Finding("checkpoint-match", "behaviour", "fail", f"checkpoint unusable: {e.message}")
     missing_convs = _missing_convolutions(d.model, source)
     if missing_convs:
-        return Check("checkpoint-match", "behaviour", "fail", missing_convs)
+        return Finding("checkpoint-match", "behaviour", "fail", missing_convs)
     if [r.shape for r in ref] != [o.shape for o in ir_out]:
-        return Check("checkpoint-match", "behaviour", "fail", f"IR output shapes {[o.shape for o in ir_out]} != "
-                     f"reference {[r.shape for r in ref]}")
+        return Finding("checkpoint-match", "behaviour", "fail", f"IR output shapes {[o.shape for o in ir_out]} != "
+                       f"reference {[r.shape for r in ref]}")
     precision = weight_precision(d.model)
     diff = max(float(np.abs(o - r).max()) for o, r in zip(ir_out, ref))
     scale = max(1.0, max(float(np.abs(r).max()) for r in ref))
     figures.update(max_abs_diff=diff, reference_max_abs=scale, weight_precision=precision)
     tol = TOLERANCE.get(precision)
     if tol is None:
-        return Check("checkpoint-match", "behaviour", "pass", f"max |OV - reference| {diff:.3g} over {len(steps)} steps "
-                     f"with {precision} weights (not held to a tolerance; see `gguf2ov drift`)")
+        return Finding("checkpoint-match", "behaviour", "pass", f"max |OV - reference| {diff:.3g} over {len(steps)} steps "
+                       f"with {precision} weights (not held to a tolerance; see `gguf2ov drift`)")
     figures["tolerance"] = tol * scale
     status = "pass" if diff <= tol * scale else "fail"
     reason = f"max |OV - reference| {diff:.3g} over {len(steps)} steps, tolerance {tol * scale:.3g} ({precision})"
     if status == "fail":
         reason += ": the IR does not compute the checkpoint's function (wrong or random weights?)"
-    return Check("checkpoint-match", "behaviour", status, reason)
+    return Finding("checkpoint-match", "behaviour", status, reason)
 
 
 def _missing_convolutions(model, source) -> str | None:
@@ -326,7 +326,7 @@ def _missing_convolutions(model, source) -> str | None:
             f"another function (accepted less, without an error)")
 
 
-def _weights_check(d: _Draft, figures: dict | None = None) -> Check:
+def _weights_check(d: _Draft, figures: dict | None = None) -> Finding:
     """Flag weights still at their initial values: every RMSNorm weight 1.0, projections N(0, 0.02).
 
     Norm weights live in the IR as the constant of each norm's Multiply; a weight of all ones is
@@ -351,7 +351,7 @@ def _weights_check(d: _Draft, figures: dict | None = None) -> Check:
             if data is not None and data.ndim == 2:
                 stds.append(float(data.std()))
     if not norms:
-        return Check("weights", "behaviour", "skip", "no RMSNorm scopes found in the IR")
+        return Finding("weights", "behaviour", "skip", "no RMSNorm scopes found in the IR")
     init = float((d.config or {}).get("initializer_range", 0.02))
     trained = sum(norms.values())
     std = float(np.median(stds)) if stds else None
@@ -360,76 +360,78 @@ def _weights_check(d: _Draft, figures: dict | None = None) -> Check:
         figures.update(norms_trained=trained, norms=len(norms), projection_std=std)
     std_text = f"projection std {std:.4f} (init {init})" if std is not None else "projection weights not readable"
     if trained == 0:
-        return Check("weights", "behaviour", "warn", f"all {len(norms)} RMSNorm weights are exactly 1.0 (their initial "
-                     f"value), {std_text}{' like a fresh init' if init_like else ''}: the weights look untrained "
-                     "(e.g. loaded with strict=False under other names)")
-    return Check("weights", "behaviour", "pass", f"{trained}/{len(norms)} RMSNorm weights differ from 1.0, {std_text}")
+        return Finding("weights", "behaviour", "warn",
+                       f"all {len(norms)} RMSNorm weights are exactly 1.0 (their initial value), {std_text}"
+                       f"{' like a fresh init' if init_like else ''}: the weights look untrained "
+                       "(e.g. loaded with strict=False under other names)")
+    return Finding("weights", "behaviour", "pass",
+                   f"{trained}/{len(norms)} RMSNorm weights differ from 1.0, {std_text}")
 
 
 # --- target -------------------------------------------------------------------------------------
 
 
-def _target_checks(d: _Draft, target_dir: Path) -> list[Check]:
+def _target_checks(d: _Draft, target_dir: Path) -> list[Finding]:
     import openvino as ov
 
     xml = next((target_dir / n for n in TARGET_XMLS if (target_dir / n).is_file()), None)
     raw = _read_json(target_dir / "config.json")
     if xml is None or raw is None:
         missing = [n for n, ok in ((" or ".join(TARGET_XMLS), xml), ("config.json", raw)) if ok is None]
-        return [Check("target", "target", "fail", f"{target_dir} lacks {', '.join(missing)}")]
+        return [Finding("target", "target", "fail", f"{target_dir} lacks {', '.join(missing)}")]
     # VLM targets keep the language model's geometry under text_config.
     cfg = raw.get("text_config") or raw if "num_hidden_layers" not in raw else raw
     n_layers, hidden, vocab = cfg.get("num_hidden_layers"), cfg.get("hidden_size"), cfg.get("vocab_size")
     target = ov.Core().read_model(str(xml))
-    out = [Check("target", "target", "pass", f"{xml.name}: {n_layers} layers, hidden {hidden}, vocab {vocab}")]
+    out = [Finding("target", "target", "pass", f"{xml.name}: {n_layers} layers, hidden {hidden}, vocab {vocab}")]
     out.append(_locator_check(target, n_layers, d.ids))
 
     if d.hidden is None or hidden is None:
-        out.append(Check("hidden-size", "target", "skip", "hidden size unknown"))
+        out.append(Finding("hidden-size", "target", "skip", "hidden size unknown"))
     else:
-        out.append(Check("hidden-size", "target", "pass" if d.hidden == hidden else "fail",
-                         f"draft hidden {d.hidden} {'==' if d.hidden == hidden else '!='} target hidden {hidden}"))
+        out.append(Finding("hidden-size", "target", "pass" if d.hidden == hidden else "fail",
+                           f"draft hidden {d.hidden} {'==' if d.hidden == hidden else '!='} target hidden {hidden}"))
 
     ids = d.ids or []
     bad = [i for i in ids if not (isinstance(n_layers, int) and 0 <= i < n_layers)]
-    out.append(Check("layer-ids", "target", "fail" if bad or not ids else "pass",
-                     f"target_layer_ids {ids} outside 0..{n_layers - 1 if n_layers else '?'}: {bad}" if bad else
-                     "no target_layer_ids (see rt-info)" if not ids else
-                     f"target_layer_ids {ids} within the target's {n_layers} layers"))
+    out.append(Finding("layer-ids", "target", "fail" if bad or not ids else "pass",
+                       f"target_layer_ids {ids} outside 0..{n_layers - 1 if n_layers else '?'}: {bad}" if bad else
+                       "no target_layer_ids (see rt-info)" if not ids else
+                       f"target_layer_ids {ids} within the target's {n_layers} layers"))
 
     types = cfg.get("layer_types")
     if not types or bad:
-        out.append(Check("layer-types", "target", "pass" if not types else "skip",
-                         "no layer_types in the target config: all layers share one type" if not types else
-                         "skipped: layer ids out of range"))
+        out.append(Finding("layer-types", "target", "pass" if not types else "skip",
+                           "no layer_types in the target config: all layers share one type" if not types else
+                           "skipped: layer ids out of range"))
     else:
         picked = [types[i] for i in ids]
         uniform = len(set(picked)) == 1
-        out.append(Check("layer-types", "target", "pass" if uniform else "fail",
-                         f"layers {ids} are all {picked[0]}" if uniform else
-                         f"layers {ids} mix types {picked}: a draft trained on a mixed set cannot work on this "
-                         "target (fc is sized for its own layer set; remapping ids cannot fix it)"))
+        out.append(Finding("layer-types", "target", "pass" if uniform else "fail",
+                           f"layers {ids} are all {picked[0]}" if uniform else
+                           f"layers {ids} mix types {picked}: a draft trained on a mixed set cannot work on this "
+                           "target (fc is sized for its own layer set; remapping ids cannot fix it)"))
 
     if d.fc_in is None or hidden is None or not ids:
-        out.append(Check("fc-width", "target", "skip", "fc input width or layer ids unknown"))
+        out.append(Finding("fc-width", "target", "skip", "fc input width or layer ids unknown"))
     else:
         want = len(ids) * hidden
-        out.append(Check("fc-width", "target", "pass" if d.fc_in == want else "fail",
-                         f"fc input width {d.fc_in} {'==' if d.fc_in == want else '!='} {len(ids)} ids x {hidden}"))
+        out.append(Finding("fc-width", "target", "pass" if d.fc_in == want else "fail",
+                           f"fc input width {d.fc_in} {'==' if d.fc_in == want else '!='} {len(ids)} ids x {hidden}"))
 
     if d.mask_token_id is None or vocab is None:
-        out.append(Check("mask-token", "target", "skip", "mask token id or target vocab size unknown"))
+        out.append(Finding("mask-token", "target", "skip", "mask token id or target vocab size unknown"))
     else:
         ok = 0 <= d.mask_token_id < vocab
-        out.append(Check("mask-token", "target", "pass" if ok else "fail",
-                         f"mask token {d.mask_token_id} {'inside' if ok else 'outside'} the target vocabulary ({vocab})"))
+        out.append(Finding("mask-token", "target", "pass" if ok else "fail",
+                           f"mask token {d.mask_token_id} {'inside' if ok else 'outside'} the target vocabulary ({vocab})"))
 
     tok, detok = (target_dir / TOKENIZER_IR).is_file(), (target_dir / DETOKENIZER_IR).is_file()
-    out.append(Check("tokenizer", "target", "pass" if tok and detok else "warn" if tok else "fail",
-                     "openvino_tokenizer.xml and openvino_detokenizer.xml present" if tok and detok else
-                     "openvino_detokenizer.xml missing: GenAI cannot decode text" if tok else
-                     "openvino_tokenizer.xml missing: GenAI's LLMPipeline needs the target's tokenizer "
-                     "(openvino_tokenizers.convert_tokenizer)"))
+    out.append(Finding("tokenizer", "target", "pass" if tok and detok else "warn" if tok else "fail",
+                       "openvino_tokenizer.xml and openvino_detokenizer.xml present" if tok and detok else
+                       "openvino_detokenizer.xml missing: GenAI cannot decode text" if tok else
+                       "openvino_tokenizer.xml missing: GenAI's LLMPipeline needs the target's tokenizer "
+                       "(openvino_tokenizers.convert_tokenizer)"))
     return out
 
 
@@ -438,22 +440,22 @@ _SCAN_NEEDS = ("target", "target-locators", "hidden-size", "layer-ids", "fc-widt
                "block-rows", "inputs", "rt-info")
 
 
-def _layer_fit_check(d: _Draft, target_dir: Path, checks: list[Check], prompts, named, scanned: dict) -> Check:
+def _layer_fit_check(d: _Draft, target_dir: Path, checks: list[Finding], prompts, named, scanned: dict) -> Finding:
     """The tap scan's finding: do the configured ids fit the draft better than their shifts?"""
     from .taps import FITS, MISFIT, scan_taps
 
     failed = [c.name for c in checks if c.name in _SCAN_NEEDS and c.status == "fail"]
     if failed:
-        return Check("layer-fit", "target", "skip", f"not measured: {', '.join(failed)} failed")
+        return Finding("layer-fit", "target", "skip", f"not measured: {', '.join(failed)} failed")
     try:
         scan = scan_taps(d.dir, target_dir, prompts=prompts, named=named, configured=d.ids)
     except Gguf2ovError as e:
-        return Check("layer-fit", "target", "warn", f"not measured: {e.message}")
+        return Finding("layer-fit", "target", "warn", f"not measured: {e.message}")
     scanned["scan"] = scan
     finding = scan.finding(_offset_used(d.dir))
     if scan.verdict == MISFIT:
-        return Check("layer-fit", "target", "fail", finding + " (the draft attaches and runs, and is accepted less)")
-    return Check("layer-fit", "target", "pass" if scan.verdict == FITS else "warn", finding)
+        return Finding("layer-fit", "target", "fail", finding + " (the draft attaches and runs, and is accepted less)")
+    return Finding("layer-fit", "target", "pass" if scan.verdict == FITS else "warn", finding)
 
 
 def _offset_used(draft_dir: Path) -> int | None:
@@ -486,22 +488,22 @@ def pattern_fallback_layers(target, ids) -> dict[int, str]:
     return found
 
 
-def _locator_check(target, n_layers, ids) -> Check:
+def _locator_check(target, n_layers, ids) -> Finding:
     from .target import LOCATORS_KEY, read_locators
 
     try:
         layers = read_locators(target)
     except Gguf2ovError as e:
-        return Check("target-locators", "target", "fail", e.message)
+        return Finding("target-locators", "target", "fail", e.message)
     if layers is None:
         found = pattern_fallback_layers(target, ids or [])
         if ids and len(found) == len(ids):
-            return Check("target-locators", "target", "warn", f"no {LOCATORS_KEY} rt_info: GenAI will use its name-pattern "
-                         f"fallback, which finds the MLP residual add of layers {sorted(found)} (Llama/Qwen-style "
-                         "blocks); re-export the target with optimum-intel >= 2.2 to be sure")
-        return Check("target-locators", "target", "fail", f"no {LOCATORS_KEY} rt_info, and GenAI's name-pattern fallback "
-                     f"finds {len(found)} of the {len(ids or [])} draft layers ({sorted(found)}): GenAI will refuse the pair "
-                     f"(\"Eagle3 fallback found {len(found)} outputs for {len(ids or [])} requested target layers\")")
+            return Finding("target-locators", "target", "warn", f"no {LOCATORS_KEY} rt_info: GenAI will use its name-pattern "
+                           f"fallback, which finds the MLP residual add of layers {sorted(found)} (Llama/Qwen-style "
+                           "blocks); re-export the target with optimum-intel >= 2.2 to be sure")
+        return Finding("target-locators", "target", "fail", f"no {LOCATORS_KEY} rt_info, and GenAI's name-pattern fallback "
+                       f"finds {len(found)} of the {len(ids or [])} draft layers ({sorted(found)}): GenAI will refuse the pair "
+                       f"(\"Eagle3 fallback found {len(found)} outputs for {len(ids or [])} requested target layers\")")
     ops = {op.get_friendly_name(): op for op in target.get_ops()}
     missing = [str(k) for k, loc in layers.items() if loc.get("producer") not in ops
                or int(loc.get("output_index", 0)) >= ops[loc["producer"]].get_output_size()]
@@ -514,8 +516,8 @@ def _locator_check(target, n_layers, ids) -> Check:
     if absent:
         problems.append(f"no locator for draft layer id(s) {absent}")
     if problems:
-        return Check("target-locators", "target", "fail", "; ".join(problems))
-    return Check("target-locators", "target", "pass", f"{len(layers)} locators, every producer found in the graph")
+        return Finding("target-locators", "target", "fail", "; ".join(problems))
+    return Finding("target-locators", "target", "pass", f"{len(layers)} locators, every producer found in the graph")
 
 
 # --- command line ---------------------------------------------------------------------------------

@@ -166,10 +166,10 @@ def test_verify_flags_an_ir_without_the_convolutions(checkpoints, weight_format)
     out = checkpoints["root"] / f"v1-{weight_format}"
     export_draft(checkpoints["v1"], out, weight_format=weight_format, progress=False, overwrite=True, run_verify=False)
     result = verify_draft(out, checkpoint_dir=checkpoints["live"])
-    check = result.check("checkpoint-match")
-    assert not result.ok and check.status == "fail"
-    assert "DFlash 2 draft (4 convolution projections)" in check.reason
-    assert "multiplies by 15 weights instead of 19" in check.reason
+    finding = result.finding("checkpoint-match")
+    assert not result.ok and finding.status == "fail"
+    assert "DFlash 2 draft (4 convolution projections)" in finding.reason
+    assert "multiplies by 15 weights instead of 19" in finding.reason
     # the same IR verified against its own v1 source passes: the check is about the pairing
     assert verify_draft(out, checkpoint_dir=checkpoints["v1"]).ok
 
@@ -185,8 +185,8 @@ def test_a_dflash2_gguf_exports_its_own_grid_for_the_convolutions(tmp_path):
     assert gguf.tensors["blk.0.attn_conv_base"].ne == (256, 2, 2) and gguf.tensors["blk.0.attn_conv_base"].qtype.name == "F32"
     assert gguf.tensors["blk.0.ffn_conv_proj.weight"].qtype.name == "Q4_K"
     result = export_draft(tmp_path / "draft.gguf", tmp_path / "out", weight_format="gguf", progress=False)
-    check = result.verify.check("checkpoint-match")
-    assert check.status == "pass" and "(gguf)" in check.reason  # held to float32's tolerance
+    finding = result.verify.finding("checkpoint-match")
+    assert finding.status == "pass" and "(gguf)" in finding.reason  # held to float32's tolerance
     provenance = json.loads((tmp_path / "out" / "gguf2ov.json").read_text())
     assert provenance["options"]["transcoded"] == 1 + 9  # fc and every Linear of the layer, both projections included
     assert len(result.left_out) == 3

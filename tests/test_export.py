@@ -133,7 +133,7 @@ def test_failed_verify_leaves_no_output(tmp_path, checkpoint, monkeypatch):
     import gguf2ov.verify as verify
 
     def broken(draft_dir, **kwargs):
-        return verify.VerifyResult(str(draft_dir), None, None, [verify.Check("block-rows", "behaviour", "fail", "x")])
+        return verify.VerifyResult(str(draft_dir), None, None, [verify.Finding("block-rows", "behaviour", "fail", "x")])
 
     monkeypatch.setattr(verify, "verify_draft", broken)
     with pytest.raises(Gguf2ovError, match="fails verification: block-rows"):
@@ -146,7 +146,7 @@ def test_export_from_gguf_passes_verify(tmp_path, tmp_path_factory):
     result = export_draft(b.draft_gguf(tmp_path_factory), tmp_path / "draft", progress=False)
     assert result.source_kind == "gguf" and result.verify.ok, render(result.verify)
     # against the dequantized weights, converted to f32 in the export's scratch folder
-    assert result.verify.check("checkpoint-match").status == "pass"
+    assert result.verify.finding("checkpoint-match").status == "pass"
     from gguf2ov.verify import verify_draft
 
     with_target = verify_draft(tmp_path / "draft", target_dir=b.target_dir(tmp_path_factory))

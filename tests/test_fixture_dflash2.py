@@ -190,7 +190,7 @@ def test_identity_convolutions_are_accepted_clearly_less_and_verify_flags_them(f
     assert [p.accepted_tokens for p in runs["no-shift"].prompts] != [p.accepted_tokens for p in runs["real"].prompts]
     # the identity IR runs and attaches without a word; given the real checkpoint, verify says it is wrong
     checked = verify_draft(tmp_path / "identity" / "draft", checkpoint_dir=fix2 / "draft-ref")
-    assert not checked.ok and checked.check("checkpoint-match").status == "fail"
+    assert not checked.ok and checked.finding("checkpoint-match").status == "fail"
 
 
 @pytest.mark.slow

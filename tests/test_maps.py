@@ -3,7 +3,8 @@ import pytest
 from gguf import GGUFValueType
 
 from gguf2ov.errors import Gguf2ovError
-from gguf2ov.maps import MAPS_ENV, OPS, apply_ops, config_get, load_map, map_for, open_mapped, supported_arches
+from gguf2ov.map_rules import OPS, apply_ops, config_get
+from gguf2ov.maps import MAPS_ENV, load_map, map_for, open_mapped, supported_arches
 from gguf2ov.read import open_gguf
 from ggufs import (DRAFT, decoder_kv, decoder_tensors, dflash_kv, dflash_tensors, model_from_map, write_checkpoint_folder,
                    write_dflash, write_gguf)

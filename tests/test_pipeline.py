@@ -59,7 +59,7 @@ def test_run_calls_a_random_draft_broken(fixtures_dir, heavy_target, tmp_path):
     assert result.verdict == "BROKEN"
     assert [s.status for s in result.stages][-1] == "fail"
     # the tap scan does not blame the layers of a draft that predicts nothing at any of them
-    assert result.results["verify:fp32"].check("layer-fit").status == "warn"
+    assert result.results["verify:fp32"].finding("layer-fit").status == "warn"
     assert result.results["verify:fp32"].taps.verdict == "no-fit"
     assert json.loads((tmp_path / "run" / "report.json").read_text())["verdict"] == "BROKEN"
 

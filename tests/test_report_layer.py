@@ -115,7 +115,7 @@ def test_verify_result(export_result):
     result = export_result.verify
     text, data, md = three_forms(result)
     assert data["ok"] is True and data["figures"]["rows"] == data["figures"]["block"] - 1
-    block_rows = result.check("block-rows")
+    block_rows = result.finding("block-rows")
     assert {"name": "block-rows", "group": "behaviour", "status": "pass", "reason": block_rows.reason} in data["checks"]
     assert f"| behaviour | block-rows | pass | {block_rows.reason} |" in md
     assert block_rows.reason in text

@@ -91,12 +91,12 @@ def test_one_target_pass_gives_every_tap(fixtures_dir):
 
 def test_verify_fails_the_wrong_offset_and_names_the_right_one(fixtures_dir, drafts, prompts):
     wrong = verify_draft(drafts / "wrong", target_dir=fixtures_dir / "target", prompts=prompts)
-    fit = wrong.check("layer-fit")
+    fit = wrong.finding("layer-fit")
     assert not wrong.ok and fit.status == "fail"
     assert "made with --target-layer-offset -1, the GGUF fits --target-layer-offset 0" in fit.reason
     assert wrong.taps.best_ids == [1, 2]
     right = verify_draft(drafts / "right", target_dir=fixtures_dir / "target", prompts=prompts)
-    assert right.ok and right.check("layer-fit").status == "pass"
+    assert right.ok and right.finding("layer-fit").status == "pass"
     assert "Target layer tap scan" in [t.title for t in right.tables()]
 
 
@@ -159,8 +159,8 @@ def test_an_ambiguous_file_resolves_to_the_right_offset(fixtures_dir, tmp_path, 
     draft = export_draft(path, tmp_path / "forced", progress=False, run_verify=False,
                          target_layer_offset=-1 if offset == 0 else 0)
     verified = verify_draft(draft.out_dir, target_dir=fixtures_dir / "target", prompts=prompts)
-    assert verified.check("layer-fit").status == "fail"
-    assert f"fits --target-layer-offset {offset}" in verified.check("layer-fit").reason
+    assert verified.finding("layer-fit").status == "fail"
+    assert f"fits --target-layer-offset {offset}" in verified.finding("layer-fit").reason
 
 
 def test_a_file_listing_layer_zero_has_one_choice_and_the_scan_checks_it(fixtures_dir, tmp_path, prompts):
@@ -177,7 +177,7 @@ def test_export_settles_the_offset_and_verifies_against_the_target(fixtures_dir,
     result = export_draft(fixtures_dir / "draft-legacy-Q4_K_M.gguf", tmp_path / "ir", progress=False,
                           target_dir=fixtures_dir / "target", prompts=prompts)
     assert result.target_layer_ids == [1, 2] and result.offset_decision.offset == 0
-    assert result.verify.check("layer-fit").status == "pass"
+    assert result.verify.finding("layer-fit").status == "pass"
     options = json.loads((tmp_path / "ir" / "gguf2ov.json").read_text())["options"]
     assert options["target_layer_offset_measured"]["offset"] == 0
 

@@ -63,15 +63,15 @@ def test_draft_without_seed_row_slice_fails_block_rows(tmp_path, checkpoint, goo
     # Its interface is identical to a correct draft's: only running it shows the extra row.
     assert all(statuses(result)[n] == "pass" for n in ("stateful", "inputs", "output", "state", "rt-info"))
     assert "block-rows" in failed(result)
-    assert "seed row" in result.check("block-rows").reason
+    assert "seed row" in result.finding("block-rows").reason
     assert result.figures["rows"] == result.figures["block"]
 
 
 def test_stateless_draft_fails(tmp_path, checkpoint):
     result = verify_draft(b.naive_export(checkpoint, tmp_path, stateful=False))
     assert {"stateful", "output"} <= failed(result)
-    assert "stateless" in result.check("stateful").reason
-    assert "present" in result.check("output").reason
+    assert "stateless" in result.finding("stateful").reason
+    assert "present" in result.finding("output").reason
 
 
 def test_random_weights_from_a_prefixed_checkpoint(tmp_path, checkpoint):
@@ -81,10 +81,10 @@ def test_random_weights_from_a_prefixed_checkpoint(tmp_path, checkpoint):
     assert "checkpoint-match" in failed(result)
     assert result.figures["max_abs_diff"] > 0.1
     assert statuses(result)["weights"] == "warn"
-    assert "untrained" in result.check("weights").reason
+    assert "untrained" in result.finding("weights").reason
     # Against the checkpoint it came from, the key check names the prefix.
     against_prefixed = verify_draft(ir, checkpoint_dir=prefixed)
-    assert "'model.' prefix" in against_prefixed.check("checkpoint-match").reason
+    assert "'model.' prefix" in against_prefixed.finding("checkpoint-match").reason
 
 
 def test_mixed_layer_types_at_draft_ids_fail(tmp_path, good_ir, target):
@@ -94,7 +94,7 @@ def test_mixed_layer_types_at_draft_ids_fail(tmp_path, good_ir, target):
     types[ids[-1]] = "linear_attention"
     result = verify_draft(good_ir, target_dir=b.target_with_config(target, tmp_path, layer_types=types))
     assert failed(result) == {"layer-types"}
-    assert "mix types" in result.check("layer-types").reason
+    assert "mix types" in result.finding("layer-types").reason
 
 
 def test_target_geometry_mismatches_fail(tmp_path, good_ir, target):
@@ -107,10 +107,10 @@ def test_target_geometry_mismatches_fail(tmp_path, good_ir, target):
 def test_target_without_locators_only_warns(tmp_path, good_ir, target):
     bare = b.edit_ir(target, tmp_path, drop_rt_info=("hidden_states_decoder_layers",))
     result = verify_draft(good_ir, target_dir=bare)
-    check = result.check("target-locators")
-    assert result.ok and check.status == "warn"
+    finding = result.finding("target-locators")
+    assert result.ok and finding.status == "warn"
     ids = json.loads((good_ir / "config.json").read_text())["dflash_config"]["target_layer_ids"]
-    assert f"name-pattern fallback, which finds the MLP residual add of layers {sorted(ids)}" in check.reason
+    assert f"name-pattern fallback, which finds the MLP residual add of layers {sorted(ids)}" in finding.reason
 
 
 def test_target_without_locators_nor_the_pattern_fails_as_genai_would(tmp_path, good_ir, target):
@@ -129,23 +129,23 @@ def test_target_without_locators_nor_the_pattern_fails_as_genai_would(tmp_path, 
     (tmp_path / "renamed.bin").replace(bare / "openvino_model.bin")
     assert pattern_fallback_layers(ov.Core().read_model(str(xml)), [0, 1]) == {}
     result = verify_draft(good_ir, target_dir=bare)
-    check = result.check("target-locators")
-    assert not result.ok and check.status == "fail"
-    assert "GenAI will refuse the pair" in check.reason and "Eagle3 fallback found 0 outputs" in check.reason
+    finding = result.finding("target-locators")
+    assert not result.ok and finding.status == "fail"
+    assert "GenAI will refuse the pair" in finding.reason and "Eagle3 fallback found 0 outputs" in finding.reason
 
 
 def test_missing_dflash_rt_info_fails(tmp_path, good_ir):
     ir = b.edit_ir(good_ir, tmp_path, drop_rt_info=("dflash_mode", "dflash"))
     result = verify_draft(ir)
     assert failed(result) == {"rt-info"}
-    assert "dflash_mode" in result.check("rt-info").reason
+    assert "dflash_mode" in result.finding("rt-info").reason
 
 
 def test_rt_info_disagreeing_with_config_fails(tmp_path, good_ir):
     ir = b.edit_ir(good_ir, tmp_path, set_rt_info={"dflash/mask_token_id": "7"})
     result = verify_draft(ir)
     assert failed(result) == {"rt-info"}
-    assert "mask_token_id" in result.check("rt-info").reason
+    assert "mask_token_id" in result.finding("rt-info").reason
 
 
 def test_missing_ir_fails(tmp_path):

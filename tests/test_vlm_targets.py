@@ -64,9 +64,9 @@ def test_the_targets_taps_and_embeddings_are_the_hf_models(vlm):
 def test_verify_reads_the_language_model_and_text_config(vlm, draft):
     result = verify_draft(draft, target_dir=vlm / "target", checkpoint_dir=vlm / "draft-Q4_K_M.gguf")
     assert result.ok, [c for c in result.checks if c.status == "fail"]
-    assert "openvino_language_model.xml: 4 layers, hidden 128" in result.check("target").reason
-    assert result.check("target-locators").status == "pass"
-    assert result.check("layer-types").reason == "layers [1, 2] are all sliding_attention"
+    assert "openvino_language_model.xml: 4 layers, hidden 128" in result.finding("target").reason
+    assert result.finding("target-locators").status == "pass"
+    assert result.finding("layer-types").reason == "layers [1, 2] are all sliding_attention"
 
 
 def test_a_vlm_target_without_annotation_is_refused_as_genai_would(vlm, draft, tmp_path):
@@ -78,9 +78,9 @@ def test_a_vlm_target_without_annotation_is_refused_as_genai_would(vlm, draft, t
     rt = tree.getroot().find("rt_info")
     rt.remove(rt.find("hidden_states_decoder_layers"))
     tree.write(xml)
-    check = verify_draft(draft, target_dir=bare).check("target-locators")
-    assert check.status == "fail"
-    assert "Eagle3 fallback found 0 outputs for 2 requested target layers" in check.reason
+    finding = verify_draft(draft, target_dir=bare).finding("target-locators")
+    assert finding.status == "fail"
+    assert "Eagle3 fallback found 0 outputs for 2 requested target layers" in finding.reason
 
 
 @pytest.mark.slow
