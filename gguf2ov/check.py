@@ -18,11 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
+from .arch_map import ArchMap
 from .checkpoint import Checkpoint
 from .diagnose import (ConfigFinding, Diagnosis, Stats, TensorFinding, compare_config, diagnose_tensor, extra_row,
                        max_rel_err, missing_row, other_model, score, short_value, stats)
 from .errors import Gguf2ovError
-from .maps import ArchMap, flag_default, open_mapped
+from .maps import flag_default, open_mapped
 from .taps import TapScan
 
 # Past this many failing tensors that match nothing, stop searching the reference for swaps: the

@@ -345,7 +345,8 @@ def scan_source(source, target, map_path=None, target_layer_offset=None, prompts
 def settle_offset(gguf, target, map_path=None, prompts=None, progress: bool = True) -> OffsetDecision | None:
     """The target layer offset of an ambiguous GGUF, measured against `target`; None when the file
     settles it itself. Refuses (Gguf2ovError) when the measurement cannot tell."""
-    from .maps import flag_option, map_for
+    from .arch_map import flag_option
+    from .maps import map_for
     from .progress import step
     from .read import GgufFile, open_gguf
     from .target import Target
