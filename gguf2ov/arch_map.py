@@ -174,7 +174,7 @@ class ArchMap:
         found = self.flag_rule(flag)
         if found is None or found[1] not in gguf.metadata:
             return []
-        return self.ambiguity(gguf, self.config[found[0]], gguf.metadata[found[1]])
+        return self.ambiguity(gguf, self.config[found[0]], plain_value(gguf.metadata[found[1]]))
 
     def _refuse_if_ambiguous(self, gguf, hf_key, rule, source, value):
         reasons = self.ambiguity(gguf, rule, value)
@@ -228,7 +228,7 @@ class ArchMap:
     def problems(self, gguf, config: dict) -> list[str]:
         """Everything that keeps this map from converting the file; empty when it fits."""
         n_blocks = config.get("num_hidden_layers")
-        if n_blocks is not None and not (isinstance(n_blocks, int) and not isinstance(n_blocks, bool) and n_blocks >= 0):
+        if n_blocks is not None and not (is_int(n_blocks) and n_blocks >= 0):
             return [f"num_hidden_layers is {n_blocks!r}: the file's block count is not a number of layers"]
         unmatched, ambiguous, beyond, mismatched, missing, partial = [], [], [], [], [], []
         seen, layers = {}, set()
@@ -314,11 +314,8 @@ class ArchMap:
         return None if expr is None else [eval_shape(e, config) for e in expr]
 
     def _expected_shape(self, rule, n, config):
-        expr = self.shapes.get(rule.hf) if rule.hf else None
-        if expr is None:
-            return None
         try:
-            return [eval_shape(e, config) for e in expr]
+            return self.shape_for(rule.hf, config) if rule.hf else None
         except KeyError:
             return None  # the file does not state a key the shape needs; transformers will check
         except BadShapeValue as e:

@@ -10,9 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from .errors import Gguf2ovError
-from .names import PROVENANCE_FILE, SAFETENSORS_FILE
+from .names import CONFIG_FILE, PROVENANCE_FILE, SAFETENSORS_FILE, SAFETENSORS_INDEX
 
-INDEX = "model.safetensors.index.json"
 
 
 def read_json_object(path, required: bool = True) -> dict | None:
@@ -40,15 +39,15 @@ def safetensors_files(folder) -> list[Path]:
     if not folder.is_dir():
         raise Gguf2ovError(f"{folder} is not a checkpoint folder",
                            hint="pass a folder with config.json and model.safetensors (or a sharded index)")
-    index = read_json_object(folder / INDEX, required=False)
+    index = read_json_object(folder / SAFETENSORS_INDEX, required=False)
     if index is not None:
         weight_map = index.get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
-            raise Gguf2ovError(f"{folder / INDEX} has no weight_map: not a safetensors index")
+            raise Gguf2ovError(f"{folder / SAFETENSORS_INDEX} has no weight_map: not a safetensors index")
         files = [folder / name for name in sorted(set(map(str, weight_map.values())))]
         missing = [f.name for f in files if not f.is_file()]
         if missing:
-            raise Gguf2ovError(f"{folder / INDEX} names shards that are not there: {', '.join(missing[:4])}")
+            raise Gguf2ovError(f"{folder / SAFETENSORS_INDEX} names shards that are not there: {', '.join(missing[:4])}")
         return files
     if (folder / SAFETENSORS_FILE).is_file():
         return [folder / SAFETENSORS_FILE]
@@ -66,7 +65,7 @@ class Checkpoint:
             raise Gguf2ovError(f"{self.path}: not a checkpoint folder",
                                hint="pass a folder with config.json and model.safetensors (or a sharded index)")
         files = safetensors_files(self.path)
-        index = read_json_object(self.path / INDEX, required=False)
+        index = read_json_object(self.path / SAFETENSORS_INDEX, required=False)
         weight_map = index["weight_map"] if index else None
         self._files = {}
         self.shapes: dict[str, tuple[int, ...]] = {}
@@ -82,7 +81,7 @@ class Checkpoint:
                 if weight_map is None or weight_map.get(key) == name:
                     self.shapes[key] = tuple(handle.get_slice(key).get_shape())
                     self._where[key] = name
-        self.config = read_json_object(self.path / "config.json", required=False)
+        self.config = read_json_object(self.path / CONFIG_FILE, required=False)
 
     def load(self, name: str) -> np.ndarray:
         # Through torch: numpy has no bfloat16, the usual dtype of a reference checkpoint.

@@ -10,7 +10,7 @@ from gguf import GGMLQuantizationType
 
 from .check import add_convert_arguments, check_after_convert
 from .errors import Gguf2ovError, printable
-from .map_rules import config_get
+from .map_rules import config_get, plain_value
 from .maps import open_mapped
 from .outputs import require_output_dir, require_output_file
 from .progress import step
@@ -118,7 +118,7 @@ def convert(gguf_path, out_dir, map_path=None, dtype: str = "bf16", target_layer
             gguf_path=str(gguf.path), out_dir=str(out_dir), arch=amap.arch, map_path=str(amap.path), dtype=dtype,
             files=result.files, n_tensors=result.n_tensors, n_bytes=result.n_bytes, config=config,
             target_layer_key=gguf_key,
-            target_layer_ids_declared=_plain(gguf.get(gguf_key)) if gguf_key else None,
+            target_layer_ids_declared=plain_value(gguf.get(gguf_key)) if gguf_key else None,
             target_layer_ids_written=config_get(config, hf_key) if hf_key else None,
             target_layer_offset=target_layer_offset, seconds=time.perf_counter() - start, warnings=warnings,
             tensors=[TensorRow(e.hf_name, e.gguf_name, e.qtype.name, list(e.shape),
@@ -134,10 +134,6 @@ def convert(gguf_path, out_dir, map_path=None, dtype: str = "bf16", target_layer
         max_shard_size=max_shard_size, overwrite=overwrite, progress=progress, allow_nonfinite=allow_nonfinite,
         before_commit=finish)
     return done[0]
-
-
-def _plain(value):
-    return value.tolist() if hasattr(value, "tolist") else value
 
 
 def _provenance(gguf, map_path, dtype, target_layer_offset, qtypes: dict, offset_decision=None) -> dict:

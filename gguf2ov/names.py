@@ -9,6 +9,7 @@ DETOKENIZER_IR = "openvino_detokenizer.xml"
 CONFIG_FILE = "config.json"
 PROVENANCE_FILE = "gguf2ov.json"
 SAFETENSORS_FILE = "model.safetensors"
+SAFETENSORS_INDEX = "model.safetensors.index.json"  # a sharded checkpoint's
 
 # The CPU plugin's default bf16 (where the CPU has it) blurs every comparison this tool makes.
 F32 = {"INFERENCE_PRECISION_HINT": "f32"}

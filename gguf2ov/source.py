@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import Gguf2ovError
+from .map_rules import is_int
 from .names import CONFIG_FILE
 
 # Tensors a draft may carry that the OpenVINO draft does not use: GenAI feeds the target's
@@ -135,17 +136,17 @@ def draft_config(raw: dict, where) -> DraftConfig:
         raise Gguf2ovError(f"{where}: model_type is {raw.get('model_type')!r}; OpenVINO DFlash drafts are "
                            "exported only as model_type 'qwen3'")
     ids = dflash.get("target_layer_ids")
-    if not ids or not all(_is_int(i) and i >= 0 for i in ids):
+    if not ids or not all(is_int(i) and i >= 0 for i in ids):
         raise Gguf2ovError(f"{where}: dflash_config.target_layer_ids must be a non-empty list of ints >= 0, got {ids!r}")
-    if not _is_int(dflash.get("mask_token_id")):
+    if not is_int(dflash.get("mask_token_id")):
         # GenAI refuses a draft without dflash/mask_token_id rt_info.
         raise Gguf2ovError(f"{where}: dflash_config.mask_token_id is missing",
                            hint="set it to the target tokenizer's mask token id")
     for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"):
-        if not _is_int(raw.get(key)) or raw[key] <= 0:
+        if not is_int(raw.get(key)) or raw[key] <= 0:
             raise Gguf2ovError(f"{where}: {key} is missing or not a positive integer")
     for key in ("num_key_value_heads", "head_dim"):
-        if raw.get(key) is not None and (not _is_int(raw[key]) or raw[key] <= 0):
+        if raw.get(key) is not None and (not is_int(raw[key]) or raw[key] <= 0):
             raise Gguf2ovError(f"{where}: {key} is {raw[key]!r}, not a positive integer")
     if raw.get("is_causal") is not None and not isinstance(raw["is_causal"], bool):
         raise Gguf2ovError(f"{where}: is_causal is {raw['is_causal']!r}, not true or false")
@@ -163,7 +164,7 @@ def block_size(raw: dict) -> int:
     from .maps import config_default
 
     block = (raw.get("dflash_config") or {}).get("block_size")
-    return block if _is_int(block) and block > 0 else config_default(DRAFT_ARCH, "dflash_config.block_size")
+    return block if is_int(block) and block > 0 else config_default(DRAFT_ARCH, "dflash_config.block_size")
 
 
 def draft_value(raw: dict, name: str):
@@ -189,7 +190,7 @@ def _dflash2_fields(raw: dict, where) -> dict:
         value = draft_value(raw, key)
         if value is None and key == "selector_rank":
             continue
-        if not _is_int(value) or value <= 0:
+        if not is_int(value) or value <= 0:
             raise Gguf2ovError(f"{where} is a DFlash 2 draft ({', '.join(present)}) but dflash_config.{key} is "
                                f"{value!r}, not a positive integer",
                                hint="a DFlash 2 config gives conv_kernel_size and conv_group_size under dflash_config")
@@ -215,9 +216,6 @@ def read_draft_config(checkpoint_dir) -> DraftConfig:
                            hint="pass a folder written by `gguf2ov convert` or a DFlash draft checkpoint")
     return draft_config(read_json_object(path), path)
 
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def draft_tensor_shapes(config: DraftConfig) -> dict[str, tuple[int, ...]]:
@@ -256,7 +254,7 @@ def selector_shapes(config: DraftConfig) -> dict[str, tuple[int, ...]]:
     rank, vocab = config.selector_rank, config.raw.get("vocab_size")
     if not config.is_dflash2 or rank is None:
         return {}
-    vocab = vocab if _is_int(vocab) else None  # a GGUF without a tokenizer does not say
+    vocab = vocab if is_int(vocab) else None  # a GGUF without a tokenizer does not say
     return {SELECTOR_PREFIX + "hidden_projection.weight": (rank, config.hidden_size),
             SELECTOR_PREFIX + "predecessor_codebook": (vocab, rank),
             SELECTOR_PREFIX + "successor_codebook": (vocab, rank)}

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import Gguf2ovError
-from .names import PROVENANCE_FILE, SAFETENSORS_FILE
+from .names import CONFIG_FILE, PROVENANCE_FILE, SAFETENSORS_FILE, SAFETENSORS_INDEX
 from .outputs import atomic_dir
 from .progress import progress as progress_bar
 
@@ -24,9 +24,7 @@ from .progress import progress as progress_bar
 DTYPES = {"bf16": ("BF16", 2), "f16": ("F16", 2), "f32": ("F32", 4)}
 INT_DTYPES = {np.dtype(np.int8): "I8", np.dtype(np.int16): "I16", np.dtype(np.int32): "I32", np.dtype(np.int64): "I64"}
 DEFAULT_MAX_SHARD_SIZE = 5 * 10**9  # transformers' default "5GB"
-CONFIG_NAME = "config.json"
 ENCODE_CHUNK = 1 << 22  # elements
-INDEX_NAME = "model.safetensors.index.json"
 
 
 @dataclass(frozen=True)
@@ -110,9 +108,9 @@ def write_checkpoint(out_dir, config: dict, specs: list[TensorSpec], tensors, *,
     files = [SAFETENSORS_FILE] if len(shards) == 1 else \
         [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
     items = iter(progress_bar(tensors, desc="writing", total=len(specs), enabled=progress, unit="tensor"))
-    extra = [INDEX_NAME] if len(shards) > 1 else []
+    extra = [SAFETENSORS_INDEX] if len(shards) > 1 else []
     nonfinite = {}
-    result = WriteResult(str(out_dir), [CONFIG_NAME, *files, *extra] + ([PROVENANCE_FILE] if provenance else []),
+    result = WriteResult(str(out_dir), [CONFIG_FILE, *files, *extra] + ([PROVENANCE_FILE] if provenance else []),
                          len(specs), sum(s.n_bytes for s in specs), nonfinite)
     commit = (lambda tmp: before_commit(result)) if before_commit else None
     with atomic_dir(out_dir, overwrite=overwrite, before_commit=commit) as tmp:
@@ -133,8 +131,8 @@ def write_checkpoint(out_dir, config: dict, specs: list[TensorSpec], tensors, *,
         if len(shards) > 1:
             weight_map = {s.name: file_name for file_name, shard in zip(files, shards) for s in shard}
             index = {"metadata": {"total_size": sum(s.n_bytes for s in specs)}, "weight_map": weight_map}
-            _write_json(tmp / INDEX_NAME, index)
-        _write_json(tmp / CONFIG_NAME, config)
+            _write_json(tmp / SAFETENSORS_INDEX, index)
+        _write_json(tmp / CONFIG_FILE, config)
         if provenance is not None:
             _write_json(tmp / PROVENANCE_FILE, provenance)
     return result
