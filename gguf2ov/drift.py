@@ -17,7 +17,7 @@ import numpy as np
 from .errors import Gguf2ovError
 from .genai import DEFAULT_PROMPTS, add_prompt_arguments, text_prompts
 from .report import Table, add_output_arguments, emit, human_bytes, render
-from .selector import SelectorGain
+from .selector import SelectorGain, log_softmax
 
 
 
@@ -228,15 +228,10 @@ def output_drift(outputs: list, baseline: list, lm_head: np.ndarray | None):
     if lm_head is None:
         return None, None, cosine
     head = lm_head.astype(np.float64)
-    logp_out, logp_ref = _log_softmax(out @ head.T), _log_softmax(ref @ head.T)
+    logp_out, logp_ref = log_softmax(out @ head.T), log_softmax(ref @ head.T)
     top1 = float(np.mean(logp_out.argmax(-1) == logp_ref.argmax(-1)))
     kld = float(np.mean(np.sum(np.exp(logp_ref) * (logp_ref - logp_out), axis=-1)))
     return top1, max(kld, 0.0), cosine
-
-
-def _log_softmax(x: np.ndarray) -> np.ndarray:
-    x = x - x.max(-1, keepdims=True)
-    return x - np.log(np.exp(x).sum(-1, keepdims=True))
 
 
 # -- the stage ------------------------------------------------------------------------------------

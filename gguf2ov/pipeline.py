@@ -158,7 +158,7 @@ def run(gguf_path, target_dir, out_dir, reference_dir=None, requant: str = DEFAU
         return settle_offset(open_once(), target_dir, map_path, prompts, progress)
 
     def verify_reason(r):
-        scan = next((c for c in r.checks if c.name == "layer-fit"), None)
+        scan = r.finding("layer-fit")
         text = "all checks pass" if r.ok else "; ".join(r.summary())
         return text + (f"; layer-fit {scan.status}: {scan.reason}" if scan is not None and scan.status != "fail" else "")
 

@@ -41,6 +41,11 @@ class SelectorGain:
         return Table("DFlash 2 selector, offline", headers, rows, note)
 
 
+def log_softmax(x: np.ndarray) -> np.ndarray:
+    x = x - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
 def draft_logits(hidden: np.ndarray, lm_head: np.ndarray, raw_config: dict, dtype=np.float64) -> np.ndarray:
     """The draft's logits U_t: the target's lm_head on the rows, then the draft's own multiplier and
     softcap when its config has them (they reorder nothing for top-1 but change the selector's sums).

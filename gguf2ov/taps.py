@@ -16,7 +16,6 @@ and the accepted length (leading matches) per block.
 
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -171,13 +170,15 @@ def candidate_sets(configured, tappable, shifts=SHIFTS, named=()) -> tuple[dict[
     return sets, skipped
 
 
-def score_sets(draft_xml, raw_config: dict, target, prompts, sets: dict[str, list[int]],
+def score_sets(draft, target, prompts, sets: dict[str, list[int]],
                new_tokens: int = DEFAULT_NEW_TOKENS, blocks_per_prompt: int = DEFAULT_BLOCKS_PER_PROMPT):
-    """Score every layer set on the same blocks. Returns ([TapSet], blocks, proposals, prompts used)."""
-    from .draft_ir import block_feeds, run_draft
-    from .selector import accepted, continuations, draft_logits
+    """Score every layer set of `draft` (a draft_ir.DraftIR) on the same blocks.
+
+    Returns ([TapSet], blocks, proposals, prompts used)."""
+    from .selector import accepted, continuations, draft_logits, log_softmax
     from .source import block_size
 
+    raw_config = draft.config
     dflash = raw_config.get("dflash_config") or {}
     mask, block = dflash.get("mask_token_id"), block_size(raw_config)
     if mask is None:
@@ -189,19 +190,18 @@ def score_sets(draft_xml, raw_config: dict, target, prompts, sets: dict[str, lis
     blocks = [(c, p) for c in found for p in c.anchors]
     embeds = [target.embed(c.rows(p, block, mask)) for c, p in blocks]
     truths = [c.truth(p, block) for c, p in blocks]
-    calls = [block_feeds(e, c.context(ids, p)) for ids in sets.values() for e, (c, p) in zip(embeds, blocks)]
-    outputs = run_draft(draft_xml, calls, chained=False).outputs  # each segment compiled once for all sets
+    # one run for all sets: each segment is compiled once
+    rows = draft.run_blocks([(e, c.context(ids, p)) for ids in sets.values() for e, (c, p) in zip(embeds, blocks)])
     head = target.lm_head.astype(np.float32, copy=False)
     per_block, stats = {}, {}
     for k, label in enumerate(sets):
         logps, hits, lengths = [], [], []
-        for out, truth in zip(outputs[k * len(blocks):(k + 1) * len(blocks)], truths):
-            logits = draft_logits(out[0], head, raw_config, dtype=np.float32)
-            logits = logits - logits.max(-1, keepdims=True)
-            logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+        for out, truth in zip(rows[k * len(blocks):(k + 1) * len(blocks)], truths):
+            logp = log_softmax(draft_logits(out, head, raw_config, dtype=np.float32))
+            top = logp.argmax(-1)
             logps.append(logp[np.arange(len(truth)), truth])
-            hits.append(logits.argmax(-1) == truth)
-            lengths.append(accepted(logits.argmax(-1), truth))
+            hits.append(top == truth)
+            lengths.append(accepted(top, truth))
         per_block[label] = np.array([x.mean() for x in logps])
         stats[label] = (float(np.mean(np.concatenate(logps))), np.stack(hits), float(np.mean(lengths)))
     scored = []
@@ -248,7 +248,6 @@ def scan_taps(draft_dir, target, prompts=None, shifts=SHIFTS, named=(), configur
     """
     from .draft_ir import DraftIR
     from .genai import DEFAULT_PROMPTS
-    from .names import IR_XML
     from .target import Target
 
     start = time.perf_counter()
@@ -264,8 +263,8 @@ def scan_taps(draft_dir, target, prompts=None, shifts=SHIFTS, named=(), configur
         raise Gguf2ovError(f"the configured ids {configured} are not all inside the target's layers "
                            f"{tappable[0]}..{tappable[-1]}")
     sets, skipped = candidate_sets(configured, tappable, shifts, named)
-    scored, blocks, proposals, used = score_sets(Path(draft_dir) / IR_XML, draft.config, target,
-                                                 prompts or DEFAULT_PROMPTS, sets, new_tokens, blocks_per_prompt)
+    scored, blocks, proposals, used = score_sets(draft, target, prompts or DEFAULT_PROMPTS, sets, new_tokens,
+                                                 blocks_per_prompt)
     best, margin, lag, verdict = decide(scored, blocks, threshold)
     return TapScan(str(draft_dir), str(target.path), configured, scored, best.label, best.ids, best.shift, margin,
                    lag, verdict, blocks, proposals, used, round(time.perf_counter() - start, 2), threshold, skipped)

@@ -15,7 +15,8 @@ from pathlib import Path
 from .draft_ir import CONTEXT_STEPS, synthetic_steps
 from .errors import Gguf2ovError, library_message
 from .irweights import constant_values, weight_matmuls, weight_precision
-from .names import DETOKENIZER_IR, IR_XML, SAFETENSORS_FILE, TOKENIZER_IR, VLM_LANGUAGE_MODEL
+from .names import (CONFIG_FILE, DETOKENIZER_IR, IR_XML, PROVENANCE_FILE, SAFETENSORS_FILE, TOKENIZER_IR,
+                    VLM_LANGUAGE_MODEL)
 from .report import Table
 from .taps import TapScan
 
@@ -54,8 +55,8 @@ class VerifyResult:
     def __post_init__(self):
         object.__setattr__(self, "ok", not any(c.status == "fail" for c in self.checks))
 
-    def finding(self, name: str) -> Finding:
-        return next(c for c in self.checks if c.name == name)
+    def finding(self, name: str) -> Finding | None:
+        return next((c for c in self.checks if c.name == name), None)
 
     def tables(self) -> list[Table]:
         rows = [[c.group, c.name, c.status, c.reason] for c in self.checks]
@@ -99,16 +100,16 @@ def verify_draft(draft_dir, target_dir=None, checkpoint_dir=None, reference=None
     figures: dict = {}
     xml = draft_dir / IR_XML
     if reference is None and checkpoint_dir is None and (draft_dir / SAFETENSORS_FILE).is_file() \
-            and (draft_dir / "config.json").is_file():
+            and (draft_dir / CONFIG_FILE).is_file():
         checkpoint_dir = draft_dir
     if reference is None:
         reference = checkpoint_dir
     shown = getattr(reference, "path", reference)
-    scanned = {}
+    scan = None
 
     def result():
         return VerifyResult(str(draft_dir), str(target_dir) if target_dir else None,
-                            str(shown) if shown else None, checks, figures, scanned.get("scan"))
+                            str(shown) if shown else None, checks, figures, scan)
 
     if not draft_dir.is_dir():
         raise Gguf2ovError(f"draft folder {draft_dir} does not exist")
@@ -120,7 +121,7 @@ def verify_draft(draft_dir, target_dir=None, checkpoint_dir=None, reference=None
     except Exception as e:  # a corrupt IR: nothing else can be checked
         checks.append(Finding("ir", "interface", "fail", f"cannot read {xml}: {library_message(e)}"))
         return result()
-    config = _read_json(draft_dir / "config.json")
+    config = _read_json(draft_dir / CONFIG_FILE)
     d = _Draft(draft_dir, model, config)
     checks.append(Finding("ir", "interface", "pass", f"read {xml.name}" + (" and config.json" if config else "")))
     checks += _interface_checks(d)
@@ -128,7 +129,8 @@ def verify_draft(draft_dir, target_dir=None, checkpoint_dir=None, reference=None
     if target_dir is not None:
         checks += _target_checks(d, Path(target_dir))
         if tap_scan:
-            checks.append(_layer_fit_check(d, Path(target_dir), checks, prompts, named_layers, scanned))
+            fit, scan = _layer_fit_check(d, Path(target_dir), checks, prompts, named_layers)
+            checks.append(fit)
     return result()
 
 
@@ -375,9 +377,9 @@ def _target_checks(d: _Draft, target_dir: Path) -> list[Finding]:
     import openvino as ov
 
     xml = next((target_dir / n for n in TARGET_XMLS if (target_dir / n).is_file()), None)
-    raw = _read_json(target_dir / "config.json")
+    raw = _read_json(target_dir / CONFIG_FILE)
     if xml is None or raw is None:
-        missing = [n for n, ok in ((" or ".join(TARGET_XMLS), xml), ("config.json", raw)) if ok is None]
+        missing = [n for n, ok in ((" or ".join(TARGET_XMLS), xml), (CONFIG_FILE, raw)) if ok is None]
         return [Finding("target", "target", "fail", f"{target_dir} lacks {', '.join(missing)}")]
     # VLM targets keep the language model's geometry under text_config.
     cfg = raw.get("text_config") or raw if "num_hidden_layers" not in raw else raw
@@ -440,29 +442,30 @@ _SCAN_NEEDS = ("target", "target-locators", "hidden-size", "layer-ids", "fc-widt
                "block-rows", "inputs", "rt-info")
 
 
-def _layer_fit_check(d: _Draft, target_dir: Path, checks: list[Finding], prompts, named, scanned: dict) -> Finding:
-    """The tap scan's finding: do the configured ids fit the draft better than their shifts?"""
+def _layer_fit_check(d: _Draft, target_dir: Path, checks: list[Finding], prompts,
+                     named) -> tuple[Finding, TapScan | None]:
+    """The tap scan's finding, and the scan: do the configured ids fit the draft better than their shifts?"""
     from .taps import FITS, MISFIT, scan_taps
 
     failed = [c.name for c in checks if c.name in _SCAN_NEEDS and c.status == "fail"]
     if failed:
-        return Finding("layer-fit", "target", "skip", f"not measured: {', '.join(failed)} failed")
+        return Finding("layer-fit", "target", "skip", f"not measured: {', '.join(failed)} failed"), None
     try:
         scan = scan_taps(d.dir, target_dir, prompts=prompts, named=named, configured=d.ids)
     except Gguf2ovError as e:
-        return Finding("layer-fit", "target", "warn", f"not measured: {e.message}")
-    scanned["scan"] = scan
+        return Finding("layer-fit", "target", "warn", f"not measured: {e.message}"), None
     finding = scan.finding(_offset_used(d.dir))
     if scan.verdict == MISFIT:
-        return Finding("layer-fit", "target", "fail", finding + " (the draft attaches and runs, and is accepted less)")
-    return Finding("layer-fit", "target", "pass" if scan.verdict == FITS else "warn", finding)
+        reason = finding + " (the draft attaches and runs, and is accepted less)"
+        return Finding("layer-fit", "target", "fail", reason), scan
+    return Finding("layer-fit", "target", "pass" if scan.verdict == FITS else "warn", finding), scan
 
 
 def _offset_used(draft_dir: Path) -> int | None:
     """The --target-layer-offset a GGUF-sourced draft folder was exported with (the map's when unset)."""
     from .maps import flag_default
 
-    record = _read_json(draft_dir / "gguf2ov.json") or {}
+    record = _read_json(draft_dir / PROVENANCE_FILE) or {}
     options = record.get("options") or {}
     if options.get("source_kind") != "gguf":
         return None
