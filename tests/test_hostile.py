@@ -387,9 +387,7 @@ def _slow_convert(tmp_path, sig):
     from gguf import GGMLQuantizationType
 
     path = tmp_path / "draft.gguf"
-    if not path.exists():
-        write_dflash(path, qtype=GGMLQuantizationType.F16, hidden=512, heads=8, head_dim=64, kv_heads=4, ffn=2048,
-                     layers=4)
+    write_dflash(path, qtype=GGMLQuantizationType.F16, hidden=512, heads=8, head_dim=64, kv_heads=4, ffn=2048, layers=4)
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
     proc = subprocess.Popen([sys.executable, "-m", "gguf2ov", "convert", str(path), "-o", str(tmp_path / "out"),
                              "--quiet"], stderr=subprocess.PIPE, text=True, env=env)

@@ -6,8 +6,8 @@ from gguf2ov.errors import Gguf2ovError
 from gguf2ov.map_rules import OPS, apply_ops, config_get
 from gguf2ov.maps import MAPS_ENV, load_map, map_for, open_mapped, supported_arches
 from gguf2ov.read import open_gguf
-from ggufs import (DRAFT, decoder_kv, decoder_tensors, dflash_kv, dflash_tensors, model_from_map, write_checkpoint_folder,
-                   write_dflash, write_gguf)
+from ggufs import (DRAFT, decoder_kv, decoder_tensors, model_from_map, write_checkpoint_folder, write_dflash,
+                   write_gguf)
 
 DECODER = ["attn_norm", "ffn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"]
 
@@ -391,10 +391,10 @@ def test_metadata_of_the_wrong_type_is_one_error_line(tmp_path, capsys, key, val
     metadata is what it reaches)."""
     from gguf2ov.cli import main
 
-    write_gguf(tmp_path / "good.gguf", "dflash", dflash_kv(), dflash_tensors(np.random.default_rng(0)))
+    write_dflash(tmp_path / "good.gguf")
     assert main(["convert", str(tmp_path / "good.gguf"), "-o", str(tmp_path / "ref")]) == 0
     capsys.readouterr()
-    write_gguf(tmp_path / "bad.gguf", "dflash", dflash_kv() | {key: value}, dflash_tensors(np.random.default_rng(0)))
+    write_dflash(tmp_path / "bad.gguf", kv_extra={key: value})
     for cmd in (["convert", str(tmp_path / "bad.gguf"), "-o", str(tmp_path / "out")],
                 ["check", str(tmp_path / "bad.gguf"), "--reference", str(tmp_path / "ref")]):
         assert main(cmd) == 1

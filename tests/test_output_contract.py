@@ -173,7 +173,7 @@ def test_accept(fixtures_dir, exported, prompts, tmp_path):
     json_path, md_path = reports(tmp_path, "accept")
     code, data, md, out = quiet_run(["accept", "--target", fixtures_dir / "target", "--draft", exported["draft"],
                                    "--prompts", prompts, "--max-new-tokens", "8"], json_path, md_path)
-    assert data["verdict"] in ("PASS", "SLOW", "BROKEN", "MISMATCH")
+    assert data["verdict"] in ("PASS", "SLOW")  # the trained draft, identical text (below)
     assert code == (0 if data["verdict"] == "PASS" else 1)
     assert code == 0 or f"verdict: {data['verdict']}" in out  # SLOW on the light fixture target: shown
     assert data["identical"] is True and data["overall"]["generated_tokens"] == 16 and len(data["prompts"]) == 2

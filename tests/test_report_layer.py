@@ -23,7 +23,7 @@ def three_forms(result, title: str = "a report"):
     text = render(result, "text", title=title)
     raw = render(result, "json")
     data = json.loads(raw, parse_constant=_no_constant)
-    assert json.loads(json.dumps(data)) == data == to_jsonable(result)
+    assert data == to_jsonable(result)
     md = render(result, "markdown", title=title)
     assert text.startswith(title) and md.startswith(f"## {title}")
     for table in result.tables():
@@ -121,7 +121,6 @@ def test_verify_result(export_result):
     assert block_rows.reason in text
 
 
-@pytest.mark.slow
 @pytest.mark.slow
 def test_drift_result(gguf, tmp_path):
     from gguf2ov.drift import drift
