@@ -12,11 +12,10 @@ benchmarks/results/heavy-target and reused while its source and sizes are unchan
 Drafts: the fixture's Q4_K_M GGUF exported as fp32, as int4 (NNCF, group 16) and with its own
 GGUF grid (weight_format "gguf"); the DFlash 2 fixture's (fixtures/tiny-dflash2, trained against
 the same target) the same three ways, and its checkpoint with the convolutions made identity (what
-a DFlash 2 draft run as v1 would be); and both fp32 drafts with their target layer ids shifted by
-one layer down or up (`shift-1`, `shift+1`, `dflash2-shift-1`, `dflash2-shift+1`). Every run is greedy at f32 inference precision over
-fixtures/tiny-dflash/prompts.txt. The configurations are measured round-robin, one repeat of all
-of them at a time, so that load from other processes falls on all of them alike; each prompt's
-time is the median over repeats. Writes benchmarks/results/speedup.json.
+a DFlash 2 draft run as v1 would be); drafts read one layer off are measured by bench_tap_shift.py.
+Every run is greedy at f32 inference precision over fixtures/tiny-dflash/prompts.txt. The
+configurations are measured round-robin, one repeat of all of them at a time, so that load from
+other processes falls on all of them alike; each prompt's time is the median over repeats. Writes benchmarks/results/speedup.json.
 
 On a machine shared with other work, the target-alone runs suffer most: they make one
 multi-threaded step per token, and every step waits for a thread the other load has descheduled,
@@ -51,11 +50,6 @@ FORMATS = {  # export_draft keyword arguments
 DRAFTS = {label: ("v1", kwargs) for label, kwargs in FORMATS.items()}
 DRAFTS.update({f"dflash2-{label}": ("dflash2", kwargs) for label, kwargs in FORMATS.items()})
 DRAFTS["dflash2-identity"] = ("dflash2-identity", FORMATS["fp32"])
-# The fixture GGUFs store target ids + 1 (offset -1). Offsets -2 and 0 make the draft read the
-# target one layer below or above the layers it was trained on.
-for shift, offset in (("-1", -2), ("+1", 0)):
-    DRAFTS[f"shift{shift}"] = ("v1", {**FORMATS["fp32"], "target_layer_offset": offset})
-    DRAFTS[f"dflash2-shift{shift}"] = ("dflash2", {**FORMATS["fp32"], "target_layer_offset": offset})
 
 
 @dataclass(frozen=True)
