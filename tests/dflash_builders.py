@@ -65,16 +65,22 @@ def write_checkpoint(path: Path, config: dict | None = None, prefix: str = "", e
     return path
 
 
+def draft_model(config: dict):
+    """optimum's v1 DFlash draft class built from a draft's config.json dict (freshly initialised)."""
+    from optimum.exporters.openvino.model_patcher import Qwen3DFlashForCausalLM
+    from transformers import Qwen3Config
+
+    return Qwen3DFlashForCausalLM(Qwen3Config(**{k: v for k, v in config.items() if k not in ("dtype", "torch_dtype")}))
+
+
 def random_checkpoint(config: dict, out_dir: Path, seed: int = 0) -> Path:
     """A v1 draft with `config` and the seeded random initialisation of optimum's class: attaches,
     runs, and is never accepted."""
     import torch
-    from optimum.exporters.openvino.model_patcher import Qwen3DFlashForCausalLM
     from safetensors.torch import save_file
-    from transformers import Qwen3Config
 
     torch.manual_seed(seed)
-    model = Qwen3DFlashForCausalLM(Qwen3Config(**{k: v for k, v in config.items() if k not in ("dtype", "torch_dtype")}))
+    model = draft_model(config)
     out_dir.mkdir(parents=True)
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(out_dir / "model.safetensors"),
               metadata={"format": "pt"})

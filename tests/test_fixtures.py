@@ -69,16 +69,7 @@ def test_fixture_files(fixtures_dir):
         keys = set(f.keys())
         assert {str(f.get_slice(k).get_dtype()) for k in keys} == {"BF16"}
     assert not any(k.startswith("model.") for k in keys)
-    assert keys == set(_draft_model(cfg).state_dict())
-
-
-def _draft_model(cfg_dict: dict):
-    from transformers import Qwen3Config
-
-    from optimum.exporters.openvino.model_patcher import Qwen3DFlashForCausalLM
-
-    cfg = Qwen3Config(**{k: v for k, v in cfg_dict.items() if k not in ("dtype", "torch_dtype")})
-    return Qwen3DFlashForCausalLM(cfg)
+    assert keys == set(b.draft_model(cfg).state_dict())
 
 
 def _export_draft(ckpt: Path, out_dir: Path) -> Path:

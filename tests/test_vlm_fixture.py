@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from dflash_builders import draft_model
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES_ROOT = REPO / "fixtures"
@@ -99,7 +100,7 @@ def test_vlm_fixture_files_and_budget(vlm_dir):
     with safe_open(str(vlm_dir / "draft-ref/model.safetensors"), "pt") as f:
         keys = set(f.keys())
         assert {str(f.get_slice(k).get_dtype()) for k in keys} == {"BF16"}
-    assert keys == set(_draft_model(dcfg).state_dict())
+    assert keys == set(draft_model(dcfg).state_dict())
 
     reader = GGUFReader(vlm_dir / "draft-Q4_K_M.gguf")
     arch = reader.fields["general.architecture"]
@@ -115,14 +116,6 @@ def test_vlm_fixture_files_and_budget(vlm_dir):
         assert t["accepted"] >= MIN_TEXT_ACCEPTANCE * t["generated"], (name, t)
     r = acc["random"]["text_prompts"]
     assert r["identical"] and r["accepted"] < 0.05 * r["generated"]
-
-
-def _draft_model(cfg_dict: dict):
-    from transformers import Qwen3Config
-
-    from optimum.exporters.openvino.model_patcher import Qwen3DFlashForCausalLM
-
-    return Qwen3DFlashForCausalLM(Qwen3Config(**{k: v for k, v in cfg_dict.items() if k not in ("dtype", "torch_dtype")}))
 
 
 @pytest.mark.slow
