@@ -24,6 +24,7 @@ from .errors import Gguf2ovError, library_message
 from .genai import (PIPELINES, PRECISIONS, Generation, add_prompt_arguments, as_prompts, generate, generation_config,
                     make_pipeline, prompts_from_args, properties, target_kind)
 from .names import DETOKENIZER_IR, IR_XML, TOKENIZER_IR
+from .numerics import describe_numerics, numerics
 from .progress import progress as progress_bar
 from .progress import step
 from .report import Table, add_output_arguments, emit
@@ -67,6 +68,9 @@ class AcceptResult:
     properties: dict = field(default_factory=dict)
     pipeline: str = "LLMPipeline"
     by_kind: dict = field(default_factory=dict)  # "text" / "image" totals when a run has both
+    # the device and arithmetic the figures were measured under (numerics.numerics): reports from two
+    # machines compare when these agree
+    numerics: dict = field(default_factory=dict)
     # The overall figures again at the top level of the JSON, under their usual names.
     FLAT = ("identical", "accepted_tokens", "draft_candidates", "target_steps", "acceptance_rate",
             "mean_acceptance_length", "tok_s_target", "tok_s_draft", "speedup")
@@ -88,7 +92,8 @@ class AcceptResult:
         rows += [row(f"all {kind}", total) for kind, total in self.by_kind.items()]
         rows.append(row("all", self.overall))
         note = (f"{self.pipeline}, K={self.num_assistant_tokens} assistant tokens, {self.max_new_tokens} new tokens, "
-                f"{self.device} {self.precision}, throughput = median of {self.repeats} run(s) after a warm-up")
+                f"{self.device} {self.precision}, throughput = median of {self.repeats} run(s) after a warm-up"
+                + (f"; {describe_numerics(self.numerics)}" if self.numerics else ""))
         tables = [Table("Acceptance: target alone vs target + DFlash draft", headers, rows, note)]
         if self.per_position_acceptance:
             tables.append(Table("Acceptance per draft position", ["position", "accepted when proposed"],
@@ -109,7 +114,8 @@ class AcceptResult:
         for kind, total in self.by_kind.items():
             lines.append(f"{kind} prompts: accepted {total.accepted_tokens} of {total.generated_tokens} "
                          f"({total.accepted_share:.1%}), text {'identical' if total.identical else 'DIFFERENT'}")
-        lines.append(f"pipeline: {self.pipeline} on {self.device}")
+        lines.append(f"pipeline: {self.pipeline} on {self.device}"
+                     + (f" ({describe_numerics(self.numerics)})" if self.numerics else ""))
         return lines
 
 
@@ -324,6 +330,7 @@ def run_acceptance(
         properties=props,
         pipeline=PIPELINES[kind],
         by_kind=by_kind,
+        numerics=numerics(device, props),
     )
 
 

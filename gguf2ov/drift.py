@@ -16,6 +16,7 @@ import numpy as np
 
 from .errors import Gguf2ovError
 from .genai import DEFAULT_PROMPTS, add_prompt_arguments, text_prompts
+from .numerics import EXACT, describe_numerics, numerics
 from .report import Table, add_output_arguments, emit, human_bytes, render
 from .selector import SelectorGain, log_softmax
 
@@ -60,6 +61,9 @@ class DriftResult:
     seconds: float
     provenance: dict
     selector: SelectorGain | None = None  # DFlash 2 with a target: what GenAI's top-1 path leaves
+    # the arithmetic of the output figures: exact f32 (numerics.compile_exact), so that they compare
+    # across machines; the acceptance figures, when run, carry their own (the runtime's)
+    numerics: dict = field(default_factory=dict)
 
     def tables(self) -> list[Table]:
         grid = any(v.rel_err_gguf is not None for v in self.variants)
@@ -80,7 +84,8 @@ class DriftResult:
                 row += [_pct(a.get("acceptance_rate")), a.get("tok_s_draft")]
             rows.append(row)
         note = (f"weights against the fp32 export{' and the dequantized GGUF grid' if grid else ''}; outputs over "
-                f"{self.n_rows} proposals in {self.n_blocks} blocks ({self.contexts} contexts)")
+                f"{self.n_rows} proposals in {self.n_blocks} blocks ({self.contexts} contexts)"
+                + (f", computed on {describe_numerics(self.numerics)}" if self.numerics else ""))
         tables = [Table("Drift per variant", headers, rows, note)]
         return tables + ([self.selector.table()] if self.selector else [])
 
@@ -336,7 +341,7 @@ def drift(source, out_dir, variants=None, target_dir=None, prompts=None, map_pat
             source=str(draft.path), out_dir=str(out_dir), contexts=blocks.kind, n_blocks=len(blocks.embeds),
             n_rows=int(sum(len(e) - 1 for e in blocks.embeds)), variants=results,
             plot=str(out_dir / "drift.png") if plot else None, seconds=time.monotonic() - start,
-            provenance=record, selector=selector,
+            provenance=record, selector=selector, numerics=numerics("CPU", EXACT),
         )
         write_reports(result, tmp / "drift.json", tmp / "drift.md", title="gguf2ov drift")
     return result
@@ -356,7 +361,7 @@ def _acceptance(target_dir, draft_dir, options: dict, progress: bool) -> dict:
     o = r.overall
     return {"verdict": r.verdict, "identical": o.identical, "acceptance_rate": o.acceptance_rate,
             "mean_acceptance_length": o.mean_acceptance_length, "tok_s_target": o.tok_s_target,
-            "tok_s_draft": o.tok_s_draft, "speedup": o.speedup}
+            "tok_s_draft": o.tok_s_draft, "speedup": o.speedup, "numerics": r.numerics}
 
 
 def configure_parser(p) -> None:

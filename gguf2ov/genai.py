@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import Gguf2ovError
-from .names import F32, IR_XML, VLM_LANGUAGE_MODEL, VLM_TEXT_EMBEDDINGS
+from .names import IR_XML, VLM_LANGUAGE_MODEL, VLM_TEXT_EMBEDDINGS
+from .numerics import F32_HINT
 
 PRECISIONS = ("f32", "auto")
 PIPELINES = {"llm": "LLMPipeline", "vlm": "VLMPipeline"}
@@ -124,7 +125,9 @@ def target_kind(target_dir) -> str | None:
 def properties(precision: str, device: str = "CPU") -> dict:
     if precision not in PRECISIONS:
         raise Gguf2ovError(f"unknown precision {precision!r}", hint=f"use one of {', '.join(PRECISIONS)}")
-    props = dict(F32) if precision == "f32" else {}
+    # what users run: the f32 hint for byte-identical text, the plugin's dynamic quantization as it
+    # is (numerics() records it beside the figures)
+    props = dict(F32_HINT) if precision == "f32" else {}
     if device.upper().startswith("GPU"):
         props["ATTENTION_BACKEND"] = "PA"
     return props

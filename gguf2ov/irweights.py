@@ -11,7 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .names import IR_XML, compile_f32
+from .names import IR_XML
+from .numerics import compile_exact
 
 # optimum's PyTorch frontend names a Linear's MatMul "__module.<path>/aten::linear/MatMul" and an
 # Embedding's lookup "__module.<path>/aten::embedding/Gather"
@@ -93,7 +94,7 @@ def ir_weights(model_or_path, kinds=("MatMul", "Gather")) -> dict[str, np.ndarra
         return {}
     # A parameterless model of just the weight subgraphs; OpenVINO folds and evaluates it.
     sub = ov.Model([ov.opset13.convert(o, "f32").output(0) for o in outputs], [], "weights")
-    compiled = compile_f32(sub)
+    compiled = compile_exact(sub)  # the weights' own values, whatever the CPU
     result = compiled.create_infer_request().infer({})
     return {name: np.asarray(result[compiled.output(i)], dtype=np.float32) for i, name in enumerate(names)}
 

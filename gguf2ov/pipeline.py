@@ -58,7 +58,10 @@ class RunResult:
                         r.overall.tok_s_draft, r.overall.speedup] for label, r in runs.items()]
         if runs:
             first = next(iter(runs.values()))
-            note = f"{first.pipeline} on {first.device}, {first.precision}"
+            from .numerics import describe_numerics
+
+            note = f"{first.pipeline} on {first.device}, {first.precision}" + (
+                f" ({describe_numerics(first.numerics)})" if first.numerics else "")
             tables.append(Table("Drafts on the target", ["draft", "verdict", "identical", "accepted/generated",
                                                          "accepted/drafted", "mean accept len", "tok/s target",
                                                          "tok/s draft", "speedup"], accept_rows, note))

@@ -19,8 +19,8 @@ import numpy as np
 
 from .errors import Gguf2ovError
 from .genai import target_kind
-from .names import (IR_XML, TOKENIZER_IR, VLM_LANGUAGE_MODEL, VLM_PER_LAYER_EMBEDDINGS,
-                    VLM_TEXT_EMBEDDINGS, compile_f32)
+from .names import IR_XML, TOKENIZER_IR, VLM_LANGUAGE_MODEL, VLM_PER_LAYER_EMBEDDINGS, VLM_TEXT_EMBEDDINGS
+from .numerics import compile_exact, compile_plain
 
 LOCATORS_KEY = "hidden_states_decoder_layers"
 
@@ -115,7 +115,7 @@ class Target:
         """The single output of one of the VLM's token-id models for `ids` (batch dimension dropped)."""
         requests = self.__dict__.setdefault("_id_models", {})
         if filename not in requests:
-            compiled = compile_f32(self.path / filename)
+            compiled = compile_exact(self.path / filename)  # the draft's inputs, as on every CPU
             requests[filename] = compiled.create_infer_request()
         request = requests[filename]
         out = request.infer({request.model_inputs[0]: np.asarray(ids, dtype=np.int64)[None]})
@@ -136,7 +136,7 @@ class Target:
             p = self.path / TOKENIZER_IR
             if not p.is_file():
                 raise Gguf2ovError(f"the target folder {self.path} has no {TOKENIZER_IR}")
-            self._tokenizer = ov.Core().compile_model(str(p), "CPU")
+            self._tokenizer = compile_plain(p)
         out = self._tokenizer([text])
         return np.asarray(out["input_ids"]).reshape(-1).astype(np.int64)
 
@@ -220,6 +220,7 @@ class Target:
                     raise Gguf2ovError(f"target layer {i}: producer {loc['producer']!r} is not in the target graph")
                 outputs.append(nodes[loc["producer"]].output(int(loc.get("output_index", 0))))
             model.add_outputs(outputs)
-            compiled = compile_f32(model)
+            # the offline measurements (tap scan, drift contexts) compare across machines: exact
+            compiled = compile_exact(model)
             cache[layer_ids] = compiled.create_infer_request()
         return cache[layer_ids]

@@ -159,4 +159,7 @@ def test_cli_runs_the_draft_it_is_given(fixtures_dir, tmp_path):
     assert r["draft_dir"] == str(draft) and r["num_assistant_tokens"] == 3
     assert r["identical"] is True and r["overall"]["generated_tokens"] == 12
     assert r["accepted_tokens"] >= 6, r  # the trained fixture draft
+    # what the figures were measured under: the CPU and the plugin's dynamic quantization, as users run
+    assert r["numerics"]["device_name"] and r["numerics"]["inference_precision"] == "f32"
+    assert r["numerics"]["dynamic_quantization_group_size"] == r["numerics"]["dynamic_quantization_default"]
     assert code == (0 if r["verdict"] == "PASS" else 1)

@@ -10,7 +10,7 @@ import pytest
 from safetensors.torch import load_file, save_file
 
 import dflash_builders as b
-from gguf2ov.names import compile_f32
+from gguf2ov.numerics import compile_exact
 from gguf2ov.draft_ir import synthetic_steps
 from gguf2ov.errors import Gguf2ovError
 from gguf2ov.export import export_draft
@@ -42,7 +42,7 @@ def checkpoints(tmp_path_factory):
 
 
 def _run(xml, steps):
-    request = compile_f32(str(xml)).create_infer_request()
+    request = compile_exact(xml).create_infer_request()
     request.reset_state()
     return [request.infer(feeds)["last_hidden_state"].copy() for feeds in steps]
 

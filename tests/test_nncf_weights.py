@@ -16,6 +16,7 @@ from openvino import opset13 as ops
 from gguf2ov import nncf_weights as nw
 from gguf2ov.errors import Gguf2ovError
 from gguf2ov.irweights import matmul_weights
+from gguf2ov.numerics import compile_exact
 from gguf2ov.variants import parse_variant
 
 VARIANTS = ["int8", "int8_sym", "int4_sym_g16", "int4_asym_g16", "int4_sym_g32", "int4_asym_g32",
@@ -283,7 +284,7 @@ def test_compress_weight_returns_a_detached_f32_subgraph_the_cpu_runs_compressed
         assert [i.get_node().get_type_name() for i in out.get_target_inputs()] == []
         x = ops.parameter([2, 256], ov.Type.f32)
         model = ov.Model([ops.matmul(x, out, False, True)], [x])
-        compiled = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+        compiled = compile_exact(model)
         fc = [op for op in compiled.get_runtime_model().get_ordered_ops()
               if op.get_rt_info()["layerType"].astype(str) == "FullyConnected"]
         assert [op.get_rt_info()["runtimePrecision"].astype(str) for op in fc] == [codes]

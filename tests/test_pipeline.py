@@ -43,6 +43,11 @@ def test_run_on_the_fixtures_passes_for_both_drafts(fixtures_dir, heavy_target, 
     assert "verdict: PASS" in md and "![size against weight drift](drafts/drift.png)" in md
     assert (out / "drafts" / "drift.png").is_file() and (out / "checkpoint" / "model.safetensors").is_file()
     assert report["provenance"]["sources"]["gguf"]["sha256"]
+    # acceptance as users run it, drift's output figures exact: both name the CPU and the setting
+    accept, drift = report["results"]["accept:fp32"]["numerics"], report["results"]["drift"]["numerics"]
+    assert accept["device_name"] == drift["device_name"] and accept["device_name"] in md
+    assert accept["dynamic_quantization_group_size"] == accept["dynamic_quantization_default"]
+    assert drift["dynamic_quantization_group_size"] == 0
     assert report["provenance"]["packages"]["openvino-genai"]
 
 

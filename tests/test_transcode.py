@@ -8,6 +8,7 @@ from gguf.constants import GGML_QUANT_SIZES
 
 from gguf2ov import quants, transcode
 from gguf2ov.errors import Gguf2ovError
+from gguf2ov.numerics import compile_exact
 from gguf2ov.quants import QType as Q
 
 TYPES = [Q.Q8_0, Q.Q4_0, Q.Q5_0, Q.Q4_1, Q.Q5_1, Q.Q4_K, Q.Q5_K, Q.Q6_K]
@@ -18,7 +19,6 @@ F16_FIELDS = {Q.Q8_0: [0], Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0], Q.Q5_1: [0,
 # IR bits per weight; Q5 codes are stored as u6 (see transcode.py for why).
 IR_BITS = {Q.Q8_0: 8.5, Q.Q4_0: 4.5, Q.Q5_0: 6.5, Q.Q4_1: 5.0, Q.Q5_1: 7.0,
            Q.Q4_K: 4.5, Q.Q5_K: 6.5, Q.Q6_K: 6.5625}
-F32_HINT = {"INFERENCE_PRECISION_HINT": "f32"}
 
 
 def gguf_bits(qtype) -> float:
@@ -51,7 +51,7 @@ def evaluate(output) -> np.ndarray:
     from openvino import opset13 as ops
 
     model = ov.Model([ops.convert(output, "f32").output(0)], [], "weight")
-    compiled = ov.Core().compile_model(model, "CPU", F32_HINT)
+    compiled = compile_exact(model)
     return compiled.create_infer_request().infer({})[compiled.output(0)]
 
 
@@ -142,7 +142,7 @@ def test_compiled_model_runs_the_codes_compressed_and_matches_the_reference():
         raw = valid_blocks(qtype, rows, n, rng)
         refs.append(quants.dequantize(raw, qtype).astype(np.float64))
         outputs.append(ops.matmul(x, transcode.grid_weight(raw, qtype, (rows, n)), False, True).output(0))
-    compiled = ov.Core().compile_model(ov.Model(outputs, [x]), "CPU", F32_HINT)
+    compiled = compile_exact(ov.Model(outputs, [x]))
 
     layers = runtime_layers(compiled)
     assert {kind for kind, *_ in layers} == {"Input", "Const", "FullyConnected", "Output"}

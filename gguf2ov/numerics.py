@@ -1,0 +1,84 @@
+"""How every model this tool runs is compiled, and which arithmetic each use wants.
+
+On CPUs with VNNI or AMX the CPU plugin quantizes the *activations* of a compressed-weight
+FullyConnected (u4/u8/i8 codes) to int8 on the fly: `DYNAMIC_QUANTIZATION_GROUP_SIZE` is 32 by
+default there (measured on AMD EPYC with avx512_vnni and on Intel Xeon with AMX), and
+`INFERENCE_PRECISION_HINT=f32` does not turn it off. A Q8_0 weight then runs with 5e-3 relative
+error instead of 3e-7, so any comparison of a compressed IR would depend on the CPU it ran on.
+So each use says which arithmetic it wants:
+
+- `compile_exact`: float32 and dynamic quantization off. For checks of exactness and for figures
+  that must compare across machines: verify's behaviour checks (the IR against its source), the
+  tap scan, drift's weight and output figures, reading weights back from an IR.
+- `runtime_properties`: what a user's pipeline runs with (the f32 hint for byte-identical text, the
+  plugin's dynamic quantization left as it is). For acceptance runs in GenAI, which measure what
+  users get; the report records `numerics()`: the CPU and the group size in force.
+
+One `core()` per process: compiled models share its plugin, and a test can request dynamic
+quantization on it to show that the exact mode stays exact where the plugin applies it.
+"""
+
+from functools import cache
+
+EXACT = {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0}
+F32_HINT = {"INFERENCE_PRECISION_HINT": "f32"}
+DQ_KEY = "DYNAMIC_QUANTIZATION_GROUP_SIZE"
+
+
+@cache
+def core():
+    """The process's one `ov.Core`."""
+    import openvino as ov
+
+    return ov.Core()
+
+
+def compile_exact(model, device: str = "CPU"):
+    """An ov.Model or IR path compiled in float32 with dynamic quantization off: exact arithmetic
+    on every CPU, whatever the plugin's default there."""
+    return core().compile_model(model if not hasattr(model, "__fspath__") else str(model), device, EXACT)
+
+
+def compile_plain(model, device: str = "CPU"):
+    """A model whose arithmetic no setting changes (a tokenizer: string ops), compiled as it is."""
+    return core().compile_model(model if not hasattr(model, "__fspath__") else str(model), device)
+
+
+@cache
+def plugin_default(device: str = "CPU") -> dict:
+    """The device's name and its default dynamic-quantization group size (0: off), read from a
+    fresh `ov.Core` so that nothing this process set on `core()` hides the default."""
+    import openvino as ov
+
+    probe = ov.Core()
+    name = device.split(".")[0].upper()
+    try:
+        full = str(probe.get_property(device, "FULL_DEVICE_NAME"))
+    except Exception:  # a device this machine does not have: the pipeline reports that itself
+        full = None
+    try:
+        group = int(probe.get_property(device, DQ_KEY)) if name == "CPU" else None
+    except Exception:
+        group = None
+    return {"device": device, "device_name": full, "dynamic_quantization_default": group}
+
+
+def numerics(device: str = "CPU", properties: dict | None = None) -> dict:
+    """What a run's figures were measured under: the device, its name, the inference precision and
+    the dynamic-quantization group size in force (the property passed, else the plugin's default).
+    Two reports are comparable when these agree."""
+    properties = properties or {}
+    info = plugin_default(device)
+    group = properties.get(DQ_KEY, info["dynamic_quantization_default"])
+    return {**info, "inference_precision": properties.get("INFERENCE_PRECISION_HINT", "device default"),
+            "dynamic_quantization_group_size": group,
+            "activations": "float" if not group else f"int8 per group of {group} (dynamic quantization)"}
+
+
+
+
+
+def describe_numerics(info: dict) -> str:
+    """One phrase for a report: `Intel(R) Xeon(R) Processor, f32 precision, activations int8 per group of 32`."""
+    return (f"{info.get('device_name') or info.get('device')}, {info.get('inference_precision')} precision, "
+            f"activations {info.get('activations')}")
