@@ -9,6 +9,7 @@ it measures, against the fp32 export and against the values the GGUF held:
 """
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -178,17 +179,17 @@ class WeightMeter:
 
 @dataclass
 class Blocks:
-    """Draft inputs for a set of blocks, and the lm_head that scores the outputs (None: no target)."""
+    """Draft inputs for a set of blocks, and the target's lm_head that scores the outputs (rows ->
+    logits; None: no target)."""
     embeds: list[np.ndarray]
     contexts: list[np.ndarray]
-    lm_head: np.ndarray | None
+    head: Callable[[np.ndarray], np.ndarray] | None
     kind: str
 
 
-def target_blocks(target_dir, draft_config: dict, prompts, block_size: int, max_blocks: int = 48) -> Blocks:
-    from .target import Target
-
-    target = Target.open(target_dir)
+def target_blocks(target, draft_config: dict, prompts, block_size: int, max_blocks: int = 48) -> Blocks:
+    """Blocks anchored in the prompts, with the target's hidden states as context (`target`: an
+    opened `target.Target`)."""
     dflash = draft_config.get("dflash_config", {})
     ids, mask = dflash.get("target_layer_ids"), dflash.get("mask_token_id")
     if ids is None or mask is None:
@@ -208,7 +209,7 @@ def target_blocks(target_dir, draft_config: dict, prompts, block_size: int, max_
             contexts.append(hidden[:p])
     if not embeds:
         raise Gguf2ovError("the prompts gave no tokens to build draft blocks from")
-    return Blocks(embeds, contexts, target.lm_head, "target")
+    return Blocks(embeds, contexts, target.head_logits, "target")
 
 
 def synthetic_blocks(draft_config: dict, block_size: int, n_blocks: int = 16, seed: int = 0) -> Blocks:
@@ -226,17 +227,21 @@ def draft_outputs(draft_dir, blocks: Blocks) -> list[np.ndarray]:
     return DraftIR(draft_dir).run_blocks(list(zip(blocks.embeds, blocks.contexts)))
 
 
-def output_drift(outputs: list, baseline: list, lm_head: np.ndarray | None):
-    """(top-1 agreement, mean KLD, cosine) of a variant's outputs against the fp32 draft's."""
+def output_drift(outputs: list, baseline: list, head: Callable[[np.ndarray], np.ndarray] | None):
+    """(top-1 agreement, mean KLD, cosine) of a variant's outputs against the fp32 draft's.
+
+    Block by block: a real vocabulary's logits for every row at once would take gigabytes."""
     out, ref = np.concatenate(outputs).astype(np.float64), np.concatenate(baseline).astype(np.float64)
     cosine = float(np.sum(out * ref) / np.sqrt(np.sum(out * out) * np.sum(ref * ref)))
-    if lm_head is None:
+    if head is None:
         return None, None, cosine
-    head = lm_head.astype(np.float64)
-    logp_out, logp_ref = log_softmax(out @ head.T), log_softmax(ref @ head.T)
-    top1 = float(np.mean(logp_out.argmax(-1) == logp_ref.argmax(-1)))
-    kld = float(np.mean(np.sum(np.exp(logp_ref) * (logp_ref - logp_out), axis=-1)))
-    return top1, max(kld, 0.0), cosine
+    same, kld = [], []
+    for o, r in zip(outputs, baseline):
+        logp_out = log_softmax(head(o).astype(np.float64))
+        logp_ref = log_softmax(head(r).astype(np.float64))
+        same.append(logp_out.argmax(-1) == logp_ref.argmax(-1))
+        kld.append(np.sum(np.exp(logp_ref) * (logp_ref - logp_out), axis=-1))
+    return float(np.mean(np.concatenate(same))), max(float(np.mean(np.concatenate(kld))), 0.0), cosine
 
 
 # -- the stage ------------------------------------------------------------------------------------
@@ -288,10 +293,13 @@ def drift(source, out_dir, variants=None, target_dir=None, prompts=None, map_pat
     out_dir = Path(out_dir)
     names = list(variants or DEFAULT_DRIFT_VARIANTS)
     parsed = [parse_variant(n) for n in names]  # fail on a bad name before any work
+    target = None
     if target_dir is not None:
         from .accept import require_target_dir
+        from .target import Target
 
         require_target_dir(target_dir)  # before minutes of export, not after
+        target = Target.open(target_dir).require_attach_points()  # opened once: every variant is measured on it
     require_output_dir(out_dir, overwrite, inputs=(getattr(source, "path", source), target_dir, map_path))
     draft = source if isinstance(source, DraftSource) else open_draft(source, map_path, target_layer_offset)
     if draft.kind != "gguf":
@@ -302,11 +310,11 @@ def drift(source, out_dir, variants=None, target_dir=None, prompts=None, map_pat
 
     with atomic_dir(out_dir, overwrite=overwrite, inputs=(draft.path, target_dir, map_path)) as tmp:
         block = draft.config.block_size
-        if target_dir is not None:
-            blocks = target_blocks(target_dir, draft.config.raw, prompts or DEFAULT_PROMPTS, block)
+        if target is not None:
+            blocks = target_blocks(target, draft.config.raw, prompts or DEFAULT_PROMPTS, block)
         else:
             blocks = synthetic_blocks(draft.config.raw, block)
-        results, baseline_out, selector = [], None, None
+        results, baseline_out, selector, baseline = [], None, None, None
         for variant in parsed:
             vdir = tmp / variant.name
             step(f"building variant {variant.name}", progress)
@@ -315,12 +323,13 @@ def drift(source, out_dir, variants=None, target_dir=None, prompts=None, map_pat
             step(f"measuring {variant.name}", progress)
             outputs = draft_outputs(vdir, blocks)
             baseline_out = baseline_out or outputs
-            vr = verify_draft(vdir, target_dir=target_dir, tap_scan=False)  # the layers are the variants' same
+            vr = verify_draft(vdir, target_dir=target, tap_scan=False)  # the layers are the variants' same
             rel, cos, rel_g, cos_g = meter.result()
-            top1, kld, out_cos = output_drift(outputs, baseline_out, blocks.lm_head)
+            top1, kld, out_cos = output_drift(outputs, baseline_out, blocks.head)
             acceptance = None
             if target_dir is not None and accept_options is not None:
-                acceptance = _acceptance(target_dir, vdir, accept_options, progress)
+                baseline = baseline or _target_alone(target_dir, accept_options, progress)  # once for every variant
+                acceptance = _acceptance(target_dir, vdir, accept_options, baseline, progress)
             results.append(VariantDrift(
                 name=variant.name, path=str(out_dir / variant.name), size_bytes=ir_size(vdir),
                 rel_err=rel, cosine=cos, rel_err_gguf=rel_g, cosine_gguf=cos_g,
@@ -331,9 +340,8 @@ def drift(source, out_dir, variants=None, target_dir=None, prompts=None, map_pat
             if selector is None and _measures_selector(draft, target_dir):
                 step("measuring the DFlash 2 selector against the top-1 path", progress)
                 from .selector import selector_gain
-                from .target import Target
 
-                selector = selector_gain(draft, vdir, Target.open(target_dir), prompts or DEFAULT_PROMPTS)
+                selector = selector_gain(draft, vdir, target, prompts or DEFAULT_PROMPTS)
         plot = plot_drift(results, tmp / "drift.png")
         record = provenance({"source": draft},
                             {"variants": [v.name for v in parsed], "target": str(target_dir) if target_dir else None})
@@ -354,12 +362,19 @@ def _measures_selector(draft, target_dir) -> bool:
     return target_dir is not None and draft.config.is_dflash2 and sum(n.startswith(SELECTOR) for n in draft.ignored) == 3
 
 
-def _acceptance(target_dir, draft_dir, options: dict, progress: bool) -> dict:
+def _target_alone(target_dir, options: dict, progress: bool):
+    from .accept import target_alone
+
+    return target_alone(target_dir, options["prompts"], device=options.get("device", "CPU"), progress=progress)
+
+
+def _acceptance(target_dir, draft_dir, options: dict, baseline, progress: bool) -> dict:
     from .accept import run_acceptance
 
-    r = run_acceptance(target_dir, draft_dir, progress=progress, **options)
+    r = run_acceptance(target_dir, draft_dir, progress=progress, baseline=baseline, **options)
     o = r.overall
-    return {"verdict": r.verdict, "identical": o.identical, "acceptance_rate": o.acceptance_rate,
+    return {"verdict": r.verdict, "identical": o.identical, "identical_exact": o.identical_exact,
+            "acceptance_rate": o.acceptance_rate,
             "mean_acceptance_length": o.mean_acceptance_length, "tok_s_target": o.tok_s_target,
             "tok_s_draft": o.tok_s_draft, "speedup": o.speedup, "numerics": r.numerics}
 

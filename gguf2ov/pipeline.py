@@ -53,7 +53,7 @@ class RunResult:
         rows = [[s.name, s.status.upper(), f"{s.seconds:.1f} s", s.reason] for s in self.stages]
         tables = [Table("Pipeline stages", ["stage", "status", "time", "result"], rows)]
         runs = {name.split(":", 1)[1]: r for name, r in self.results.items() if name.startswith("accept")}
-        accept_rows = [[label, r.verdict, r.overall.identical, f"{r.overall.accepted_tokens}/{r.overall.generated_tokens}",
+        accept_rows = [[label, r.verdict, r.overall.identity, f"{r.overall.accepted_tokens}/{r.overall.generated_tokens}",
                         r.overall.acceptance_rate, r.overall.mean_acceptance_length, r.overall.tok_s_target,
                         r.overall.tok_s_draft, r.overall.speedup] for label, r in runs.items()]
         if runs:
@@ -75,7 +75,7 @@ def run(gguf_path, target_dir, out_dir, reference_dir=None, requant: str = DEFAU
         prompts=None, max_new_tokens: int = 100, num_assistant_tokens: int = 7, precision: str = "f32",
         repeats: int = 1, map_path=None, target_layer_offset=None, overwrite: bool = False,
         progress: bool = True, device: str = "CPU") -> RunResult:
-    from .accept import require_options, require_target_dir, run_acceptance
+    from .accept import require_options, require_target_dir, run_acceptance, target_alone
     from .check import check
     from .convert import convert
     from .drift import drift
@@ -193,12 +193,18 @@ def run(gguf_path, target_dir, out_dir, reference_dir=None, requant: str = DEFAU
             stage(f"verify:{name}", lambda: verify_draft(draft, target_dir=target_dir, prompts=prompts,
                                                          tap_scan=name == "fp32"),
                   lambda r: (r.ok, verify_reason(r)))
+        baseline = []  # the target alone, generated once for both drafts (the first stage pays for it)
+
+        def accept_draft(draft: Path):
+            if not baseline:
+                baseline.append(target_alone(target_dir, prompts, max_new_tokens, device, precision, repeats, progress))
+            return run_acceptance(target_dir, draft, prompts, max_new_tokens=max_new_tokens,
+                                  num_assistant_tokens=num_assistant_tokens, precision=precision, repeats=repeats,
+                                  progress=progress, device=device, baseline=baseline[0])
+
         for name in ("fp32", requant):
             draft = Path(next(v.path for v in d.variants if v.name == name))
-            stage(f"accept:{name}", lambda: run_acceptance(
-                target_dir, draft, prompts, max_new_tokens=max_new_tokens,
-                num_assistant_tokens=num_assistant_tokens, precision=precision, repeats=repeats, progress=progress,
-                device=device),
+            stage(f"accept:{name}", lambda: accept_draft(draft),
                 lambda r: (r.verdict == "PASS", f"{r.verdict}: {r.overall.accepted_tokens}/{r.overall.generated_tokens} "
                                                  f"tokens from the draft, {r.overall.speedup:.2f}x" + "".join(f"; {x}" for x in r.reasons)))
         verdict = "PASS"

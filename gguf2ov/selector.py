@@ -46,14 +46,13 @@ def log_softmax(x: np.ndarray) -> np.ndarray:
     return x - np.log(np.exp(x).sum(-1, keepdims=True))
 
 
-def draft_logits(hidden: np.ndarray, lm_head: np.ndarray, raw_config: dict, dtype=np.float64) -> np.ndarray:
-    """The draft's logits U_t: the target's lm_head on the rows, then the draft's own multiplier and
-    softcap when its config has them (they reorder nothing for top-1 but change the selector's sums).
-
-    `dtype` float32 avoids a float64 copy of a large vocabulary's lm_head on every call."""
+def draft_logits(hidden: np.ndarray, target, raw_config: dict, dtype=np.float64) -> np.ndarray:
+    """The draft's logits U_t: the target's lm_head on the rows (`target.head_logits`, the weight as
+    stored, as GenAI grafts it), then the draft's own multiplier and softcap when its config has them
+    (they reorder nothing for top-1 but change the selector's sums)."""
     from .source import draft_value
 
-    logits = hidden.astype(dtype) @ lm_head.T.astype(dtype, copy=False)
+    logits = target.head_logits(hidden).astype(dtype, copy=False)
     scale = draft_value(raw_config, "output_multiplier") or draft_value(raw_config, "logit_scale")
     if scale:
         logits = logits * float(scale)
@@ -165,7 +164,7 @@ def selector_gain(draft, draft_dir, target, prompts, new_tokens: int = 48, block
     outputs = DraftIR(draft_dir).run_blocks(list(zip(embeds, contexts)))
     top1, walked = [], []
     for out, anchor, truth in zip(outputs, anchors, truths):
-        logits = draft_logits(out, target.lm_head, config.raw)
+        logits = draft_logits(out, target, config.raw)
         top1.append(accepted(logits.argmax(-1), truth))
         walked.append(accepted(selector_walk(logits, out, anchor, weights, top_k), truth))
     proposals = block - 1

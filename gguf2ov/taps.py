@@ -192,12 +192,11 @@ def score_sets(draft, target, prompts, sets: dict[str, list[int]],
     truths = [c.truth(p, block) for c, p in blocks]
     # one run for all sets: each segment is compiled once
     rows = draft.run_blocks([(e, c.context(ids, p)) for ids in sets.values() for e, (c, p) in zip(embeds, blocks)])
-    head = target.lm_head.astype(np.float32, copy=False)
     per_block, stats = {}, {}
     for k, label in enumerate(sets):
         logps, hits, lengths = [], [], []
         for out, truth in zip(rows[k * len(blocks):(k + 1) * len(blocks)], truths):
-            logp = log_softmax(draft_logits(out, head, raw_config, dtype=np.float32))
+            logp = log_softmax(draft_logits(out, target, raw_config, dtype=np.float32))
             top = logp.argmax(-1)
             logps.append(logp[np.arange(len(truth)), truth])
             hits.append(top == truth)

@@ -19,6 +19,7 @@ from .names import (CONFIG_FILE, DETOKENIZER_IR, IR_XML, PROVENANCE_FILE, SAFETE
                     VLM_LANGUAGE_MODEL)
 from .report import Table
 from .taps import TapScan
+from .target import Target
 
 TARGET_XMLS = (IR_XML, VLM_LANGUAGE_MODEL)  # a text target's model, a VLM's language model
 DRAFT_INPUTS = ("inputs_embeds", "hidden_states", "position_ids", "attention_mask")
@@ -127,11 +128,20 @@ def verify_draft(draft_dir, target_dir=None, checkpoint_dir=None, reference=None
     checks += _interface_checks(d)
     checks += _behaviour_checks(d, reference, figures)
     if target_dir is not None:
-        checks += _target_checks(d, Path(target_dir))
+        target = target_dir if isinstance(target_dir, Target) else _open_target(Path(target_dir))
+        target_dir = target.path if target is not None else target_dir
+        checks += _target_checks(d, target, Path(target_dir))
         if tap_scan:
-            fit, scan = _layer_fit_check(d, Path(target_dir), checks, prompts, named_layers)
+            fit, scan = _layer_fit_check(d, target, checks, prompts, named_layers)
             checks.append(fit)
     return result()
+
+
+def _open_target(path: Path) -> Target | None:
+    try:
+        return Target.open(path)
+    except Gguf2ovError:
+        return None  # the target check says what the folder lacks
 
 
 def _read_json(path: Path) -> dict | None:
@@ -390,20 +400,17 @@ def _weights_check(d: _Draft, figures: dict | None = None) -> Finding:
 # --- target -------------------------------------------------------------------------------------
 
 
-def _target_checks(d: _Draft, target_dir: Path) -> list[Finding]:
-    import openvino as ov
-
-    xml = next((target_dir / n for n in TARGET_XMLS if (target_dir / n).is_file()), None)
+def _target_checks(d: _Draft, target: Target | None, target_dir: Path) -> list[Finding]:
     raw = _read_json(target_dir / CONFIG_FILE)
-    if xml is None or raw is None:
-        missing = [n for n, ok in ((" or ".join(TARGET_XMLS), xml), (CONFIG_FILE, raw)) if ok is None]
+    if target is None or raw is None:
+        missing = [n for n, ok in ((" or ".join(TARGET_XMLS), target), (CONFIG_FILE, raw)) if ok is None]
         return [Finding("target", "target", "fail", f"{target_dir} lacks {', '.join(missing)}")]
-    # VLM targets keep the language model's geometry under text_config.
-    cfg = raw.get("text_config") or raw if "num_hidden_layers" not in raw else raw
+    cfg = target.config  # a VLM's text_config
     n_layers, hidden, vocab = cfg.get("num_hidden_layers"), cfg.get("hidden_size"), cfg.get("vocab_size")
-    target = ov.Core().read_model(str(xml))
-    out = [Finding("target", "target", "pass", f"{xml.name}: {n_layers} layers, hidden {hidden}, vocab {vocab}")]
-    out.append(_locator_check(target, n_layers, d.ids))
+    out = [Finding("target", "target", "pass", f"{target.model_path.name}: {n_layers} layers, hidden {hidden}, "
+                                               f"vocab {vocab}")]
+    out.append(_locator_check(target.model, n_layers, d.ids))
+    out += _lookup_checks(target)
 
     if d.hidden is None or hidden is None:
         out.append(Finding("hidden-size", "target", "skip", "hidden size unknown"))
@@ -454,12 +461,33 @@ def _target_checks(d: _Draft, target_dir: Path) -> list[Finding]:
     return out
 
 
+def _lookup_checks(target: Target) -> list[Finding]:
+    """Where GenAI attaches the draft: the target's token-embedding Gather and its lm_head MatMul,
+    found by structure (the tap scan and drift read them there too)."""
+    out = []
+    try:
+        gather = target.embedding
+        table = gather.input_value(0).get_partial_shape()
+        out.append(Finding("target-embedding", "target", "pass",
+                           f"token embedding {gather.get_friendly_name()} over a {table} table"))
+    except Gguf2ovError as e:
+        out.append(Finding("target-embedding", "target", "fail", e.message + ": GenAI cannot attach the draft's block"))
+    try:
+        head = target.head
+        tied = " (tied to the embedding)" if target.tied else ""
+        out.append(Finding("target-head", "target", "pass",
+                           f"lm_head {head.get_friendly_name()}{tied}, {target.vocab_size} logits"))
+    except Gguf2ovError as e:
+        out.append(Finding("target-head", "target", "fail", e.message + ": GenAI cannot score the draft's rows"))
+    return out
+
+
 # A failure of any of these leaves nothing a tap scan could measure.
-_SCAN_NEEDS = ("target", "target-locators", "hidden-size", "layer-ids", "fc-width", "mask-token", "tokenizer",
-               "block-rows", "inputs", "rt-info")
+_SCAN_NEEDS = ("target", "target-locators", "target-embedding", "target-head", "hidden-size", "layer-ids", "fc-width",
+               "mask-token", "tokenizer", "block-rows", "inputs", "rt-info")
 
 
-def _layer_fit_check(d: _Draft, target_dir: Path, checks: list[Finding], prompts,
+def _layer_fit_check(d: _Draft, target: Target, checks: list[Finding], prompts,
                      named) -> tuple[Finding, TapScan | None]:
     """The tap scan's finding, and the scan: do the configured ids fit the draft better than their shifts?"""
     from .taps import FITS, MISFIT, scan_taps
@@ -468,7 +496,7 @@ def _layer_fit_check(d: _Draft, target_dir: Path, checks: list[Finding], prompts
     if failed:
         return Finding("layer-fit", "target", "skip", f"not measured: {', '.join(failed)} failed"), None
     try:
-        scan = scan_taps(d.dir, target_dir, prompts=prompts, named=named, configured=d.ids)
+        scan = scan_taps(d.dir, target, prompts=prompts, named=named, configured=d.ids)
     except Gguf2ovError as e:
         return Finding("layer-fit", "target", "warn", f"not measured: {e.message}"), None
     finding = scan.finding(_offset_used(d.dir))

@@ -99,6 +99,10 @@ def _overall(**changes):
 def test_verdicts():
     assert judge(_overall(), "f32") == ("PASS", [])
     assert judge(_overall(identical=False), "f32")[0] == "MISMATCH"
+    # the texts parted under the plugin's dynamic quantization of activations only: not the draft's doing
+    verdict, reasons = judge(_overall(identical=False, identical_exact=True), "f32")
+    assert verdict == "PASS" and "dynamic quantization" in reasons[0]
+    assert judge(_overall(identical=False, identical_exact=False), "f32")[0] == "MISMATCH"
     verdict, reasons = judge(_overall(identical=False), "auto")
     assert verdict == "PASS" and "--precision f32" in reasons[0]
     assert judge(_overall(accepted_tokens=1, acceptance_rate=1 / 600, draft_candidates=600), "f32")[0] == "BROKEN"

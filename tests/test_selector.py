@@ -1,5 +1,7 @@
 """The DFlash 2 selector's offline measurement: its walk, the accepted length, the target's greedy text."""
 
+from types import SimpleNamespace
+
 import numpy as np
 
 from gguf2ov.selector import accepted, draft_logits, selector_walk
@@ -30,7 +32,8 @@ def test_accepted_counts_the_leading_matches_only():
 
 
 def test_draft_logits_apply_the_drafts_multiplier_and_softcap():
-    hidden, head = np.array([[1.0, 2.0]]), np.array([[1.0, 0.0], [0.0, 1.0]])
+    hidden, weight = np.array([[1.0, 2.0]]), np.array([[1.0, 0.0], [0.0, 1.0]])
+    head = SimpleNamespace(head_logits=lambda rows: rows @ weight.T)  # a target's lm_head
     plain = draft_logits(hidden, head, {"dflash_config": {}})
     np.testing.assert_allclose(plain, [[1.0, 2.0]])
     capped = draft_logits(hidden, head, {"dflash_config": {"output_multiplier": 10.0, "final_logit_softcapping": 5.0}})
