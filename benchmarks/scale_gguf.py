@@ -142,6 +142,8 @@ GEOMETRIES = {g.name: g for g in [
     Geometry("small", hidden=2048, layers=4, ffn=6144, heads=16, kv_heads=8, head_dim=128, n_targets=4),
     Geometry("medium", hidden=4096, layers=2, ffn=12288, heads=32, kv_heads=8, head_dim=128, n_targets=5,
              note="Qwen3-8B width, 2 layers"),
+    Geometry("qwen3-4b-dflash", hidden=2560, layers=5, ffn=9728, heads=32, kv_heads=8, head_dim=128,
+             n_targets=5, note="Qwen3-4B-DFlash-b16 geometry: the draft of the 4B target benchmark"),
     Geometry("qwen3-8b-dflash", hidden=4096, layers=5, ffn=12288, heads=32, kv_heads=8, head_dim=128,
              n_targets=5, note="Qwen3-8B-DFlash-b16 geometry (the issue's)"),
     Geometry("guide-1.3b", hidden=4096, layers=6, ffn=12288, heads=32, kv_heads=8, head_dim=128, n_targets=8,

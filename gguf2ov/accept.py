@@ -25,6 +25,7 @@ from .genai import (PIPELINES, PRECISIONS, Generation, Prompt, add_prompt_argume
                     generation_config, make_pipeline, prompts_from_args, properties, target_kind)
 from .names import DETOKENIZER_IR, IR_XML, TOKENIZER_IR
 from .numerics import DQ_KEY, describe_numerics, numerics
+from .work import count
 from .progress import progress as progress_bar
 from .progress import step
 from .report import Table, add_output_arguments, emit
@@ -285,6 +286,7 @@ def target_alone(target_dir, prompts, max_new_tokens: int = 100, device: str = "
     props = properties(precision, device)
     try:
         step(f"target alone ({PIPELINES[kind]}): {len(prompts)} prompt(s) x {repeats}", progress)
+        count("target-alone baselines (GenAI)")
         pipe = make_pipeline(target_dir, device, props)
         cfg = generation_config(pipe, max_new_tokens, None, apply_chat_template)
         runs = _run_all(pipe, prompts, cfg, False, repeats, "target", progress)

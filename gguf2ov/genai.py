@@ -21,6 +21,7 @@ from pathlib import Path
 from .errors import Gguf2ovError
 from .names import IR_XML, VLM_LANGUAGE_MODEL, VLM_TEXT_EMBEDDINGS
 from .numerics import F32_HINT
+from .work import count
 
 PRECISIONS = ("f32", "auto")
 PIPELINES = {"llm": "LLMPipeline", "vlm": "VLMPipeline"}
@@ -146,6 +147,7 @@ def make_pipeline(target_dir, device: str, props: dict, draft_dir=None):
     import openvino_genai as ov_genai
 
     target_dir = Path(target_dir)
+    count("target compiles (GenAI pipelines)")
     cls = ov_genai.VLMPipeline if target_kind(target_dir) == "vlm" else ov_genai.LLMPipeline
     extra = {} if draft_dir is None else {"draft_model": ov_genai.draft_model(str(draft_dir), device, **props)}
     return cls(str(target_dir), device, scheduler_config=scheduler(), **extra, **props)

@@ -48,6 +48,7 @@ from .arch_map import ArchMap, PlanEntry, TensorRule, short
 from .errors import Gguf2ovError
 from .map_rules import OPS, VALUE_TYPES, is_number, valid_shape_expr, valid_type
 from .read import GgufFile, open_gguf
+from .work import count
 
 TOP_LEVEL_KEYS = {"arch", "extends", "unset", "strip_hf_prefix", "hf", "config", "tensors", "optional", "groups",
                   "group_hf", "shapes", "legacy", "compare"}
@@ -97,6 +98,7 @@ def supported_arches(maps_dir=None) -> list[str]:
 
 
 def load_map(arch: str | None = None, path=None, maps_dir=None) -> ArchMap:
+    count("map loads")
     if path is not None:
         return _build(_read_yaml(Path(path)), str(path))
     files = _arch_files(maps_dir)

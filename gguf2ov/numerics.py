@@ -29,6 +29,7 @@ DQ_KEY = "DYNAMIC_QUANTIZATION_GROUP_SIZE"
 def core():
     """The process's one `ov.Core`."""
     import openvino as ov
+    import openvino_tokenizers  # noqa: F401  a Core made after this import reads the tokenizers' ops
 
     return ov.Core()
 

@@ -126,8 +126,10 @@ class GgufFile:
     def load(self, name: str) -> np.ndarray:
         """The tensor as float32 in PyTorch shape (integer tensors keep their integer type)."""
         from .quants import dequantize
+        from .work import count
 
         info = self.info(name)
+        count("GGUF tensors dequantized")
         if info.qtype in _INTEGER_TYPES:
             return np.array(self.raw(name))
         try:

@@ -33,6 +33,7 @@ from .errors import Gguf2ovError
 from .genai import target_kind
 from .names import IR_XML, TOKENIZER_IR, VLM_LANGUAGE_MODEL, VLM_PER_LAYER_EMBEDDINGS, VLM_TEXT_EMBEDDINGS
 from .numerics import compile_exact, compile_plain, core
+from .work import count
 
 LOCATORS_KEY = "hidden_states_decoder_layers"
 # Between the logits output and the head's MatMul, what GenAI's find_llm_matmul steps over.
@@ -215,6 +216,7 @@ class Target:
         table = self.embedding.input_value(0)
         ids = ops.parameter([-1], np.int64, name="ids")
         rows = ops.convert(ops.gather(table, ids, ops.constant(np.int64(0))), "f32")
+        count("target sub-model compiles")
         # exact: the draft's inputs, as on every CPU
         return compile_exact(ov.Model([ops.result(rows)], [ids], "target_embedding")).create_infer_request()
 
@@ -234,6 +236,7 @@ class Target:
         head = self.head
         rows = ops.parameter([-1, self.hidden_size], np.float32, name="rows")
         logits = ops.matmul(rows, head.input_value(1), head.get_transpose_a(), head.get_transpose_b())
+        count("target sub-model compiles")
         # exact: drift and the tap scan compare these logits across variants and machines
         return compile_exact(ov.Model([ops.result(logits)], [rows], "target_head")).create_infer_request()
 
@@ -292,6 +295,7 @@ class Target:
         """`tokens` followed by the target's own greedy continuation of `new_tokens` tokens (f32)."""
         request, _ = self._request
         request.reset_state()
+        count("target greedy continuations (gguf2ov)")
         sequence = [int(t) for t in tokens]
         step = np.asarray(tokens, dtype=np.int64)
         for _ in range(new_tokens):
@@ -334,6 +338,7 @@ class Target:
             extra.append((i, nodes[loc["producer"]].output(int(loc.get("output_index", 0)))))
         ports = model.add_outputs([o for _, o in extra]) if extra else []
         # the offline measurements (tap scan, drift contexts) compare across machines: exact
+        count("target compiles (gguf2ov)")
         compiled = compile_exact(model)
         first = len(compiled.outputs) - len(ports)
         outputs = {i: compiled.outputs[first + k] for k, (i, _) in enumerate(extra)}

@@ -20,6 +20,7 @@ from .names import (CONFIG_FILE, DETOKENIZER_IR, IR_XML, PROVENANCE_FILE, SAFETE
 from .report import Table
 from .taps import TapScan
 from .target import Target
+from .work import count
 
 TARGET_XMLS = (IR_XML, VLM_LANGUAGE_MODEL)  # a text target's model, a VLM's language model
 DRAFT_INPUTS = ("inputs_embeds", "hidden_states", "position_ids", "attention_mask")
@@ -96,6 +97,7 @@ def verify_draft(draft_dir, target_dir=None, checkpoint_dir=None, reference=None
     `prompts`, with `named_layers` as further sets to score) and checks the configured ids by it."""
     import openvino as ov
 
+    count("verify runs")
     draft_dir = Path(draft_dir)
     checks: list[Finding] = []
     figures: dict = {}

@@ -1,0 +1,209 @@
+"""Real-size random targets for cost measurements: bf16 Hugging Face checkpoints of Qwen3 geometries,
+written in seconds per GB, and their optimum-intel export.
+
+The values do not matter for what is measured (memory, time, compiles), only the geometry, the
+dtype and the layout a user's checkpoint has: sharded safetensors in bf16 (`model-0000i-of-0000n`,
+an index), a Qwen3 `config.json` and a tokenizer. Weights are N(0, 0.02) in bf16, taken from one
+pool of random values at random offsets (a 4B checkpoint would otherwise take minutes of random
+number generation); norms are 1 + noise.
+
+The tokenizer is the fixture target's byte-level BPE with its vocabulary padded to the geometry's
+size by tokens its merges never produce: it encodes as the fixture's does and decodes every id a
+random model can emit.
+
+    python benchmarks/random_target.py qwen3-4b           # builds (or finds) the checkpoint, prints its path
+    python benchmarks/random_target.py qwen3-4b --export int4   # and optimum-cli's int4 g128 export of it
+"""
+
+import argparse
+import json
+import math
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+CACHE = HERE / "results" / "cache"
+FIXTURE_TARGET = ROOT / "fixtures" / "tiny-dflash" / "target-hf"
+SHARD_BYTES = 4 << 30  # transformers' default max_shard_size ("5GB") in spirit: a few shards
+BUILDER_VERSION = 1
+
+
+@dataclass(frozen=True)
+class TargetGeometry:
+    name: str
+    hidden: int
+    layers: int
+    ffn: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    tied: bool
+    rope_theta: float = 1000000.0
+
+    def config(self) -> dict:
+        return {
+            "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": self.hidden,
+            "num_hidden_layers": self.layers, "intermediate_size": self.ffn, "num_attention_heads": self.heads,
+            "num_key_value_heads": self.kv_heads, "head_dim": self.head_dim, "vocab_size": self.vocab,
+            "tie_word_embeddings": self.tied, "rms_norm_eps": 1e-6, "rope_theta": self.rope_theta,
+            "max_position_embeddings": 40960, "hidden_act": "silu", "attention_bias": False,
+            "attention_dropout": 0.0, "initializer_range": 0.02, "use_cache": True, "use_sliding_window": False,
+            "sliding_window": None, "max_window_layers": self.layers, "bos_token_id": 0, "eos_token_id": 0,
+            "pad_token_id": 1, "dtype": "bfloat16",
+        }
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        h, hd = self.hidden, self.head_dim
+        shapes = {"model.embed_tokens.weight": (self.vocab, h), "model.norm.weight": (h,)}
+        if not self.tied:
+            shapes["lm_head.weight"] = (self.vocab, h)
+        for i in range(self.layers):
+            p = f"model.layers.{i}."
+            shapes |= {p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,),
+                       p + "self_attn.q_proj.weight": (self.heads * hd, h),
+                       p + "self_attn.k_proj.weight": (self.kv_heads * hd, h),
+                       p + "self_attn.v_proj.weight": (self.kv_heads * hd, h),
+                       p + "self_attn.o_proj.weight": (h, self.heads * hd),
+                       p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,),
+                       p + "mlp.gate_proj.weight": (self.ffn, h), p + "mlp.up_proj.weight": (self.ffn, h),
+                       p + "mlp.down_proj.weight": (h, self.ffn)}
+        return shapes
+
+    @property
+    def parameters(self) -> int:
+        return sum(math.prod(s) for s in self.shapes().values())
+
+    def key(self) -> str:
+        import hashlib
+
+        return hashlib.sha256(json.dumps({"v": BUILDER_VERSION, **asdict(self)}, sort_keys=True).encode()).hexdigest()[:10]
+
+
+GEOMETRIES = {g.name: g for g in [
+    TargetGeometry("tiny", hidden=256, layers=4, ffn=768, heads=4, kv_heads=2, head_dim=64, vocab=2048, tied=True),
+    TargetGeometry("qwen3-1.7b", hidden=2048, layers=28, ffn=6144, heads=16, kv_heads=8, head_dim=128, vocab=151936,
+                   tied=True),
+    TargetGeometry("qwen3-4b", hidden=2560, layers=36, ffn=9728, heads=32, kv_heads=8, head_dim=128, vocab=151936,
+                   tied=True),
+    TargetGeometry("qwen3-8b", hidden=4096, layers=36, ffn=12288, heads=32, kv_heads=8, head_dim=128, vocab=151936,
+                   tied=False),
+]}
+
+
+def _bf16_pool(rng, n: int) -> np.ndarray:
+    values = (rng.standard_normal(n, dtype=np.float32) * np.float32(0.02)).view(np.uint32)
+    return (values >> 16).astype(np.uint16)
+
+
+def _tensor_bytes(name: str, shape, pool: np.ndarray, rng) -> bytes:
+    n = math.prod(shape)
+    if len(shape) == 1:  # norms: 1 + 0.05 N(0, 1)
+        values = (1 + 0.05 * rng.standard_normal(n, dtype=np.float32)).astype(np.float32).view(np.uint32)
+        return (values >> 16).astype(np.uint16).tobytes()
+    start = int(rng.integers(0, len(pool)))
+    reps = -(-(start + n) // len(pool))
+    return np.tile(pool, reps)[start:start + n].tobytes() if reps > 1 else pool[start:start + n].tobytes()
+
+
+def _write_shard(path: Path, tensors: list[tuple[str, tuple]], pool, rng) -> None:
+    header, offset = {}, 0
+    for name, shape in tensors:
+        size = 2 * math.prod(shape)
+        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    header["__metadata__"] = {"format": "pt"}
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-len(blob) % 8)
+    with open(path, "wb") as f:
+        f.write(len(blob).to_bytes(8, "little"))
+        f.write(blob)
+        for name, shape in tensors:
+            f.write(_tensor_bytes(name, shape, pool, rng))
+
+
+def write_tokenizer(out: Path, vocab: int) -> None:
+    data = json.loads((FIXTURE_TARGET / "tokenizer.json").read_text())
+    table = data["model"]["vocab"]
+    for i in range(len(table), vocab):
+        table[f"x{i}"] = i  # unreachable by the merges: decodes, never encoded
+    (out / "tokenizer.json").write_text(json.dumps(data))
+    for name in ("tokenizer_config.json", "generation_config.json"):
+        shutil.copy(FIXTURE_TARGET / name, out / name)
+
+
+def write_checkpoint(geom: TargetGeometry, out: Path, seed: int = 0) -> Path:
+    """The random bf16 checkpoint of `geom` in `out` (sharded safetensors, config, tokenizer)."""
+    rng = np.random.default_rng(seed)
+    pool = _bf16_pool(rng, 1 << 24)
+    out.mkdir(parents=True, exist_ok=True)
+    shapes = geom.shapes()
+    shards, current, size = [], [], 0
+    for name, shape in shapes.items():
+        nbytes = 2 * math.prod(shape)
+        if current and size + nbytes > SHARD_BYTES:
+            shards.append(current)
+            current, size = [], 0
+        current.append((name, shape))
+        size += nbytes
+    shards.append(current)
+    index = {"metadata": {"total_size": sum(2 * math.prod(s) for s in shapes.values())}, "weight_map": {}}
+    for k, tensors in enumerate(shards, 1):
+        fname = f"model-{k:05d}-of-{len(shards):05d}.safetensors"
+        _write_shard(out / fname, tensors, pool, rng)
+        index["weight_map"].update({name: fname for name, _ in tensors})
+    (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    (out / "config.json").write_text(json.dumps(geom.config(), indent=2))
+    write_tokenizer(out, geom.vocab)
+    return out
+
+
+def ensure_checkpoint(geom: TargetGeometry, cache: Path = CACHE) -> Path:
+    path = cache / f"target-{geom.name}-{geom.key()}" / "hf"
+    if not (path.parent / "done").is_file():
+        shutil.rmtree(path.parent, ignore_errors=True)
+        start = time.perf_counter()
+        write_checkpoint(geom, path)
+        (path.parent / "done").write_text(f"{time.perf_counter() - start:.1f} s\n")
+    return path
+
+
+# optimum-cli flags of the exports measured (the guide's: int4, group 128, every weight int4 but the head)
+EXPORTS = {"int4": ["--weight-format", "int4", "--group-size", "128", "--ratio", "1.0"],
+           "int8": ["--weight-format", "int8"], "fp16": ["--weight-format", "fp16"]}
+
+
+def optimum_export(hf: Path, label: str, time_file: Path | None = None) -> Path:
+    """optimum-cli's export of the checkpoint (cached beside it); `time_file`: /usr/bin/time's figures."""
+    out = hf.parent / f"optimum-{label}"
+    if not (out / "openvino_model.xml").is_file():
+        cli = Path(sys.executable).with_name("optimum-cli")
+        argv = [str(cli), "export", "openvino", "-m", str(hf), "--task", "text-generation-with-past", *EXPORTS[label],
+                str(out)]
+        if time_file is not None:
+            argv = ["/usr/bin/time", "-f", "%e %M", "-o", str(time_file), *argv]
+        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("geometry", choices=sorted(GEOMETRIES))
+    p.add_argument("--export", choices=sorted(EXPORTS))
+    args = p.parse_args(argv)
+    hf = ensure_checkpoint(GEOMETRIES[args.geometry])
+    print(hf)
+    if args.export:
+        print(optimum_export(hf, args.export))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
