@@ -30,6 +30,7 @@ built. `tests/test_gguf_tokenizer.py` compares the result with ids recorded from
 
 import json
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from gguf import TokenType
@@ -38,6 +39,10 @@ from . import ov_graph
 from .errors import Gguf2ovError, printable
 from .gguf_pretokenizers import PRE_REGEXES, PRE_TOKENIZERS, PreTokenizer
 from .read import GgufFile, StringArray
+
+if TYPE_CHECKING:  # imported where used: building a tokenizer is the only need for them
+    import openvino
+    import transformers
 
 MODELS = ("gpt2", "llama")
 # llama.cpp's LLAMA_TOKEN_TYPE_* values: 0 undefined, then gguf.TokenType's 1 (normal) to 6 (byte).
@@ -144,7 +149,7 @@ def spm_merges(tokens: list[str], types: np.ndarray, scores: np.ndarray) -> list
     return [(tokens[i][:k], tokens[i][k:]) for _, i, k in ranked]
 
 
-def hf_tokenizer(vocab: GgufVocab):
+def hf_tokenizer(vocab: GgufVocab) -> "transformers.PreTrainedTokenizerFast":
     """A `transformers.PreTrainedTokenizerFast` that tokenizes as llama.cpp does."""
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
@@ -157,7 +162,7 @@ def hf_tokenizer(vocab: GgufVocab):
         model_input_names=["input_ids", "attention_mask"])
 
 
-def ov_tokenizers(gguf: GgufFile):
+def ov_tokenizers(gguf: GgufFile) -> "tuple[openvino.Model, openvino.Model]":
     """(tokenizer, detokenizer) `openvino.Model`s for `openvino_tokenizer.xml` / `openvino_detokenizer.xml`."""
     from openvino_tokenizers import convert_tokenizer
 
