@@ -164,7 +164,8 @@ def test_a_split_model_cannot_be_read_and_says_how_to_merge_it(cache, tmp_path, 
     w.close()
     populate(cache, REPO, {p.name: p for p in parts.iterdir()})
     error, hint = one_error(["inspect", f"{REPO}:Q8_0"], capsys)
-    assert error.endswith("m-Q8_0-00001-of-00002.gguf: part 1 of 2 of a split GGUF; gguf2ov reads a model from one file")
+    assert error.endswith("m-Q8_0-00001-of-00002.gguf: part 1 of 2 of a split GGUF; "
+                          "gguf2ov reads a model from one file")
     assert "llama-gguf-split --merge PART1 merged.gguf" in hint and "-00001-of-00002" in hint
     error, _ = one_error(["inspect", parts / "m-Q8_0-00002-of-00002.gguf"], capsys)  # a local part too
     assert "part 2 of 2 of a split GGUF" in error
@@ -187,7 +188,8 @@ def test_the_command_reads_huggingface_hubs_environment(draft, tmp_path, home):
     cache = tmp_path / "home" / "hub" if home else tmp_path / "cache"
     populate(cache, REPO, {"draft-Q4_K_M.gguf": draft})
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_"))}
-    env.update({"HF_HUB_OFFLINE": "1"} | ({"HF_HOME": str(tmp_path / "home")} if home else {"HF_HUB_CACHE": str(cache)}))
+    env["HF_HUB_OFFLINE"] = "1"
+    env.update({"HF_HOME": str(tmp_path / "home")} if home else {"HF_HUB_CACHE": str(cache)})
     out = subprocess.run([sys.executable, "-m", "gguf2ov", "inspect", f"{REPO}:Q4_K_M", "--json", "-"], env=env,
                          capture_output=True, text=True, check=True).stdout
     assert json.loads(out)["hub"]["path"] == str(cache / "models--org--draft-GGUF" / "snapshots" / COMMIT /
@@ -271,7 +273,8 @@ def test_online_errors_are_one_line(online, draft, capsys):
         assert error == "error: org/missing: no such repository on the Hugging Face Hub (or it is private)"
         assert "hf auth login" in hint and "HF_TOKEN" in hint
         error, hint = one_error(["inspect", f"{REPO}:Q4_K_M"], capsys)
-        assert error == f"error: {REPO}: no GGUF model file matches the tag Q4_K_M; the .gguf files in it: draft-Q8_0.gguf"
+        assert error == (f"error: {REPO}: no GGUF model file matches the tag Q4_K_M; "
+                         "the .gguf files in it: draft-Q8_0.gguf")
     with socket.socket() as s:  # a port nobody listens on: the connection is refused at once
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
