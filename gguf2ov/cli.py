@@ -29,6 +29,7 @@ COMMANDS = [
     ("verify", "verify", "check an exported draft IR against the DFlash contract"),
     ("drift", "drift", "requantize a draft in several variants and report size and drift"),
     ("accept", "accept", "acceptance run in OpenVINO GenAI: target alone vs target + draft"),
+    ("ovms", "ovms", "an OpenVINO Model Server repository: the target with its DFlash draft attached"),
     ("run", "pipeline", "the whole job: convert, check, drift (every variant exported), verify, accept, report"),
     ("widen-target", "heavy_target", "a heavier copy of a Qwen3 target computing the same function, for speed runs"),
 ]

@@ -4,6 +4,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from .errors import Gguf2ovError
+from .hub import HubFile, resolve_gguf
 from .read import open_gguf, summarise
 from .report import Table, add_output_arguments, emit, human_bytes
 from .source import DFLASH2_ARCHITECTURE, SELECTOR_LEFT_OUT
@@ -32,6 +33,7 @@ class InspectResult:
     map_fits: bool | None     # does the map consume every tensor and produce every HF tensor?
     map_problems: list[str]
     model: str | None = None  # the HF class the map converts to
+    hub: HubFile | None = None  # where a hub name `org/repo[:QUANT]` led
 
     def tables(self) -> list[Table]:
         return [
@@ -44,6 +46,8 @@ class InspectResult:
     def summary(self) -> list[str]:
         lines = [f"{self.path}: GGUF v{self.version}, arch {self.arch}, {len(self.tensors)} tensors, "
                  f"{human_bytes(self.file_bytes)}"]
+        if self.hub is not None:
+            lines.append(f"from the hub: {self.hub.describe()}")
         if self.map_path is None:
             lines.append("map: none applies")
         elif self.map_fits:
@@ -58,9 +62,11 @@ class InspectResult:
 
 
 def inspect(gguf_path, map_path=None) -> InspectResult:
+    """`gguf_path` is a GGUF file, or a hub name `org/repo[:QUANT]` as llama.cpp's `-hf` takes it."""
     from .maps import map_for
 
-    gguf = open_gguf(gguf_path)
+    source = resolve_gguf(gguf_path)
+    gguf = open_gguf(source)
     hf_names, problems, map_name, fits, model = {}, [], None, None, None
     try:
         amap = map_for(gguf, map_path)
@@ -89,11 +95,14 @@ def inspect(gguf_path, map_path=None) -> InspectResult:
                  for name, t in gguf.tensors.items()],
         type_counts=dict(Counter(t.type_name for t in gguf.tensors.values()).most_common()),
         map_path=map_name, map_fits=fits, map_problems=problems, model=model,
+        hub=source if isinstance(source, HubFile) else None,
     )
 
 
 def configure_parser(parser) -> None:
-    parser.add_argument("gguf", metavar="FILE.gguf", help="the GGUF file to inspect")
+    parser.add_argument("gguf", metavar="FILE.gguf",
+                        help="the GGUF file to inspect, or a hub name org/repo[:QUANT] as llama.cpp's -hf takes it "
+                             "(found in, or fetched into, huggingface_hub's cache)")
     parser.add_argument("--map", metavar="FILE",
                         help="tensor map YAML to check (default: the shipped one for the arch)")
     add_output_arguments(parser, inputs=("gguf", "map"))

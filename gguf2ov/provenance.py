@@ -46,14 +46,22 @@ def sha256_path(path) -> str:
 
 
 def provenance(sources: dict | None = None, options: dict | None = None) -> dict:
-    """The record; a source is a path, or an opened file with `.path` and its cached `.sha256`."""
+    """The record; a source is a path, an opened file with `.path` and its cached `.sha256`, or a
+    file taken from the hub (`hub.HubFile`), recorded with its repository, revision and file name."""
     return {
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join(sys.argv),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "packages": package_versions(),
-        "sources": {k: {"path": str(getattr(v, "path", v)), "sha256": getattr(v, "sha256", None) or sha256_path(v)}
-                    for k, v in (sources or {}).items()},
+        "sources": {k: source_record(v) for k, v in (sources or {}).items()},
         "options": options or {},
     }
+
+
+def source_record(source) -> dict:
+    path = getattr(source, "path", source)
+    record = {"path": str(path), "sha256": getattr(source, "sha256", None) or sha256_path(path)}
+    if hasattr(source, "hub_record"):  # the cache path alone would not say which repository and commit
+        record["hub"] = source.hub_record()
+    return record

@@ -164,10 +164,24 @@ def open_gguf(path) -> GgufFile:
             raise Gguf2ovError(f"{path}: not a GGUF file (magic {magic!r}, expected {GGUF_MAGIC!r})")
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
             try:
-                return _parse(_Cursor(buf, size), path)
+                gguf = _parse(_Cursor(buf, size), path)
             except _Corrupt as e:
                 raise Gguf2ovError(f"{path}: corrupt or truncated GGUF: {e}",
                                    hint="re-download the file or check that it was fully written") from None
+    _require_whole_model(gguf)
+    return gguf
+
+
+def _require_whole_model(gguf: GgufFile) -> None:
+    """Refuse one part of a split GGUF (llama.cpp's gguf-split writes `split.count` into every part):
+    read alone, a part lacks the other parts' tensors, and every later message would be about those."""
+    count, no = gguf.get("split.count"), gguf.get("split.no")
+    if not isinstance(count, int) or isinstance(count, bool) or count <= 1:
+        return
+    which = f"part {no + 1} of {count}" if isinstance(no, int) and 0 <= no < count else f"one of {count} parts"
+    raise Gguf2ovError(f"{gguf.path}: {which} of a split GGUF; gguf2ov reads a model from one file",
+                       hint=f"merge the parts with llama.cpp: `llama-gguf-split --merge PART1 merged.gguf` (PART1: "
+                            f"the -00001-of-{count:05d} file, the others beside it), then pass merged.gguf")
 
 
 class StringArray(Sequence):

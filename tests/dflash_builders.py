@@ -215,6 +215,23 @@ def edit_ir(src: Path, out: Path, drop_rt_info=(), set_rt_info: dict | None = No
     return out
 
 
+DFLASH_RT_INFO = {"dflash_mode": "True", "dflash/mask_token_id": "1", "dflash/target_layer_ids": "1,2"}
+
+
+def rt_info_ir(out: Path, rt_info: dict | None = None) -> Path:
+    """An IR of one op carrying `rt_info` (default: a DFlash draft's three keys), for commands that read
+    a draft folder's rt_info and nothing else."""
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    x = ops.parameter([1, 4], ov.Type.f32, name="x")
+    model = ov.Model([ops.relu(x)], [x], "draft")
+    for key, value in (DFLASH_RT_INFO if rt_info is None else rt_info).items():
+        model.set_rt_info(value, key.split("/"))
+    ov.save_model(model, str(out / "openvino_model.xml"))
+    return out
+
+
 def _tokenizer(words: str, vocab_size: int):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast

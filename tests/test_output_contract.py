@@ -1,6 +1,6 @@
 """Every command has the same output contract: --json FILE, --markdown FILE, --quiet.
 
-Each of the nine commands runs once through `gguf2ov.cli.main` on the committed fixtures with both
+Each of the ten commands runs once through `gguf2ov.cli.main` on the committed fixtures with both
 reports and --quiet: both files exist, the JSON holds the result's key figures, the Markdown has
 its table, no progress line reaches stderr, and nothing reaches stdout unless the result fails
 (exit code 1: then the result is shown, the exit code alone would not say what failed). Bad report
@@ -214,6 +214,19 @@ def test_widen_target(fixtures_dir, tmp_path):
     assert md.startswith("## gguf2ov widen-target") and f"| decoder layers | {n} | {n + 1} |" in md
 
 
+def test_ovms(fixtures_dir, tmp_path):
+    from dflash_builders import rt_info_ir
+
+    json_path, md_path = reports(tmp_path, "ovms")
+    draft = rt_info_ir(tmp_path / "draft")
+    code, data, md, _ = quiet_run(["ovms", "--target", fixtures_dir / "target", "--draft", draft,
+                                   "-o", tmp_path / "models"], json_path, md_path)
+    assert code == 0
+    assert data["name"] == "target" and data["options"]["draft_models_path"] == "./draft"
+    assert (tmp_path / "models" / "target" / "graph.pbtxt").is_file()
+    assert md.startswith("## gguf2ov ovms") and "| pipeline_type | LM_CB |" in md
+
+
 # --- bad report paths: one error line, before any work -----------------------------------------------
 
 def _commands(fx, tmp):
@@ -229,6 +242,7 @@ def _commands(fx, tmp):
         "accept": (["accept", "--target", target, "--draft", target], target / "config.json"),
         "run": (["run", gguf, "--target", target, "-o", tmp / "out"], target / "config.json"),
         "widen-target": (["widen-target", fx / "target-hf", "-o", tmp / "out"], fx / "target-hf" / "config.json"),
+        "ovms": (["ovms", "--target", target, "--draft", target, "-o", tmp / "out"], target / "config.json"),
     }
 
 
