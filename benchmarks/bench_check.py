@@ -1,7 +1,7 @@
 """Time and peak memory of `gguf2ov check` on a draft far larger than the test fixture.
 
 Builds a random dflash draft (BF16 reference checkpoint), writes it as a Q4_K_M GGUF with
-gguf2ov.gguf_writer, converts that GGUF to a checkpoint folder, then checks, each in a fresh
+gguf2ov.tools.gguf_writer, converts that GGUF to a checkpoint folder, then checks, each in a fresh
 process so that peak RSS belongs to the check alone:
   1. the GGUF (converted in memory) against the reference,
   2. the converted folder against the reference.
@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from gguf2ov.job import Job, Options
 
 
 def build_reference(folder: Path, hidden: int, layers: int, heads: int, kv_heads: int, ffn: int, n_targets: int,
@@ -122,9 +123,9 @@ class _AnonSampler:
 
 def measure(source: str, reference: str) -> dict:
     """Run in a child process: one check, with the RSS before it (imports) and at its peak."""
-    import gguf2ov.check  # noqa: F401  imports first, so the baseline includes numpy, torch, gguf
+    import gguf2ov.stages.check  # noqa: F401  imports first, so the baseline includes numpy, torch, gguf
     import safetensors.torch  # noqa: F401
-    from gguf2ov.check import check
+    from gguf2ov.stages.check import check
 
     baseline, anon_baseline = _status_mib("VmRSS"), _status_mib("RssAnon")
     reset = _reset_peak()
@@ -166,8 +167,7 @@ def main(argv=None) -> int:
         print(json.dumps(measure(*args.measure)))
         return 0
 
-    from gguf2ov.convert import convert
-    from gguf2ov.gguf_writer import write_dflash_gguf
+    from gguf2ov.tools.gguf_writer import write_dflash_gguf
 
     work = args.keep or Path(tempfile.mkdtemp(prefix="bench-check-"))
     ref, gguf, converted = work / "ref", work / "draft-Q4_K_M.gguf", work / "converted"
@@ -184,7 +184,7 @@ def main(argv=None) -> int:
         times["write_gguf_s"] = round(time.perf_counter() - t, 1)
     if not converted.is_dir():
         t = time.perf_counter()
-        convert(gguf, converted, progress=False)
+        Job(gguf, None, Options(progress=False)).convert(converted)
         times["convert_s"] = round(time.perf_counter() - t, 1)
     if not (other / "model.safetensors").is_file():
         build_reference(other, *shape, seed=1)

@@ -1,4 +1,4 @@
-"""Time gguf-py's dequantize against gguf2ov.quants.dequantize, per GGML type.
+"""Time gguf-py's dequantize against gguf2ov.gguf.quants.dequantize, per GGML type.
 
     python benchmarks/bench_dequant.py [--rows 4096 --cols 4096 --repeat 3] [--real-file]
 
@@ -19,7 +19,7 @@ import gguf
 import numpy as np
 from gguf.constants import GGML_QUANT_SIZES
 
-from gguf2ov import quants
+from gguf2ov.gguf import quants
 
 Q = gguf.GGMLQuantizationType
 TYPES = [Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K]

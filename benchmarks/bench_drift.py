@@ -2,7 +2,7 @@
 
 Builds a random dflash draft (the same builder as bench_check.py: hidden 2048, 2 layers, 5
 target layers, ~120M parameters, weights N(0, 0.02)), writes it as a Q4_K_M GGUF with
-gguf2ov.gguf_writer, and runs the drift stage on it with synthetic contexts (no target: there is
+gguf2ov.tools.gguf_writer, and runs the drift stage on it with synthetic contexts (no target: there is
 no lm_head, so top-1 agreement and KLD are left out and the output drift is the cosine of the
 draft's hidden states). The drift against the GGUF grid is what this benchmark is for: whether a
 variant keeps the values the file held.
@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from gguf2ov.job import Job, Options
 
 HERE = Path(__file__).resolve().parent
 
@@ -37,8 +38,7 @@ def main() -> int:
     ap.add_argument("--keep", type=Path, help="work folder to keep (default: a temporary one)")
     args = ap.parse_args()
 
-    from gguf2ov.drift import drift
-    from gguf2ov.gguf_writer import write_dflash_gguf
+    from gguf2ov.tools.gguf_writer import write_dflash_gguf
     from gguf2ov.report import render
 
     work = args.keep or Path(tempfile.mkdtemp(prefix="gguf2ov-drift-bench-"))
@@ -52,7 +52,7 @@ def main() -> int:
         write_dflash_gguf(ref, gguf)
     setup = time.perf_counter() - t
     t = time.perf_counter()
-    result = drift(gguf, work / "variants", overwrite=True, progress=True)
+    result = Job(gguf, None, Options(progress=True)).drift(work / "variants", overwrite=True)
     seconds = time.perf_counter() - t
     print(render(result, "text", title=f"drift: hidden {args.hidden}, {args.layers} layers, GGUF "
                                         f"{gguf.stat().st_size / 2**20:.0f} MiB (setup {setup:.0f} s, drift {seconds:.0f} s)"))

@@ -1,7 +1,7 @@
 """Memory of a GGUF's metadata once opened: compact arrays (numpy, StringArray) against lists.
 
 Writes a metadata-only GGUF with a Gemma-3-sized tokenizer (262,144 tokens, scores and token
-types, 150,000 merges), opens it with `gguf2ov.read.open_gguf` twice (arrays kept compact, and as
+types, 150,000 merges), opens it with `gguf2ov.gguf.read.open_gguf` twice (arrays kept compact, and as
 Python lists as before), and reports for each the bytes still allocated once the file is open
 (tracemalloc), the peak while parsing, and the time to open it. No test depends on it.
 
@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from ggufs import write_gguf  # noqa: E402
 
-from gguf2ov import read  # noqa: E402
+from gguf2ov.gguf import read  # noqa: E402
 
 N_TOKENS, N_MERGES = 262_144, 150_000
 

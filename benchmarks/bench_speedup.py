@@ -5,7 +5,7 @@
 
 The fixture target (2.5M parameters) is so light that the speculative pipeline's own overhead
 eats most of the gain. The heavy target is the same function widened with zero-padded MLPs and
-no-op layers (gguf2ov.heavy_target.widen_target), so the same draft applies and accepts the same
+no-op layers (gguf2ov.tools.widen.widen_target), so the same draft applies and accepts the same
 tokens while a target step costs what a mid-sized model's would. It is built into
 benchmarks/results/heavy-target and reused while its source and sizes are unchanged.
 
@@ -38,6 +38,8 @@ if str(REPO) not in sys.path:
 
 from gguf2ov.provenance import package_versions, sha256_path  # noqa: E402
 from gguf2ov.report import Table, render, write_reports  # noqa: E402
+from gguf2ov.job import Job, Options  # noqa: E402
+from gguf2ov.model.variants import variant_from_flags  # noqa: E402
 
 FIXTURES = REPO / "fixtures" / "tiny-dflash"
 RESULTS = REPO / "benchmarks" / "results"
@@ -122,7 +124,7 @@ def _parameters(target_dir: Path) -> tuple[int, int, int]:
 
 
 def heavy_target(target_hf: Path, out: Path, extra_layers: int, intermediate_size: int, rebuild: bool) -> Path:
-    from gguf2ov.heavy_target import PROVENANCE_FILE, widen_target
+    from gguf2ov.tools.widen import PROVENANCE_FILE, widen_target
 
     prov = out / PROVENANCE_FILE
     if prov.is_file() and not rebuild:
@@ -153,14 +155,13 @@ def draft_sources(fixtures: Path, out: Path, labels: list[str]) -> dict[str, Pat
 
 def export_drafts(sources: dict[str, Path], out: Path, labels: list[str]) -> dict[str, Path]:
     from gguf2ov.errors import Gguf2ovError
-    from gguf2ov.export import export_draft
 
     drafts = {}
     for label in labels:
         source, kwargs = DRAFTS[label]
         path = out / label
         try:
-            export_draft(sources[source], path, overwrite=True, progress=False, **kwargs)
+            Job(sources[source], None, Options(progress=False)).export(path, variant_from_flags(**kwargs), overwrite=True)
         except Gguf2ovError as e:  # a variant this GGUF cannot give (e.g. "gguf" on an unsupported grid)
             print(f"skipping the {label} draft: {e}", file=sys.stderr)
             continue
@@ -170,7 +171,7 @@ def export_drafts(sources: dict[str, Path], out: Path, labels: list[str]) -> dic
 
 def measure_target(label: str, target: Path, drafts: dict[str, Path], prompts: list[str], ks: list[int],
                    max_new_tokens: int, repeats: int, precision: str, threads: int | None = None) -> list[Row]:
-    from gguf2ov.genai import as_prompts, generate, generation_config, make_pipeline, properties
+    from gguf2ov.runtime.genai import as_prompts, generate, generation_config, make_pipeline, properties
 
     props = properties(precision)
     prompts = as_prompts(prompts)
@@ -208,8 +209,8 @@ def measure_target(label: str, target: Path, drafts: dict[str, Path], prompts: l
 
 
 def main(argv=None) -> int:
-    from gguf2ov.genai import read_prompts
-    from gguf2ov.heavy_target import DEFAULT_EXTRA_LAYERS, DEFAULT_INTERMEDIATE_SIZE
+    from gguf2ov.runtime.genai import read_prompts
+    from gguf2ov.tools.widen import DEFAULT_EXTRA_LAYERS, DEFAULT_INTERMEDIATE_SIZE
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--fixtures", type=Path, default=FIXTURES)

@@ -23,6 +23,7 @@ if str(REPO) not in sys.path:
 
 from gguf2ov.provenance import package_versions  # noqa: E402
 from gguf2ov.report import Table, render, write_reports  # noqa: E402
+from gguf2ov.model.source import open_draft
 
 FIXTURES = REPO / "fixtures"
 RESULTS = REPO / "benchmarks" / "results"
@@ -74,11 +75,11 @@ class TapShiftResult:
 
 
 def main(argv=None) -> int:
-    from gguf2ov.accept import run_acceptance
-    from gguf2ov.genai import read_prompts
-    from gguf2ov.export import export_draft
-    from gguf2ov.heavy_target import DEFAULT_EXTRA_LAYERS, DEFAULT_INTERMEDIATE_SIZE
-    from gguf2ov.taps import scan_taps
+    from gguf2ov.stages.accept import run_acceptance
+    from gguf2ov.runtime.genai import read_prompts
+    from gguf2ov.stages.export import export_draft
+    from gguf2ov.tools.widen import DEFAULT_EXTRA_LAYERS, DEFAULT_INTERMEDIATE_SIZE
+    from gguf2ov.checks.taps import scan_taps
 
     sys.path.insert(0, str(REPO / "benchmarks"))
     from bench_speedup import heavy_target
@@ -102,8 +103,7 @@ def main(argv=None) -> int:
         prompts = read_prompts(fix / "prompts.txt")
         for draft, offset in SHIFTS.items():
             out = args.out / "tap-shift" / fixture / draft.replace(" ", "-")
-            exported = export_draft(fix / "draft-Q4_K_M.gguf", out, overwrite=True, progress=False, run_verify=False,
-                                    target_layer_offset=offset)
+            exported = export_draft(open_draft(fix / "draft-Q4_K_M.gguf", target_layer_offset=offset), out, overwrite=True, progress=False)
             scan = scan_taps(out, target, prompts=prompts)
             for label, path in targets.items():
                 acc = run_acceptance(path, out, prompts, max_new_tokens=args.max_new_tokens, progress=False).overall

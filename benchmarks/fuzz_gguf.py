@@ -66,7 +66,7 @@ import numpy as np  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
-from gguf2ov.map_rules import config_get  # noqa: E402
+from gguf2ov.maps.rules import config_get  # noqa: E402
 
 FIXTURES = REPO / "fixtures" / "tiny-dflash"
 SEEDS = ("draft-Q4_K_M.gguf", "draft-legacy-Q4_K_M.gguf")
@@ -78,7 +78,7 @@ MAX_ERROR_LINE = 5000     # characters; the listings in error lines are capped w
 EXAMPLES_PER_CLASS = 20
 
 # --- the GGUF model --------------------------------------------------------------------------------
-# Parsed here independently of gguf2ov.read, so that a bug in the reader is not shared.
+# Parsed here independently of gguf2ov.gguf.read, so that a bug in the reader is not shared.
 
 T_U8, T_I8, T_U16, T_I16, T_U32, T_I32, T_F32, T_BOOL, T_STR, T_ARR, T_U64, T_I64, T_F64 = range(13)
 _FMT = {T_U8: "<B", T_I8: "<b", T_U16: "<H", T_I16: "<h", T_U32: "<I", T_I32: "<i", T_F32: "<f", T_BOOL: "<B",
@@ -233,7 +233,7 @@ MAP_KEYS: list[str] = []  # filled by _map_keys()
 
 def _map_keys() -> list[str]:
     """The GGUF keys the shipped dflash map reads (its config rules' sources and conditions)."""
-    from gguf2ov.maps import load_map
+    from gguf2ov.maps.load import load_map
 
     amap = load_map("dflash")
     keys = set()

@@ -67,7 +67,7 @@ STRINGS = [
     f"On {PROBE}, {PROBE}s and {PROBE.lower()}",
     "<0x41> spells a byte token",
 ]
-# One name per pre-tokenizer type of gguf2ov.gguf_pretokenizers, and every ignore_merges name.
+# One name per pre-tokenizer type of gguf2ov.gguf.pretokenizers, and every ignore_merges name.
 SWEEP = ["default", "llama-bpe", "dbrx", "glm4", "jais-2", "deepseek-llm", "deepseek-v3", "spark2_5", "youtu",
          "deepseek-coder", "falcon", "starcoder", "gpt-2", "qwen2", "qwen35", "bloom", "viking", "tekken",
          "gpt-4o", "granite-embed-multi-97m", "bailingmoe", "seed-coder", "ufakzeka", "laguna", "exaone-moe",
@@ -100,7 +100,7 @@ def train_vocab(out: Path) -> None:
     STRINGS, plus PROBE as a token made by a merge of lowest priority that no piece ever reaches."""
     from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
 
-    from gguf2ov.gguf_pretokenizers import PRE_REGEXES
+    from gguf2ov.gguf.pretokenizers import PRE_REGEXES
 
     specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
                 "<|im_start|>", "<|im_end|>"]
@@ -143,7 +143,7 @@ def record(out: Path) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         files = {"qwen3-fixture": (fixture_target_gguf(work / "qwen3.gguf"), "fixtures/tiny-dflash/target-hf as a "
-                                   "qwen3 GGUF by gguf2ov.gguf_writer (Q8_0), pre-tokenizer qwen2"),
+                                   "qwen3 GGUF by gguf2ov.tools.gguf_writer (Q8_0), pre-tokenizer qwen2"),
                  "llama-bpe": (llama_bpe_gguf(work / "llama-bpe.gguf"), "tests/data/llama-bpe-vocab.json, "
                                "pre-tokenizer llama-bpe"),
                  "spm-tiny": (spm_gguf(work / "spm.gguf"), "the fixture target's tokens as a Llama 2 style "

@@ -1,9 +1,11 @@
-"""Print gguf2ov's import graph in topological order (dependencies first), for developer notes.
+"""Print gguf2ov's import graph in topological order (dependencies first), with each module's layer
+and the depth of the whole, for developer notes.
 
     python benchmarks/module_graph.py
 
-Each line is a module and the package modules it imports (at the top or inside a function). The
-same graph is asserted acyclic by tests/test_module_graph.py.
+Each line is a module, its layer (1 + the longest chain of imports below it) and the package
+modules it imports (at the top or inside a function). The same graph is asserted acyclic, and
+free of stage-to-stage imports, by tests/test_module_graph.py.
 """
 
 import sys
@@ -11,14 +13,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from module_graph import module_graph, topological_order  # noqa: E402
+from module_graph import layers, module_graph, stage_imports, topological_order  # noqa: E402
 
 
 def main() -> int:
     graph = module_graph()
+    depth = layers(graph)
+    width = max(len(m) for m in graph)
     for module in topological_order(graph):
         deps = ", ".join(sorted(graph[module]))
-        print(f"{module:14} <- {deps}" if deps else module)
+        print(f"{depth[module]:2}  {module:{width}} <- {deps}" if deps else f"{depth[module]:2}  {module}")
+    print(f"\n{len(graph)} modules, {sum(map(len, graph.values()))} imports, depth {max(depth.values())}; "
+          f"stage-to-stage imports: {stage_imports(graph) or 'none'}")
     return 0
 
 

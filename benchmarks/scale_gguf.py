@@ -1,7 +1,7 @@
 """Real-size DFlash draft GGUFs in seconds: random but valid Q4_K_M blocks, no quantizer.
 
 For cost measurements the weight values do not matter, only a file with the right geometry,
-tensor types and metadata. `gguf2ov.gguf_writer.write_dflash_gguf` quantizes real weights with
+tensor types and metadata. `gguf2ov.tools.gguf_writer.write_dflash_gguf` quantizes real weights with
 llama.cpp's reference K-quantizer (558 s for a 1.05 B-parameter draft on 2 cores); this module
 writes random quant blocks directly (a 1 B file in seconds):
 
@@ -222,8 +222,8 @@ def write_scale_gguf(geom: Geometry, out_path: Path, seed: int | None = None) ->
     """Write the draft GGUF for `geom` at `out_path` (atomically); returns a build record."""
     from gguf import GGUFWriter, TokenType
 
-    from gguf2ov.gguf_writer import ARCH, MIXES, QUANT_VERSION, add_value, tensor_type, write_atomically
-    from gguf2ov.maps import load_map
+    from gguf2ov.tools.gguf_writer import ARCH, MIXES, QUANT_VERSION, add_value, tensor_type, write_atomically
+    from gguf2ov.maps.load import load_map
 
     start = time.perf_counter()
     config = geom.hf_config()
@@ -318,7 +318,7 @@ def compare_with_writer(geom: Geometry, work: Path | None = None) -> list[str]:
     from gguf import GGUFReader
     from safetensors.torch import save_file
 
-    from gguf2ov.gguf_writer import write_dflash_gguf
+    from gguf2ov.tools.gguf_writer import write_dflash_gguf
 
     work = Path(work or tempfile.mkdtemp(prefix="scale-compare-"))
     ckpt = work / geom.name
@@ -357,7 +357,7 @@ def main(argv=None) -> int:
     ap.add_argument("--check", action="store_true", help="dequantize a sample and print its statistics")
     ap.add_argument("--cache-dir", type=Path, default=CACHE)
     ap.add_argument("--compare-writer", action="store_true",
-                    help="compare the file with gguf2ov.gguf_writer's for the same geometry (small sizes only: "
+                    help="compare the file with gguf2ov.tools.gguf_writer's for the same geometry (small sizes only: "
                          "the writer quantizes for real) and exit")
     args = ap.parse_args(argv)
     if args.list or not args.sizes:

@@ -76,6 +76,25 @@ def require_output_file(path) -> None:
                            hint="check the permissions of the folder, or write elsewhere")
 
 
+def relocated(result, tmp, final):
+    """`result` (a dataclass, dict, list or path text) with every path under the temporary folder
+    `tmp` named under `final`, where it is once the folder is put in place."""
+    import dataclasses
+
+    tmp, final = str(tmp), str(final)
+    if isinstance(result, str):
+        return final + result[len(tmp):] if result == tmp or result.startswith(tmp + os.sep) else result
+    if dataclasses.is_dataclass(result) and not isinstance(result, type):
+        changes = {f.name: relocated(getattr(result, f.name), tmp, final) for f in dataclasses.fields(result)
+                   if f.init}
+        return dataclasses.replace(result, **changes)
+    if isinstance(result, dict):
+        return {k: relocated(v, tmp, final) for k, v in result.items()}
+    if isinstance(result, (list, tuple)):
+        return type(result)(relocated(v, tmp, final) for v in result)
+    return result
+
+
 # --- temporary siblings ---------------------------------------------------------------------------
 
 def _temp_path(path: Path, kind: str) -> Path:

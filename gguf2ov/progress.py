@@ -8,7 +8,6 @@ import warnings
 
 from tqdm import tqdm
 
-
 _silenced = False
 
 

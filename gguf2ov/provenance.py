@@ -59,9 +59,25 @@ def provenance(sources: dict | None = None, options: dict | None = None) -> dict
     }
 
 
+def target_record(path) -> dict:
+    """A target folder as a report records it: the hash of its IR's graph (.xml) and the size of its
+    weights (.bin). Hashing the weights would read a multi-GB target end to end for one line."""
+    from .names import IR_XML, VLM_LANGUAGE_MODEL
+
+    path = Path(path)
+    xml = next((path / n for n in (IR_XML, VLM_LANGUAGE_MODEL) if (path / n).is_file()), None)
+    if xml is None:
+        return {"path": str(path), "sha256": None}
+    return {"path": str(path), "ir_xml_sha256": sha256_file(xml), "ir_bin_bytes": xml.with_suffix(".bin").stat().st_size
+            if xml.with_suffix(".bin").is_file() else None}
+
+
 def source_record(source) -> dict:
+    if isinstance(source, dict):  # recorded already (a target folder: target_record)
+        return source
     path = getattr(source, "path", source)
     record = {"path": str(path), "sha256": getattr(source, "sha256", None) or sha256_path(path)}
-    if hasattr(source, "hub_record"):  # the cache path alone would not say which repository and commit
-        record["hub"] = source.hub_record()
+    origin = source if hasattr(source, "hub_record") else getattr(source, "origin", None)
+    if origin is not None:  # the cache path alone would not say which repository and commit
+        record["hub"] = origin.hub_record()
     return record

@@ -290,7 +290,7 @@ def draft_gguf(factory) -> Path:
     """A dflash GGUF of `draft_checkpoint()`: the committed Q4_K_M file, or one written here."""
     if fixture_pair() and (FIXTURES / "draft-Q4_K_M.gguf").is_file():
         return FIXTURES / "draft-Q4_K_M.gguf"
-    from gguf2ov.gguf_writer import write_dflash_gguf
+    from gguf2ov.tools.gguf_writer import write_dflash_gguf
 
     # Q8_0: K-quants need rows of 256 and the tiny draft's are 64 wide.
     return once("draft-gguf", factory, lambda p: write_dflash_gguf(draft_checkpoint(factory), p / "draft.gguf",

@@ -154,7 +154,7 @@ def model_from_map(amap, rng, layers: int = 2):
     """(HF config, {HF name: float32 array}, extra GGUF metadata) for a random model that uses every
     tensor and config rule of `amap`: values are multiples of 1/256 in [-4, 4), so that the map's ops
     (+-1.0, row permutations) are exact in float32 both ways."""
-    from gguf2ov.map_rules import config_get
+    from gguf2ov.maps.rules import config_get
 
     config, extra = {}, {}
     # `below` / `length` read other keys: those first

@@ -49,7 +49,7 @@ def widened_hf(factory) -> Path:
         import torch
         from transformers import AutoTokenizer, Qwen3ForCausalLM
 
-        from gguf2ov.heavy_target import DEFAULT_EXTRA_LAYERS, DEFAULT_INTERMEDIATE_SIZE, widen_model
+        from gguf2ov.tools.widen import DEFAULT_EXTRA_LAYERS, DEFAULT_INTERMEDIATE_SIZE, widen_model
 
         original = Qwen3ForCausalLM.from_pretrained(str(FIXTURE_TARGET_HF), dtype=torch.float32,
                                                     use_safetensors=True).eval()

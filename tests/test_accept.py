@@ -4,10 +4,11 @@ import json
 
 import pytest
 
-from gguf2ov.accept import AcceptResult, PromptAcceptance, judge, per_position_acceptance, run_acceptance
+from gguf2ov.stages.accept import AcceptResult, PromptAcceptance, judge, per_position_acceptance, run_acceptance
 from gguf2ov.errors import Gguf2ovError
-from gguf2ov.genai import Generation, read_prompts
+from gguf2ov.runtime.genai import Generation, read_prompts
 from gguf2ov.report import render
+from gguf2ov.model.source import open_draft
 
 
 def _ir_folder(path, tokenizer=True):
@@ -123,7 +124,7 @@ def test_per_position_acceptance_from_step_counts():
 
 
 def test_prompts_file_image_lines_and_image_flags(tmp_path):
-    from gguf2ov.genai import IMAGE_PROMPT_TEXT, Prompt
+    from gguf2ov.runtime.genai import IMAGE_PROMPT_TEXT, Prompt
 
     (tmp_path / "cat.png").write_bytes(b"png")
     (tmp_path / "dog.png").write_bytes(b"png")
@@ -140,7 +141,7 @@ def test_prompts_file_image_lines_and_image_flags(tmp_path):
 
 
 def test_image_prompts_need_a_vlm_target(fixtures_dir, tmp_path):
-    from gguf2ov.genai import Prompt
+    from gguf2ov.runtime.genai import Prompt
 
     (tmp_path / "draft").mkdir()
     (tmp_path / "draft" / "openvino_model.xml").write_text("<net/>")
@@ -152,10 +153,10 @@ def test_image_prompts_need_a_vlm_target(fixtures_dir, tmp_path):
 def test_cli_runs_the_draft_it_is_given(fixtures_dir, tmp_path):
     """The command end to end: the draft named is the one attached, and the report says what it did."""
     from gguf2ov.cli import main
-    from gguf2ov.export import export_draft
+    from gguf2ov.stages.export import export_draft
 
     draft, report, prompts = tmp_path / "draft", tmp_path / "accept.json", tmp_path / "prompts.txt"
-    export_draft(fixtures_dir / "draft-ref", draft, progress=False, run_verify=False)
+    export_draft(open_draft(fixtures_dir / "draft-ref"), draft, progress=False)
     prompts.write_text((fixtures_dir / "prompts.txt").read_text().splitlines()[0] + "\n")
     code = main(["accept", "--target", str(fixtures_dir / "target"), "--draft", str(draft), "--prompts", str(prompts),
                  "--max-new-tokens", "12", "--num-assistant-tokens", "3", "--json", str(report), "--quiet"])

@@ -11,10 +11,10 @@ import torch
 import yaml
 from safetensors.torch import load_file, save_file
 
-from gguf2ov import diagnose
-from gguf2ov.check import check, stats
+from gguf2ov.checks import diagnose
+from gguf2ov.stages.check import check, stats
 from gguf2ov.cli import main
-from gguf2ov.convert import convert
+from gguf2ov.job import Job, Options
 
 # Hidden 256 so K-quants apply (ne[0] % 256 == 0); 4 query heads on 2 kv heads like a real GQA draft.
 H, LAYERS, HEADS, KV_HEADS, HEAD_DIM, FFN = 256, 2, 4, 2, 64, 512
@@ -65,14 +65,14 @@ def _save_checkpoint(folder, weights, config):
 @pytest.fixture(scope="module")
 def draft(tmp_path_factory):
     """A random dflash draft: the BF16 reference, its Q4_K_M GGUF, and that GGUF converted."""
-    from gguf2ov.gguf_writer import write_dflash_gguf
+    from gguf2ov.tools.gguf_writer import write_dflash_gguf
 
     root = tmp_path_factory.mktemp("draft")
     ref = _save_checkpoint(root / "ref", _random_weights(0), _draft_config())
     gguf = root / "draft-Q4_K_M.gguf"
     write_dflash_gguf(ref, gguf, mix="Q4_K_M")
     converted = root / "converted"
-    convert(gguf, converted, progress=False)
+    Job(gguf, None, Options(progress=False)).convert(converted)
     return {"root": root, "ref": ref, "gguf": gguf, "converted": converted}
 
 
@@ -87,7 +87,7 @@ def _edited_copy(src, dst, edit):
 
 def _map_copy(tmp_path, edit):
     """A copy of the shipped dflash map (its skeleton merged in) with its tensors section edited."""
-    from gguf2ov.maps import map_data
+    from gguf2ov.maps.load import map_data
 
     data = map_data("dflash")
     edit(data["tensors"])
@@ -150,7 +150,7 @@ def test_converted_folder_passes(draft):
 
 def test_sharded_reference_and_source(draft, tmp_path):
     sharded = tmp_path / "sharded"
-    convert(draft["gguf"], sharded, dtype="f32", max_shard_size=1 << 20, progress=False)
+    Job(draft["gguf"], None, Options(progress=False)).convert(sharded, dtype="f32", max_shard_size=1 << 20)
     assert (sharded / "model.safetensors.index.json").is_file()
     assert check(draft["converted"], sharded, progress=False).passed
     assert check(sharded, draft["ref"], progress=False).passed
@@ -221,7 +221,7 @@ def test_target_layer_offset_wrong(draft):
 
 
 def test_older_converter_layout(draft, tmp_path):
-    from gguf2ov.gguf_writer import write_dflash_gguf
+    from gguf2ov.tools.gguf_writer import write_dflash_gguf
 
     old = tmp_path / "old.gguf"
     write_dflash_gguf(draft["ref"], old, mix="Q8_0", legacy=True)
@@ -316,7 +316,7 @@ def test_cli_reports_and_exit_codes(draft, tmp_path, capsys):
 
 
 def test_terminal_view_limits_rows(draft, tmp_path):
-    from gguf2ov.check import TerminalView
+    from gguf2ov.stages.check import TerminalView
     from gguf2ov.report import render
 
     other = _save_checkpoint(tmp_path / "other", _random_weights(2), _draft_config())

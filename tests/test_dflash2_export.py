@@ -10,14 +10,15 @@ import pytest
 from safetensors.torch import load_file, save_file
 
 import dflash_builders as b
-from gguf2ov.numerics import compile_exact
-from gguf2ov.draft_ir import synthetic_steps
+from gguf2ov.runtime.numerics import compile_exact
+from gguf2ov.runtime.draft_ir import synthetic_steps
 from gguf2ov.errors import Gguf2ovError
-from gguf2ov.export import export_draft
-from gguf2ov.reference import reference_outputs
-from gguf2ov.source import open_draft
-from gguf2ov.variants import parse_variant
-from gguf2ov.verify import verify_draft
+from gguf2ov.stages.export import export_draft
+from gguf2ov.model.reference import reference_outputs
+from gguf2ov.model.source import open_draft
+from gguf2ov.model.variants import parse_variant
+from gguf2ov.stages.verify import verify_draft
+from gguf2ov.job import Job, Options
 
 LAYERS = 2
 
@@ -55,7 +56,7 @@ def _steps(config):
 @pytest.mark.parametrize("weight_format", ["fp32", "fp16", "int8", "int4"])
 def test_every_variant_exports_the_convolutions_and_verifies(checkpoints, weight_format):
     out = checkpoints["root"] / f"out-{weight_format}"
-    result = export_draft(checkpoints["live"], out, weight_format=weight_format, progress=False, overwrite=True)
+    result = Job(checkpoints["live"], None, Options(progress=False)).export(out, weight_format, overwrite=True)
     assert result.verify.ok and result.dflash_version == 2
     model = ov.Core().read_model(str(out / "openvino_model.xml"))
     projections = [op for op in model.get_ops() if "kernel_projection/aten::linear/MatMul" in op.get_friendly_name()]
@@ -68,7 +69,7 @@ def test_every_variant_exports_the_convolutions_and_verifies(checkpoints, weight
 
 def test_the_ir_computes_the_reference_function_and_the_convolutions_matter(checkpoints):
     out = checkpoints["root"] / "fp32"
-    export_draft(checkpoints["live"], out, progress=False, overwrite=True, run_verify=False)
+    export_draft(open_draft(checkpoints["live"]), out, overwrite=True, progress=False)
     config = json.loads((checkpoints["live"] / "config.json").read_text())
     steps = _steps(config)
     ir = _run(out / "openvino_model.xml", steps)
@@ -83,7 +84,7 @@ def test_identity_convolutions_give_the_v1_draft_of_the_same_weights(checkpoints
     outs = {}
     for name in ("identity", "v1"):
         out = checkpoints["root"] / f"same-{name}"
-        export_draft(checkpoints[name], out, progress=False, overwrite=True, run_verify=False)
+        export_draft(open_draft(checkpoints[name]), out, overwrite=True, progress=False)
         outs[name] = _run(out / "openvino_model.xml", _steps(json.loads((checkpoints[name] / "config.json").read_text())))
     assert max(float(np.abs(a - v).max()) for a, v in zip(outs["identity"], outs["v1"])) < 1e-5
 
@@ -93,7 +94,7 @@ def test_the_convolutions_keep_nothing_between_calls(checkpoints):
     (same context, same cache) gives the same rows."""
     config = json.loads((checkpoints["live"] / "config.json").read_text())
     out = checkpoints["root"] / "rows"
-    export_draft(checkpoints["live"], out, progress=False, overwrite=True, run_verify=False)
+    export_draft(open_draft(checkpoints["live"]), out, overwrite=True, progress=False)
     steps = _steps(config)
     first, second = steps[0], steps[1]
     other = dict(first, inputs_embeds=first["inputs_embeds"] * -3.0)  # another block, the same context
@@ -106,10 +107,10 @@ def test_nncf_per_weight_equals_whole_model_with_convolutions(checkpoints, tmp_p
     from test_nncf_weights import signatures, differences, nncf_compress
 
     fp32 = tmp_path / "fp32"
-    export_draft(checkpoints["live"], fp32, progress=False, run_verify=False)
+    export_draft(open_draft(checkpoints["live"]), fp32, progress=False)
     for name in ("int8", "int4_asym_g16_r0.8"):
         out = tmp_path / name
-        export_draft(checkpoints["live"], out, progress=False, run_verify=False, variant=parse_variant(name))
+        export_draft(open_draft(checkpoints["live"]), out, parse_variant(name), progress=False)
         exported = ov.Core().read_model(str(out / "openvino_model.xml"))
         whole = nncf_compress(ov.Core().read_model(str(fp32 / "openvino_model.xml")), parse_variant(name))
         assert signatures(whole) == signatures(exported)
@@ -127,7 +128,7 @@ def test_conv_tensors_with_a_v1_config_are_refused(checkpoints, tmp_path):
     (ckpt / "config.json").write_text((checkpoints["v1"] / "config.json").read_text())
     with pytest.raises(Gguf2ovError, match="DFlash 2 tensors .*attention_conv.*drop them, run without an error and be "
                                            "accepted less") as e:
-        export_draft(ckpt, tmp_path / "out", progress=False)
+        Job(ckpt, None, Options(progress=False)).export(tmp_path / "out")
     assert "conv_kernel_size" in e.value.hint
     assert not (tmp_path / "out").exists()
 
@@ -138,7 +139,7 @@ def test_a_dflash2_config_without_conv_tensors_is_refused(checkpoints, tmp_path)
     (ckpt / "model.safetensors").write_bytes((checkpoints["v1"] / "model.safetensors").read_bytes())
     (ckpt / "config.json").write_text((checkpoints["live"] / "config.json").read_text())
     with pytest.raises(Gguf2ovError, match=r"8 missing \(layers\.0\.attention_conv\.base_kernel") as e:
-        export_draft(ckpt, tmp_path / "out", progress=False)
+        Job(ckpt, None, Options(progress=False)).export(tmp_path / "out")
     assert "both convolutions" in e.value.hint
 
 
@@ -157,34 +158,34 @@ def test_bad_convolution_geometry_is_one_error(checkpoints, tmp_path, key, value
     (ckpt / "model.safetensors").write_bytes((checkpoints["live"] / "model.safetensors").read_bytes())
     (ckpt / "config.json").write_text(json.dumps(config))
     with pytest.raises(Gguf2ovError, match=message):
-        export_draft(ckpt, tmp_path / "out", progress=False)
+        Job(ckpt, None, Options(progress=False)).export(tmp_path / "out")
 
 
 @pytest.mark.parametrize("weight_format", ["fp32", "int4"])
 def test_verify_flags_an_ir_without_the_convolutions(checkpoints, weight_format):
     """The v1 export of the same weights, verified against the DFlash 2 checkpoint, fails in words."""
     out = checkpoints["root"] / f"v1-{weight_format}"
-    export_draft(checkpoints["v1"], out, weight_format=weight_format, progress=False, overwrite=True, run_verify=False)
-    result = verify_draft(out, checkpoint_dir=checkpoints["live"])
+    export_draft(open_draft(checkpoints["v1"]), out, weight_format, overwrite=True, progress=False)
+    result = verify_draft(out, reference=checkpoints["live"])
     finding = result.finding("checkpoint-match")
     assert not result.ok and finding.status == "fail"
     assert "DFlash 2 draft (4 convolution projections)" in finding.reason
     assert "multiplies by 15 weights instead of 19" in finding.reason
     # the same IR verified against its own v1 source passes: the check is about the pairing
-    assert verify_draft(out, checkpoint_dir=checkpoints["v1"]).ok
+    assert verify_draft(out, reference=checkpoints["v1"]).ok
 
 
 def test_a_dflash2_gguf_exports_its_own_grid_for_the_convolutions(tmp_path):
     """llama.cpp's layout: conv bases F32 without `.weight`, conv projections quantized like any Linear."""
-    from gguf2ov.gguf_writer import write_dflash_gguf
-    from gguf2ov.read import open_gguf
+    from gguf2ov.tools.gguf_writer import write_dflash_gguf
+    from gguf2ov.gguf.read import open_gguf
 
     ckpt = b.write_dflash2_checkpoint(tmp_path / "ckpt", hidden_size=256, intermediate_size=512)
     write_dflash_gguf(ckpt, tmp_path / "draft.gguf", mix="Q4_K_M")
     gguf = open_gguf(tmp_path / "draft.gguf")
     assert gguf.tensors["blk.0.attn_conv_base"].ne == (256, 2, 2) and gguf.tensors["blk.0.attn_conv_base"].qtype.name == "F32"
     assert gguf.tensors["blk.0.ffn_conv_proj.weight"].qtype.name == "Q4_K"
-    result = export_draft(tmp_path / "draft.gguf", tmp_path / "out", weight_format="gguf", progress=False)
+    result = Job(tmp_path / "draft.gguf", None, Options(progress=False)).export(tmp_path / "out", "gguf")
     finding = result.verify.finding("checkpoint-match")
     assert finding.status == "pass" and "(gguf)" in finding.reason  # held to float32's tolerance
     provenance = json.loads((tmp_path / "out" / "gguf2ov.json").read_text())
@@ -197,7 +198,7 @@ def test_block_rows_attend_both_ways_in_optimums_class_and_the_ir(checkpoints):
     import torch
     from optimum.exporters.openvino.model_patcher import Qwen3DFlashForCausalLM
 
-    from gguf2ov.source import hf_config
+    from gguf2ov.model.config import hf_config
 
     draft = open_draft(checkpoints["v1"])
     model = Qwen3DFlashForCausalLM(hf_config(draft.config)).eval()
@@ -214,6 +215,6 @@ def test_block_rows_attend_both_ways_in_optimums_class_and_the_ir(checkpoints):
 
     assert np.abs(first_proposal(step) - first_proposal(changed)).max() > 1e-3
     out = checkpoints["root"] / "both-ways"
-    export_draft(checkpoints["live"], out, progress=False, overwrite=True, run_verify=False)
+    export_draft(open_draft(checkpoints["live"]), out, overwrite=True, progress=False)
     a, c = (_run(out / "openvino_model.xml", [feeds])[0] for feeds in (step, changed))
     assert np.abs(a[0, 0] - c[0, 0]).max() > 1e-3

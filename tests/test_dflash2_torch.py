@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from gguf2ov.dflash2_torch import (
+from gguf2ov.tools.dflash2_torch import (
     CandidateSelector,
     DFlash2DraftModel,
     DFlash2ForCausalLM,

@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 
 import dflash_builders as b
-from gguf2ov.draft_graph import build_draft_ir, save_draft_ir
-from gguf2ov.draft_ir import block_feeds, run_draft
-from gguf2ov.export import export_draft
-from gguf2ov.reference import reference_outputs, trace_optimum
-from gguf2ov.source import open_draft
-from gguf2ov.variants import parse_variant
+from gguf2ov.model.draft_graph import build_draft_ir, save_draft_ir
+from gguf2ov.runtime.draft_ir import block_feeds, run_draft
+from gguf2ov.model.reference import reference_outputs
+from gguf2ov.tools.optimum_trace import trace_optimum
+from gguf2ov.model.source import open_draft
+from gguf2ov.model.variants import parse_variant
+from gguf2ov.job import Job, Options
 
 pytestmark = pytest.mark.slow
 
@@ -63,7 +64,7 @@ def pair(request, tmp_path_factory, fixtures_dir):
     """(draft source, our IR folder, optimum's IR folder) for one geometry."""
     import openvino as ov
 
-    from gguf2ov.draft_graph import set_dflash_rt_info
+    from gguf2ov.model.draft_graph import set_dflash_rt_info
 
     work = tmp_path_factory.mktemp(request.param)
     if request.param == "fixture":
@@ -170,7 +171,7 @@ def test_sliding_layers_of_a_config_without_is_causal_attend_causally(tmp_path):
     ov.save_model(trace_optimum(draft, trace / "t.xml"), str(trace / "openvino_model.xml"), compress_to_fp16=False)
     theirs = run_draft(trace / "openvino_model.xml", steps, segmented=False).outputs
     assert np.abs(theirs[-1] - ours[-1]).max() > 1e-3
-    result = export_draft(tmp_path / "causal", tmp_path / "out", progress=False)
+    result = Job(tmp_path / "causal", None, Options(progress=False)).export(tmp_path / "out")
     assert result.causal_layers == [0, 1, 2]
     assert any("attend causally inside the block" in line for line in result.summary())
 

@@ -7,7 +7,8 @@ import pytest
 
 from gguf2ov import cli
 from gguf2ov.errors import Gguf2ovError
-from gguf2ov.variants import parse_variant, variant_from_flags
+from gguf2ov.model.variants import parse_variant, variant_from_flags
+from gguf2ov.job import Job, Options
 
 
 def test_variant_names_round_trip_and_bad_names_are_refused():
@@ -26,11 +27,9 @@ def test_variant_names_round_trip_and_bad_names_are_refused():
 
 @pytest.fixture(scope="module")
 def drift_run(fixtures_dir, tmp_path_factory):
-    from gguf2ov.drift import drift
 
     out = tmp_path_factory.mktemp("drift") / "variants"
-    result = drift(fixtures_dir / "draft-Q4_K_M.gguf", out, target_dir=fixtures_dir / "target",
-                   variants=["fp32", "int8", "int4_asym_g16", "int4_asym_g128", "gguf"], progress=False)
+    result = Job(fixtures_dir / "draft-Q4_K_M.gguf", fixtures_dir / "target", Options(progress=False)).drift(out, variants=["fp32", "int8", "int4_asym_g16", "int4_asym_g128", "gguf"])
     return out, result
 
 
@@ -81,9 +80,8 @@ def test_gguf_variant_stores_the_codes_compressed(drift_run):
 
 @pytest.mark.slow
 def test_export_int4_keeps_rt_info_and_passes_verify(fixtures_dir, tmp_path):
-    from gguf2ov.export import export_draft
 
-    r = export_draft(fixtures_dir / "draft-Q4_K_M.gguf", tmp_path / "int4", weight_format="int4", progress=False)
+    r = Job(fixtures_dir / "draft-Q4_K_M.gguf", None, Options(progress=False)).export(tmp_path / "int4", "int4")
     assert r.weight_format == "int4_asym_g16"
     assert r.verify.ok
     assert r.rt_info.get("dflash_mode") == "True"
@@ -98,15 +96,14 @@ def test_drift_refuses_bad_variants_before_any_work(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_gguf_variant_needs_a_gguf_source(fixtures_dir, tmp_path):
-    from gguf2ov.export import export_draft
 
     with pytest.raises(Gguf2ovError, match="GGUF"):
-        export_draft(fixtures_dir / "draft-ref", tmp_path / "x", weight_format="gguf")
+        Job(fixtures_dir / "draft-ref").export(tmp_path / "x", "gguf")
     assert not (tmp_path / "x").exists()
 
 
 def test_weight_drift_sums_over_tensors_chunk_by_chunk(monkeypatch):
-    from gguf2ov.drift import StreamingSums
+    from gguf2ov.stages.drift import StreamingSums
 
     monkeypatch.setattr(StreamingSums, "CHUNK", 3)  # tensors span several chunks
     overall = StreamingSums()

@@ -8,8 +8,10 @@ import pytest
 import dflash_builders as b
 from gguf2ov import cli
 from gguf2ov.errors import Gguf2ovError
-from gguf2ov.export import export_draft
+from gguf2ov.stages.export import export_draft
 from gguf2ov.report import render
+from gguf2ov.job import Job, Options
+from gguf2ov.model.source import open_draft
 
 
 @pytest.fixture(scope="session")
@@ -47,14 +49,14 @@ def test_cli_export_writes_a_verified_draft(tmp_path, checkpoint):
 
     # An existing output is kept unless --overwrite.
     with pytest.raises(Gguf2ovError, match="already exists"):
-        export_draft(checkpoint, out, progress=False)
+        Job(checkpoint, None, Options(progress=False)).export(out)
 
 
 @pytest.mark.slow
 def test_fp16_export_passes_verify_and_halves_the_weights(tmp_path, checkpoint):
-    result = export_draft(checkpoint, tmp_path / "fp16", weight_format="fp16", progress=False)
+    result = Job(checkpoint, None, Options(progress=False)).export(tmp_path / "fp16", "fp16")
     assert result.verify.ok, render(result.verify)
-    assert result.verify.figures["weight_precision"] == "f16"
+    assert result.verify.figures["weight_precision"] == "fp16"
     assert result.verify.figures["max_abs_diff"] <= result.verify.figures["tolerance"]
     from safetensors import safe_open
 
@@ -68,10 +70,10 @@ def test_fp16_export_passes_verify_and_halves_the_weights(tmp_path, checkpoint):
 @pytest.mark.slow
 def test_genai_runs_the_fp16_draft(tmp_path_factory, checkpoint):
     """An fp16 draft (weights marked as decompression) attaches, proposes, and keeps the text exact."""
-    from gguf2ov.genai import Prompt, generate, generation_config, make_pipeline, properties
+    from gguf2ov.runtime.genai import Prompt, generate, generation_config, make_pipeline, properties
 
     draft = tmp_path_factory.mktemp("genai") / "draft"
-    export_draft(checkpoint, draft, weight_format="fp16", progress=False, run_verify=False)
+    export_draft(open_draft(checkpoint), draft, "fp16", progress=False)
     target, props = b.target_dir(tmp_path_factory), properties("f32")
     alone = make_pipeline(target, "CPU", props)
     with_draft = make_pipeline(target, "CPU", props, draft)
@@ -87,7 +89,7 @@ def test_genai_runs_the_fp16_draft(tmp_path_factory, checkpoint):
 def test_model_prefix_is_refused_before_export(tmp_path, checkpoint):
     prefixed = b.prefixed_checkpoint(checkpoint, tmp_path / "prefixed")
     with pytest.raises(Gguf2ovError, match=r"'model\.' prefix .*strict=False") as e:
-        export_draft(prefixed, tmp_path / "out", progress=False)
+        Job(prefixed, None, Options(progress=False)).export(tmp_path / "out")
     assert "model.fc.weight" in e.value.message and "strip" in e.value.hint
     assert not (tmp_path / "out").exists() and no_leftovers(tmp_path)
 
@@ -98,26 +100,26 @@ def test_wrong_fc_width_is_refused(tmp_path):
     config["dflash_config"]["target_layer_ids"] = [0, 1, 2]  # fc was trained for two layers
     (ckpt / "config.json").write_text(json.dumps(config))
     with pytest.raises(Gguf2ovError, match=r"fc\.weight \(64, 128\) != \(64, 192\)") as e:
-        export_draft(ckpt, tmp_path / "out", progress=False)
+        Job(ckpt, None, Options(progress=False)).export(tmp_path / "out")
     assert "target_layer_ids" in e.value.hint
 
 
 def test_bad_sources_are_refused(tmp_path):
     with pytest.raises(Gguf2ovError, match="does not exist"):
-        export_draft(tmp_path / "nope", tmp_path / "out")
+        Job(tmp_path / "nope").export(tmp_path / "out")
     (tmp_path / "x.bin").write_bytes(b"not a gguf")
     with pytest.raises(Gguf2ovError, match="neither a GGUF"):
-        export_draft(tmp_path / "x.bin", tmp_path / "out")
+        Job(tmp_path / "x.bin").export(tmp_path / "out")
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / "config.json").write_text(json.dumps({"model_type": "qwen3", "hidden_size": 8}))
     with pytest.raises(Gguf2ovError, match="no dflash_config"):
-        export_draft(tmp_path / "ckpt", tmp_path / "out")
-    with pytest.raises(Gguf2ovError, match="weight format"):
-        export_draft(tmp_path / "ckpt", tmp_path / "out", weight_format="int3")
+        Job(tmp_path / "ckpt").export(tmp_path / "out")
+    with pytest.raises(Gguf2ovError, match="unknown variant 'int3'"):  # before the source is read
+        Job(tmp_path / "nope").export(tmp_path / "out", "int3")
 
 
 def test_interrupt_leaves_no_output(tmp_path, checkpoint, monkeypatch, capsys):
-    import gguf2ov.draft_graph as draft_graph
+    import gguf2ov.model.draft_graph as draft_graph
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
@@ -130,26 +132,26 @@ def test_interrupt_leaves_no_output(tmp_path, checkpoint, monkeypatch, capsys):
 
 @pytest.mark.slow
 def test_failed_verify_leaves_no_output(tmp_path, checkpoint, monkeypatch):
-    import gguf2ov.verify as verify
+    import gguf2ov.stages.verify as verify
 
     def broken(draft_dir, **kwargs):
         return verify.VerifyResult(str(draft_dir), None, None, [verify.Finding("block-rows", "behaviour", "fail", "x")])
 
     monkeypatch.setattr(verify, "verify_draft", broken)
     with pytest.raises(Gguf2ovError, match="fails verification: block-rows"):
-        export_draft(checkpoint, tmp_path / "out", progress=False)
+        Job(checkpoint, None, Options(progress=False)).export(tmp_path / "out")
     assert not (tmp_path / "out").exists() and no_leftovers(tmp_path)
 
 
 @pytest.mark.slow
 def test_export_from_gguf_passes_verify(tmp_path, tmp_path_factory):
-    result = export_draft(b.draft_gguf(tmp_path_factory), tmp_path / "draft", progress=False)
+    result = Job(b.draft_gguf(tmp_path_factory), None, Options(progress=False)).export(tmp_path / "draft")
     assert result.source_kind == "gguf" and result.verify.ok, render(result.verify)
     # against the dequantized weights, converted to f32 in the export's scratch folder
     assert result.verify.finding("checkpoint-match").status == "pass"
-    from gguf2ov.verify import verify_draft
+    from gguf2ov.stages.verify import verify_draft
 
-    with_target = verify_draft(tmp_path / "draft", target_dir=b.target_dir(tmp_path_factory))
+    with_target = verify_draft(tmp_path / "draft", target=b.target_dir(tmp_path_factory))
     assert with_target.ok, render(with_target)
 
 
@@ -157,7 +159,7 @@ def test_export_from_gguf_passes_verify(tmp_path, tmp_path_factory):
 def test_a_tensor_failing_halfway_through_the_stream_leaves_no_output(tmp_path, fixtures_dir, monkeypatch, capsys,
                                                                       weight_format):
     """fp32 weights are read while OpenVINO writes the .bin, int4 ones while the graph is built."""
-    from gguf2ov.read import GgufFile
+    from gguf2ov.gguf.read import GgufFile
 
     load, calls = GgufFile.load, []
 

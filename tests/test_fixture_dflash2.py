@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 
 import dflash_builders as b
-from gguf2ov.accept import run_acceptance
-from gguf2ov.export import export_draft
-from gguf2ov.genai import read_prompts
+from gguf2ov.stages.accept import run_acceptance
+from gguf2ov.runtime.genai import read_prompts
+from gguf2ov.job import Job, Options
+from gguf2ov.model.variants import variant_from_flags
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "fixtures" / "tiny-dflash2"
@@ -30,7 +31,7 @@ def _size(p: Path) -> int:
 def test_files_config_and_keys(fix2, fixtures_dir):
     from safetensors import safe_open
 
-    from gguf2ov.dflash2_torch import DFlash2ForCausalLM, dflash2_config
+    from gguf2ov.tools.dflash2_torch import DFlash2ForCausalLM, dflash2_config
 
     for name in ("prompts.txt", "fixture.json", "draft-Q4_K_M.gguf", "draft-ref/config.json",
                  "draft-ref/model.safetensors"):
@@ -59,7 +60,7 @@ def test_files_config_and_keys(fix2, fixtures_dir):
 
 
 def test_gguf_is_in_llama_cpp_layout(fix2):
-    from gguf2ov.read import open_gguf
+    from gguf2ov.gguf.read import open_gguf
 
     g = open_gguf(fix2 / "draft-Q4_K_M.gguf")
     cfg = json.loads((fix2 / "draft-ref/config.json").read_text())
@@ -119,7 +120,7 @@ def test_recorded_acceptance(fix2, fixtures_dir):
 def test_the_draft_is_accepted_in_genai_and_its_convolutions_matter(fix2, fixtures_dir, tmp_path):
     """The PyTorch reference traced by optimum, attached in GenAI to the v1 fixture's target; then
     the same weights with identity convolutions."""
-    from gguf2ov.dflash2_torch import export_with_optimum, load_dflash2
+    from gguf2ov.tools.dflash2_torch import export_with_optimum, load_dflash2
 
     model = load_dflash2(fix2 / "draft-ref")
     export_with_optimum(model, tmp_path / "d2")
@@ -152,7 +153,7 @@ def _accept(fixtures_dir, prompts_dir, draft_dir):
 def v1_accepted(fixtures_dir, fix2, tmp_path_factory):
     """The v1 fixture draft's acceptance on the same target and prompts: the bar DFlash 2 must reach."""
     out = tmp_path_factory.mktemp("v1") / "draft"
-    export_draft(fixtures_dir / "draft-Q4_K_M.gguf", out, progress=False)
+    Job(fixtures_dir / "draft-Q4_K_M.gguf", None, Options(progress=False)).export(out)
     r = _accept(fixtures_dir, fix2, out)
     assert r.overall.identical
     return r.overall.accepted_tokens
@@ -163,7 +164,8 @@ def v1_accepted(fixtures_dir, fix2, tmp_path_factory):
 def test_every_export_is_accepted_at_least_as_the_v1_draft(fixtures_dir, fix2, v1_accepted, tmp_path,
                                                            weight_format, options):
     out = tmp_path / "draft"
-    result = export_draft(fix2 / "draft-Q4_K_M.gguf", out, weight_format=weight_format, progress=False, **options)
+    result = Job(fix2 / "draft-Q4_K_M.gguf", None, Options(progress=False)).export(
+        out, variant_from_flags(weight_format, **options))
     assert result.dflash_version == 2 and result.verify.ok
     r = _accept(fixtures_dir, fix2, out)
     o = r.overall
@@ -174,13 +176,13 @@ def test_every_export_is_accepted_at_least_as_the_v1_draft(fixtures_dir, fix2, v
 @pytest.mark.slow
 def test_identity_convolutions_are_accepted_clearly_less_and_verify_flags_them(fixtures_dir, fix2,
                                                                                tmp_path):
-    from gguf2ov.verify import verify_draft
+    from gguf2ov.stages.verify import verify_draft
 
     runs = {}
     for mode in ("real", "identity", "no-shift"):
         ckpt = fix2 / "draft-ref" if mode == "real" else \
             b.edit_convolutions(fix2 / "draft-ref", tmp_path / mode / "ckpt", mode)
-        export_draft(ckpt, tmp_path / mode / "draft", progress=False)
+        Job(ckpt, None, Options(progress=False)).export(tmp_path / mode / "draft")
         runs[mode] = _accept(fixtures_dir, fix2, tmp_path / mode / "draft")
         assert runs[mode].overall.identical
     real, identity, no_shift = (runs[m].overall for m in ("real", "identity", "no-shift"))
@@ -189,17 +191,15 @@ def test_identity_convolutions_are_accepted_clearly_less_and_verify_flags_them(f
     assert no_shift.accepted_tokens < real.accepted_tokens
     assert [p.accepted_tokens for p in runs["no-shift"].prompts] != [p.accepted_tokens for p in runs["real"].prompts]
     # the identity IR runs and attaches without a word; given the real checkpoint, verify says it is wrong
-    checked = verify_draft(tmp_path / "identity" / "draft", checkpoint_dir=fix2 / "draft-ref")
+    checked = verify_draft(tmp_path / "identity" / "draft", reference=fix2 / "draft-ref")
     assert not checked.ok and checked.finding("checkpoint-match").status == "fail"
 
 
 @pytest.mark.slow
 def test_drift_measures_the_selector_against_the_top1_path(fixtures_dir, fix2, tmp_path):
-    from gguf2ov.drift import drift
 
     prompts = read_prompts(fix2 / "prompts.txt")
-    result = drift(fix2 / "draft-Q4_K_M.gguf", tmp_path / "drift", variants=["fp32"],
-                   target_dir=fixtures_dir / "target", prompts=prompts, progress=False)
+    result = Job(fix2 / "draft-Q4_K_M.gguf", fixtures_dir / "target", Options(prompts=tuple(prompts) if prompts else None, progress=False)).drift(tmp_path / "drift", variants=["fp32"])
     s = result.selector
     assert s is not None and s.blocks >= len(prompts) and s.proposals == 7
     assert 0 < s.top1_accepted <= s.proposals and 0 <= s.selector_accepted <= s.proposals
@@ -213,8 +213,7 @@ def test_drift_measures_the_selector_against_the_top1_path(fixtures_dir, fix2, t
     state["candidate_selector.successor_codebook"] = state["candidate_selector.successor_codebook"] * 0
     save_file(state, str(zeroed / "model.safetensors"))
     (zeroed / "config.json").write_text((fix2 / "draft-ref" / "config.json").read_text())
-    flat = drift(zeroed, tmp_path / "drift-zeroed", variants=["fp32"], target_dir=fixtures_dir / "target",
-                 prompts=prompts, progress=False).selector
+    flat = Job(zeroed, fixtures_dir / "target", Options(prompts=tuple(prompts) if prompts else None, progress=False)).drift(tmp_path / "drift-zeroed", variants=["fp32"]).selector
     assert flat.selector_accepted == flat.top1_accepted
     assert flat.selector_by_position == flat.top1_by_position
 
@@ -225,10 +224,10 @@ def test_verifys_numpy_reference_is_the_pytorch_reference(fix2):
     import numpy as np
     import torch
 
-    from gguf2ov.dflash2_torch import load_dflash2
-    from gguf2ov.reference import reference_outputs
-    from gguf2ov.source import open_draft
-    from gguf2ov.draft_ir import synthetic_steps
+    from gguf2ov.tools.dflash2_torch import load_dflash2
+    from gguf2ov.model.reference import reference_outputs
+    from gguf2ov.model.source import open_draft
+    from gguf2ov.runtime.draft_ir import synthetic_steps
 
     draft = open_draft(fix2 / "draft-ref")
     model = load_dflash2(fix2 / "draft-ref").eval()

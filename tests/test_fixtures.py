@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 import dflash_builders as b
+from gguf2ov.job import Job, Options
+from gguf2ov.model.source import open_draft
 
 MAX_FIXTURE_BYTES = 20 * 1024 * 1024
 K = 7  # num_assistant_tokens; the draft was trained on blocks of K+1
@@ -74,25 +76,19 @@ def test_fixture_files(fixtures_dir):
 
 def _export_draft(ckpt: Path, out_dir: Path) -> Path:
     """Export as the tool does: the streamed draft graph, names checked strictly, a stateful IR."""
-    from gguf2ov.export import export_draft
+    from gguf2ov.stages.export import export_draft
 
-    export_draft(ckpt, out_dir, progress=False, run_verify=False)
+    export_draft(open_draft(ckpt), out_dir, progress=False)
     return out_dir
 
 
 def _accept(fixtures_dir, draft_dir):
-    from gguf2ov.accept import run_acceptance
-    from gguf2ov.genai import read_prompts
+    """The acceptance run as `gguf2ov accept` makes it (a BROKEN verdict says what verify finds)."""
+    from gguf2ov.runtime.genai import read_prompts
 
-    return run_acceptance(
-        fixtures_dir / "target",
-        draft_dir,
-        read_prompts(fixtures_dir / "prompts.txt"),
-        max_new_tokens=MAX_NEW_TOKENS,
-        num_assistant_tokens=K,
-        precision="f32",
-        progress=False,
-    )
+    options = Options(prompts=tuple(read_prompts(fixtures_dir / "prompts.txt")), max_new_tokens=MAX_NEW_TOKENS,
+                      num_assistant_tokens=K, precision="f32", progress=False)
+    return Job(None, fixtures_dir / "target", options).accept(draft_dir)
 
 
 @pytest.mark.slow
@@ -124,9 +120,8 @@ def test_random_draft_is_rejected(fixtures_dir, tmp_path):
 @pytest.mark.parametrize("weight_format", ["fp32", "gguf"])
 def test_the_gguf_exported_weight_by_weight_is_accepted_as_the_reference(fixtures_dir, tmp_path, weight_format):
     """The streamed export of the Q4_K_M file (its dequantized values, or its own grid) in GenAI."""
-    from gguf2ov.export import export_draft
 
-    export_draft(fixtures_dir / "draft-Q4_K_M.gguf", tmp_path / "draft", weight_format=weight_format, progress=False)
+    Job(fixtures_dir / "draft-Q4_K_M.gguf", None, Options(progress=False)).export(tmp_path / "draft", weight_format)
     r = _accept(fixtures_dir, tmp_path / "draft")
     o = r.overall
     assert o.identical, [p.first_difference for p in r.prompts]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from gguf2ov.cli import main
-from gguf2ov.inspect import inspect
+from gguf2ov.stages.inspect import inspect
 
 pytestmark = [pytest.mark.realfile, pytest.mark.slow]
 

@@ -9,6 +9,7 @@ import pytest
 
 import dflash_builders as b
 from gguf2ov.errors import Gguf2ovError
+from gguf2ov.model.source import open_draft
 
 EXTRA_LAYERS = 2
 PROMPT = "The red fox lives in the forest. It likes to eat"
@@ -34,7 +35,7 @@ def _tiny_qwen3(tied: bool):
 def test_widened_model_computes_the_same_function(tied):
     import torch
 
-    from gguf2ov.heavy_target import TOLERANCE, compare_function, forward_all, widen_model
+    from gguf2ov.tools.widen import TOLERANCE, compare_function, forward_all, widen_model
 
     model = _tiny_qwen3(tied)
     wide = widen_model(model, extra_layers=3, intermediate_size=256)
@@ -52,7 +53,7 @@ def test_widened_model_computes_the_same_function(tied):
 
 
 def test_widening_only_pads():
-    from gguf2ov.heavy_target import widen_model
+    from gguf2ov.tools.widen import widen_model
 
     with pytest.raises(Gguf2ovError, match="can only pad"):
         widen_model(_tiny_qwen3(True), extra_layers=1, intermediate_size=32)
@@ -69,10 +70,10 @@ def _target_hf(factory):
 def test_widened_target_folder_runs_in_genai_like_the_original(tmp_path_factory):
     import openvino as ov
 
-    from gguf2ov.accept import run_acceptance
-    from gguf2ov.export import export_draft
-    from gguf2ov.heavy_target import widen_target
-    from gguf2ov.target import read_locators
+    from gguf2ov.stages.accept import run_acceptance
+    from gguf2ov.stages.export import export_draft
+    from gguf2ov.tools.widen import widen_target
+    from gguf2ov.runtime.target import read_locators
 
     hf = _target_hf(tmp_path_factory)
     cfg = json.loads((hf / "config.json").read_text())
@@ -107,7 +108,7 @@ def test_widened_target_folder_runs_in_genai_like_the_original(tmp_path_factory)
 
     # Same function in GenAI: greedy text equal, and a draft attached to either target sees the same
     # hidden states, so it proposes and gets accepted exactly the same tokens.
-    draft = export_draft(b.draft_gguf(tmp_path_factory), out / "draft", progress=False, run_verify=False)
+    draft = export_draft(open_draft(b.draft_gguf(tmp_path_factory)), out / "draft", progress=False)
     runs = [run_acceptance(t, draft.out_dir, [PROMPT], max_new_tokens=NEW_TOKENS, num_assistant_tokens=3,
                            progress=False) for t in (out / "base", folder)]
     texts = {r.prompts[0].text_target for r in runs} | {r.prompts[0].text_draft for r in runs}

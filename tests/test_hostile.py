@@ -103,7 +103,7 @@ def test_unreadable_input_is_one_error_line(tmp_path, capsys, monkeypatch):
     import errno
     import os
 
-    from gguf2ov import read
+    from gguf2ov.gguf import read
 
     path = tmp_path / "draft.gguf"
     write_dflash(path)
@@ -242,12 +242,12 @@ def test_an_ascii_terminal_gets_escaped_text(tmp_path):
 
 
 def test_ctrl_c_during_start_up_is_one_error_line(capsys, monkeypatch):
-    from gguf2ov import cli
+    from gguf2ov.cli import app
 
     def interrupted():
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "build_parser", interrupted)
+    monkeypatch.setattr(app, "build_parser", interrupted)
     assert "interrupted" in _one_error(["inspect", "x.gguf"], capsys, code=130)
 
 
@@ -301,7 +301,7 @@ def test_config_values_are_typed_and_bounded(tmp_path, capsys, kv, needle):
 
 def test_every_config_rule_that_reads_metadata_declares_a_type(tmp_path):
     from gguf2ov.errors import Gguf2ovError
-    from gguf2ov.maps import load_map, supported_arches
+    from gguf2ov.maps.load import load_map, supported_arches
 
     for arch in supported_arches():
         amap = load_map(arch)
@@ -350,7 +350,7 @@ def test_a_quantized_block_with_an_inf_scale_is_an_error(tmp_path, capsys):
     import numpy as np
     from gguf import GGMLQuantizationType
 
-    from gguf2ov.read import open_gguf
+    from gguf2ov.gguf.read import open_gguf
 
     path = tmp_path / "draft.gguf"
     write_dflash(path, qtype=GGMLQuantizationType.Q8_0)

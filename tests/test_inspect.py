@@ -3,7 +3,7 @@ import json
 import numpy as np
 
 from gguf2ov.cli import main
-from gguf2ov.inspect import inspect
+from gguf2ov.stages.inspect import inspect
 from gguf2ov.report import render
 from ggufs import write_dflash, write_gguf
 

@@ -3,9 +3,9 @@ import pytest
 from gguf import GGUFValueType
 
 from gguf2ov.errors import Gguf2ovError
-from gguf2ov.map_rules import OPS, apply_ops, config_get
-from gguf2ov.maps import MAPS_ENV, load_map, map_for, open_mapped, supported_arches
-from gguf2ov.read import open_gguf
+from gguf2ov.maps.rules import OPS, apply_ops, config_get
+from gguf2ov.maps.load import MAPS_ENV, load_map, map_for, open_mapped, supported_arches
+from gguf2ov.gguf.read import open_gguf
 from ggufs import (DRAFT, decoder_kv, decoder_tensors, model_from_map, write_checkpoint_folder, write_dflash,
                    write_gguf)
 
@@ -37,7 +37,7 @@ def test_every_shipped_yaml_is_a_supported_arch():
 def _round_trip(tmp_path, arch):
     """A random model built from the map's own entries, written as a GGUF with the map run backwards:
     (the GGUF path, the HF config, the HF tensors)."""
-    from gguf2ov.gguf_writer import write_gguf as write_from_checkpoint
+    from gguf2ov.tools.gguf_writer import write_gguf as write_from_checkpoint
 
     config, state, extra = model_from_map(load_map(arch), np.random.default_rng(7))
     write_checkpoint_folder(tmp_path / "hf", config, state)
@@ -374,7 +374,7 @@ def test_metadata_of_the_wrong_kind_is_an_error(tmp_path):
 
 def test_the_architecture_name_from_a_file_only_selects_shipped_maps():
     from gguf2ov.errors import Gguf2ovError
-    from gguf2ov.maps import load_map
+    from gguf2ov.maps.load import load_map
 
     for arch in ("../../../tmp/evil", "_decoder", 7):
         with pytest.raises(Gguf2ovError, match="no map for architecture"):

@@ -13,11 +13,12 @@ import openvino as ov
 import pytest
 from openvino import opset13 as ops
 
-from gguf2ov import nncf_weights as nw
+from gguf2ov.model import nncf_weights as nw
 from gguf2ov.errors import Gguf2ovError
-from gguf2ov.irweights import matmul_weights
-from gguf2ov.numerics import compile_exact
-from gguf2ov.variants import parse_variant
+from gguf2ov.runtime.irweights import matmul_weights
+from gguf2ov.runtime.numerics import compile_exact
+from gguf2ov.model.variants import parse_variant
+from gguf2ov.model.source import open_draft
 
 VARIANTS = ["int8", "int8_sym", "int4_sym_g16", "int4_asym_g16", "int4_sym_g32", "int4_asym_g32",
             "int4_sym_g128", "int4_asym_g128", "int4_asym_g16_r0.8", "int4_asym_g16_all"]
@@ -308,10 +309,10 @@ def model_with_weight(out):
 
 @pytest.fixture(scope="session")
 def fixture_fp32_xml(fixtures_dir, tmp_path_factory):
-    from gguf2ov.export import export_draft
+    from gguf2ov.stages.export import export_draft
 
     out = tmp_path_factory.mktemp("nncfw") / "fp32"
-    export_draft(fixtures_dir / "draft-Q4_K_M.gguf", out, progress=False, run_verify=False)
+    export_draft(open_draft(fixtures_dir / "draft-Q4_K_M.gguf"), out, progress=False)
     return out / "openvino_model.xml"
 
 
@@ -331,11 +332,10 @@ def test_per_weight_equals_whole_model_on_the_exported_fixture(fixture_fp32_xml,
 @pytest.mark.parametrize("variant_name", ["int8", "int4_asym_g16_r0.8"])
 def test_the_streamed_export_equals_whole_model_nncf_on_its_fp32_export(fixtures_dir, fixture_fp32_xml, tmp_path,
                                                                         variant_name):
-    from gguf2ov.export import export_draft
+    from gguf2ov.stages.export import export_draft
 
     out = tmp_path / variant_name
-    export_draft(fixtures_dir / "draft-Q4_K_M.gguf", out, progress=False, run_verify=False,
-                 variant=parse_variant(variant_name))
+    export_draft(open_draft(fixtures_dir / "draft-Q4_K_M.gguf"), out, parse_variant(variant_name), progress=False)
     exported = ov.Core().read_model(str(out / "openvino_model.xml"))
     whole = nncf_compress(ov.Core().read_model(str(fixture_fp32_xml)), parse_variant(variant_name))
     # The stored constants and the subgraphs are NNCF's, bit for bit ...

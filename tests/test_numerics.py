@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 from openvino import opset13 as ops
 
-from gguf2ov import cli, quants
-from gguf2ov.numerics import DQ_KEY, F32_HINT, compile_exact, core, numerics
-from gguf2ov.quants import QType as Q
-from gguf2ov.transcode import grid_weight
+from gguf2ov import cli
+from gguf2ov.gguf import quants
+from gguf2ov.runtime.numerics import DQ_KEY, F32_HINT, compile_exact, core, numerics
+from gguf2ov.gguf.quants import QType as Q
+from gguf2ov.gguf.transcode import grid_weight
 
 REPO_FIXTURES = cli.__file__.rsplit("/gguf2ov/", 1)[0] + "/fixtures"
 
@@ -64,7 +65,7 @@ def test_the_plugin_quantizes_activations_where_asked(dynamic_quantization_reque
 
 @pytest.fixture(scope="module")
 def q8_0_draft(tmp_path_factory, fixtures_dir):
-    from gguf2ov.gguf_writer import write_dflash_gguf
+    from gguf2ov.tools.gguf_writer import write_dflash_gguf
 
     path = tmp_path_factory.mktemp("q8") / "draft-Q8_0.gguf"
     write_dflash_gguf(fixtures_dir / "draft-ref", path, fixtures_dir / "target-hf", mix="Q8_0")

@@ -14,6 +14,7 @@ import json
 import pytest
 
 from gguf2ov import cli
+from gguf2ov.cli import app
 from gguf2ov.report import render
 
 OUTPUT_OPTIONS = {"--json", "--markdown", "--quiet"}
@@ -63,9 +64,9 @@ def exported(fixtures_dir, tmp_path_factory):
 
 
 def test_every_command_has_the_output_options():
-    parser = cli.build_parser()
+    parser = app.build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
-    assert set(sub.choices) == {name for name, _, _ in cli.COMMANDS}
+    assert set(sub.choices) == {name for name, _ in app.COMMANDS}
     for name, command in sub.choices.items():
         options = {s for a in command._actions for s in a.option_strings}
         assert OUTPUT_OPTIONS <= options, name
@@ -83,7 +84,7 @@ def test_inspect(fixtures_dir, tmp_path):
 
 
 def test_inspect_shows_its_tables_without_quiet_and_json_on_stdout_with_a_dash(fixtures_dir, tmp_path):
-    from gguf2ov.inspect import inspect
+    from gguf2ov.stages.inspect import inspect
 
     gguf = fixtures_dir / "draft-Q4_K_M.gguf"
     code, out, _ = run_cli(["inspect", gguf])
@@ -254,7 +255,7 @@ def fixture_copy(fixtures_dir, tmp_path_factory):
     return shutil.copytree(fixtures_dir, tmp_path_factory.mktemp("copy") / "tiny-dflash")
 
 
-@pytest.mark.parametrize("command", [name for name, _, _ in cli.COMMANDS])
+@pytest.mark.parametrize("command", [name for name, _ in app.COMMANDS])
 def test_bad_report_paths_are_refused_before_the_work(fixture_copy, tmp_path, command):
     argv, an_input = _commands(fixture_copy, tmp_path)[command]
     before = an_input.read_bytes()

@@ -14,9 +14,10 @@ from google.protobuf import text_format
 from google.protobuf.message import EncodeError
 
 from dflash_builders import DFLASH_RT_INFO, rt_info_ir
-from gguf2ov import ovms
+from gguf2ov.stages import ovms
 from gguf2ov.cli import main
-from gguf2ov.ovms import calculator_options, graph_pbtxt, ovms_repository
+from gguf2ov.stages.ovms import calculator_options, graph_pbtxt, ovms_repository
+from gguf2ov.job import Job, Options
 from ovms_proto import POOL, LLMCalculatorOptions, llm_options, parse_graph
 
 
@@ -195,11 +196,10 @@ def test_genai_loads_the_repository_from_the_paths_the_graph_names(fixtures_dir,
     import openvino_tokenizers  # noqa: F401
     import openvino_genai as ov_genai
 
-    from gguf2ov.export import export_draft
-    from gguf2ov.genai import properties
+    from gguf2ov.runtime.genai import properties
 
     draft = tmp_path / "draft"
-    export_draft(fixtures_dir / "draft-Q4_K_M.gguf", draft, progress=False)
+    Job(fixtures_dir / "draft-Q4_K_M.gguf", None, Options(progress=False)).export(draft)
     ovms_repository(fixtures_dir / "target", draft, tmp_path / "models", name="org/tiny", progress=False)
     model = tmp_path / "models" / "org" / "tiny"
     options = llm_options(parse_graph((model / "graph.pbtxt").read_text()).node[0])

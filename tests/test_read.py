@@ -7,7 +7,7 @@ from gguf.quants import dequantize as gguf_dequantize
 
 from gguf2ov.cli import main
 from gguf2ov.errors import Gguf2ovError
-from gguf2ov.read import open_gguf, summarise
+from gguf2ov.gguf.read import open_gguf, summarise
 from ggufs import write_gguf
 
 Q = GGMLQuantizationType
@@ -158,7 +158,7 @@ LARGE = {
 
 
 def test_large_metadata_arrays_stay_compact_and_agree_with_gguf_reader(tmp_path):
-    from gguf2ov.read import COMPACT_ARRAY, StringArray
+    from gguf2ov.gguf.read import COMPACT_ARRAY, StringArray
 
     path = tmp_path / "big.gguf"
     write_gguf(path, "testarch", LARGE, {"w": np.zeros(32, np.float32)})
@@ -190,7 +190,7 @@ def test_invalid_utf8_in_a_large_string_array_is_a_corrupt_file(tmp_path):
 
 
 def test_a_large_array_read_by_a_config_rule_is_plain_python(tmp_path):
-    from gguf2ov.maps import load_map
+    from gguf2ov.maps.load import load_map
     from ggufs import write_dflash
 
     path = tmp_path / "draft.gguf"

@@ -11,8 +11,8 @@ import pytest
 import optimum_targets as ot
 from gguf2ov import cli
 from gguf2ov.errors import Gguf2ovError
-from gguf2ov.target import Target
-from gguf2ov.taps import CLEAR_MARGIN, FITS
+from gguf2ov.runtime.target import Target
+from gguf2ov.checks.taps import CLEAR_MARGIN, FITS
 
 LABELS = list(ot.FORMATS)
 

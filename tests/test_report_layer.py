@@ -10,8 +10,9 @@ import math
 
 import pytest
 
-from gguf2ov.accept import AcceptResult, PromptAcceptance
+from gguf2ov.stages.accept import AcceptResult, PromptAcceptance
 from gguf2ov.report import Table, fmt_cell, render, to_jsonable
+from gguf2ov.job import Job, Options
 
 
 def _no_constant(name):
@@ -48,7 +49,7 @@ def gguf(fixtures_dir):
 
 
 def test_inspect_result(gguf):
-    from gguf2ov.inspect import inspect
+    from gguf2ov.stages.inspect import inspect
 
     text, data, md = three_forms(inspect(gguf))
     fc = next(t for t in data["tensors"] if t["gguf_name"] == "fc.weight")
@@ -59,9 +60,8 @@ def test_inspect_result(gguf):
 
 
 def test_convert_result(gguf, tmp_path):
-    from gguf2ov.convert import convert
 
-    result = convert(gguf, tmp_path / "hf", progress=False)
+    result = Job(gguf, None, Options(progress=False)).convert(tmp_path / "hf")
     text, data, md = three_forms(result)
     assert data["n_tensors"] == 25 and data["target_layer_ids_written"] == [1, 2] and data["dtype"] == "bf16"
     in_all("written dflash_config.target_layer_ids = [1, 2]", text, md)
@@ -70,13 +70,13 @@ def test_convert_result(gguf, tmp_path):
 
 @pytest.fixture(scope="module")
 def check_result(gguf, fixtures_dir):
-    from gguf2ov.check import check
+    from gguf2ov.stages.check import check
 
     return check(gguf, fixtures_dir / "draft-ref", progress=False)
 
 
 def test_check_result_in_full_and_as_the_terminal_shows_it(check_result):
-    from gguf2ov.check import TerminalView
+    from gguf2ov.stages.check import TerminalView
 
     text, data, md = three_forms(check_result)
     assert data["passed"] is True and len(data["tensors"]) == 25
@@ -95,9 +95,8 @@ def test_check_result_in_full_and_as_the_terminal_shows_it(check_result):
 
 @pytest.fixture(scope="module")
 def export_result(gguf, tmp_path_factory):
-    from gguf2ov.export import export_draft
 
-    return export_draft(gguf, tmp_path_factory.mktemp("export") / "draft", progress=False)
+    return Job(gguf, None, Options(progress=False)).export(tmp_path_factory.mktemp("export") / "draft")
 
 
 @pytest.mark.slow
@@ -123,9 +122,8 @@ def test_verify_result(export_result):
 
 @pytest.mark.slow
 def test_drift_result(gguf, tmp_path):
-    from gguf2ov.drift import drift
 
-    result = drift(gguf, tmp_path / "variants", variants=["fp32", "int8"], progress=False)
+    result = Job(gguf, None, Options(progress=False)).drift(tmp_path / "variants", variants=["fp32", "int8"])
     text, data, md = three_forms(result)
     int8 = next(v for v in data["variants"] if v["name"] == "int8")
     assert int8["verified"] is True and 0 < int8["rel_err"] < 0.05
@@ -167,7 +165,7 @@ def test_accept_result_gives_each_reason_a_line():
 
 
 def test_run_result():
-    from gguf2ov.pipeline import RunResult, StageOutcome
+    from gguf2ov.run import RunResult, StageOutcome
 
     stages = [StageOutcome("convert", "pass", 1.5, "25 tensors"), StageOutcome("check", "skip", 0.0, "no --reference"),
               StageOutcome("accept:fp32", "pass", 3.0, "PASS")]
@@ -181,7 +179,7 @@ def test_run_result():
 
 
 def test_widen_result():
-    from gguf2ov.heavy_target import WidenResult
+    from gguf2ov.tools.widen import WidenResult
 
     result = WidenResult("wide", "target-hf", (4, 6), (512, 768), (1_000_000, 1_500_000),
                          {"logits": 2.5e-6, "IR taps vs original": 1.25e-5}, 4, {"f32": 40},
@@ -194,7 +192,7 @@ def test_widen_result():
 
 
 def _tap_scan(verdict="fits"):
-    from gguf2ov.taps import TapScan, TapSet
+    from gguf2ov.checks.taps import TapScan, TapSet
 
     sets = [TapSet("configured", [1, 2], 0, -2.5, 0.625, 3.5, [0.75, 0.5], 0.5, 0.875),
             TapSet("shift -1", [0, 1], -1, -4.0, 0.25, 1.0, [0.25, 0.25], 0.125, 0.125)]
@@ -210,7 +208,7 @@ def test_tap_scan():
 
 
 def test_offset_decision():
-    from gguf2ov.taps import OffsetDecision
+    from gguf2ov.checks.taps import OffsetDecision
 
     decision = OffsetDecision("draft.gguf", [2, 3], ["dflash.target_layers may be either layout"],
                               {-1: [1, 2], 0: [2, 3]}, {}, -1, [1, 2], _tap_scan())
@@ -221,8 +219,8 @@ def test_offset_decision():
 
 
 def test_drift_result_with_the_dflash2_selector():
-    from gguf2ov.drift import DriftResult, VariantDrift
-    from gguf2ov.selector import SelectorGain
+    from gguf2ov.stages.drift import DriftResult, VariantDrift
+    from gguf2ov.checks.selector import SelectorGain
 
     v = VariantDrift("int4_sym_g16", "out/int4_sym_g16", 1_500_000, 0.0625, 0.998, None, None, 0.875, 0.01, 0.99,
                      True, [])

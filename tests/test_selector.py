@@ -4,8 +4,14 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from gguf2ov.selector import accepted, draft_logits, selector_walk
-from gguf2ov.target import Target
+from gguf2ov.checks.selector import accepted, draft_logits, selector_walk
+from gguf2ov.model.config import draft_config
+from gguf2ov.runtime.target import Target
+
+# a valid draft config: the multiplier and softcap live under dflash_config, as a DFlash 2 config holds them
+CONFIG = {"model_type": "qwen3", "hidden_size": 2, "num_hidden_layers": 1, "num_attention_heads": 1,
+          "num_key_value_heads": 1, "intermediate_size": 4,
+          "dflash_config": {"target_layer_ids": [0], "mask_token_id": 0}}
 
 
 def test_the_walk_follows_the_pairwise_term_over_the_top_k():
@@ -34,9 +40,11 @@ def test_accepted_counts_the_leading_matches_only():
 def test_draft_logits_apply_the_drafts_multiplier_and_softcap():
     hidden, weight = np.array([[1.0, 2.0]]), np.array([[1.0, 0.0], [0.0, 1.0]])
     head = SimpleNamespace(head_logits=lambda rows: rows @ weight.T)  # a target's lm_head
-    plain = draft_logits(hidden, head, {"dflash_config": {}})
+    plain = draft_logits(hidden, head, SimpleNamespace(logit_scale=None, final_logit_softcapping=None))
     np.testing.assert_allclose(plain, [[1.0, 2.0]])
-    capped = draft_logits(hidden, head, {"dflash_config": {"output_multiplier": 10.0, "final_logit_softcapping": 5.0}})
+    config = draft_config({**CONFIG, "dflash_config": {**CONFIG["dflash_config"], "output_multiplier": 10.0,
+                                                      "final_logit_softcapping": 5.0}}, "config")
+    capped = draft_logits(hidden, head, config)
     np.testing.assert_allclose(capped, 5.0 * np.tanh(np.array([[10.0, 20.0]]) / 5.0))
 
 
@@ -53,7 +61,7 @@ def test_greedy_continuation_is_the_targets_own_next_token_at_every_step(fixture
 def test_the_walk_is_the_pytorch_references_walk():
     import torch
 
-    from gguf2ov.dflash2_torch import CandidateSelector
+    from gguf2ov.tools.dflash2_torch import CandidateSelector
 
     torch.manual_seed(0)
     selector = CandidateSelector(hidden_size=32, rank=6, vocab_size=50, top_k=5)

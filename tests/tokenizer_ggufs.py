@@ -3,7 +3,7 @@
 Shared by tests/test_gguf_tokenizer.py and benchmarks/llamacpp_tokens.py (which records llama.cpp's
 ids for them), so that both tokenize the same files:
 - the fixture target (`fixtures/tiny-dflash/target-hf`, a byte-level BPE) as a qwen3 GGUF written
-  by `gguf2ov.gguf_writer`, pre-tokenizer `qwen2`;
+  by `gguf2ov.tools.gguf_writer`, pre-tokenizer `qwen2`;
 - a small SentencePiece vocabulary in the Llama 2 layout (`<unk> <s> </s>`, 256 byte tokens,
   scores; no `add_space_prefix` key, so llama.cpp's default, true), made from the fixture target's
   tokens with the byte-level space as `▁`, plus Gemma-style turn markers as control tokens;
@@ -31,7 +31,7 @@ LLAMA_HPARAMS = {"llama.context_length": 2048, "llama.embedding_length": 64, "ll
 
 
 def fixture_target_gguf(path: Path) -> Path:
-    from gguf2ov.gguf_writer import write_gguf as write_checkpoint_gguf
+    from gguf2ov.tools.gguf_writer import write_gguf as write_checkpoint_gguf
 
     write_checkpoint_gguf(FIXTURE_TARGET, path, "qwen3", tokenizer_dir=FIXTURE_TARGET, mix="Q8_0")
     return path

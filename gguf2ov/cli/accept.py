@@ -1,0 +1,26 @@
+"""`gguf2ov accept --target DIR --draft DIR`: the target alone against the target with the draft, in GenAI."""
+
+from pathlib import Path
+
+from ..stages.accept import require_inputs
+from ..job import Job
+from . import args as a
+from .output import add_output_arguments, emit
+
+HELP = "acceptance run in OpenVINO GenAI: target alone vs target + draft"
+
+
+def configure_parser(parser) -> None:
+    a.target_argument(parser, required=True, help="target OpenVINO folder (with its tokenizer)")
+    parser.add_argument("--draft", required=True, type=Path, help="draft OpenVINO folder")
+    a.prompt_arguments(parser)
+    a.acceptance_arguments(parser, device_help="device of both pipelines")
+    add_output_arguments(parser, inputs=("target", "draft", "prompts", "image"))
+
+
+def main(args) -> int:
+    job = Job.from_args(args, source=None)
+    require_inputs(args.target, args.draft, args.max_new_tokens, args.num_assistant_tokens, args.repeats,
+                   args.precision)
+    result = job.accept(args.draft)
+    return emit(result, args, title="Acceptance", code=0 if result.verdict == "PASS" else 1)

@@ -1,0 +1,91 @@
+"""The arguments commands share, declared once: sources, targets, maps, prompts, weight formats,
+acceptance settings and output folders (as huggingface_hub's CLI shares `RepoIdArg`/`RevisionOpt`).
+
+Each command module calls the groups it takes, and `job.Job.from_args` turns them into one job.
+"""
+
+from pathlib import Path
+
+from ..errors import Gguf2ovError
+from ..model.variants import FORMATS, variant_from_flags
+from ..runtime.genai import IMAGE_PROMPT_TEXT, PRECISIONS
+
+HUB_NAME = "a hub name org/repo[:QUANT] as llama.cpp's -hf takes it (found in, or fetched into, huggingface_hub's cache)"
+
+
+def source_argument(parser, dest: str = "source", checkpoint: bool = True, what: str = "the draft") -> None:
+    kinds = "a GGUF file, " + HUB_NAME + (", or a checkpoint folder (config.json + safetensors)" if checkpoint else "")
+    parser.add_argument(dest, metavar="SOURCE" if checkpoint else "FILE.gguf", help=f"{what}: {kinds}")
+
+
+def target_argument(parser, required: bool = False, help: str | None = None) -> None:
+    parser.add_argument("--target", required=required, metavar="TARGET_DIR",
+                        help=help or "the target's OpenVINO folder (IR, tokenizer, config.json)")
+
+
+def map_arguments(parser, offset: bool = True) -> None:
+    parser.add_argument("--map", metavar="FILE",
+                        help="tensor map YAML for a GGUF source, instead of the shipped one for its architecture")
+    if offset:
+        parser.add_argument("--target-layer-offset", type=int, metavar="N",
+                            help="dflash GGUF: HF target_layer_ids = GGUF dflash.target_layers + N (current llama.cpp: "
+                                 "-1, the map's default; its first DFlash converter: 0); required when the file "
+                                 "looks like the old layout, unless a target measures it")
+
+
+def prompt_arguments(parser) -> None:
+    parser.add_argument("--prompts", type=Path, help="text file, one prompt per line; `[image=FILE] text` for an "
+                                                     "image prompt (VLM targets)")
+    parser.add_argument("--image", action="append", default=[], metavar="FILE",
+                        help=f"add an image prompt ({IMAGE_PROMPT_TEXT!r}) for a VLM target; repeatable")
+
+
+def weight_format_arguments(parser, default_group_size: int) -> None:
+    """optimum-cli's weight options, as it names them."""
+    parser.add_argument("--weight-format", choices=tuple(FORMATS), default="fp32",
+                        help="; ".join(f"{name}: {fmt.stores}" for name, fmt in FORMATS.items()))
+    parser.add_argument("--group-size", type=int,
+                        help=f"int4 group size (default {default_group_size})")
+    sym = parser.add_mutually_exclusive_group()
+    sym.add_argument("--sym", action="store_true", help="symmetric int8/int4 (default asymmetric, as optimum-cli)")
+    sym.add_argument("--asym", action="store_true", help="asymmetric int8/int4 (the default)")
+    parser.add_argument("--ratio", type=float, help="int4: share of weights in int4, the rest int8 (default 1.0)")
+    parser.add_argument("--all-layers", action="store_true",
+                        help="int4: also the last MatMul, which NNCF otherwise keeps in int8")
+
+
+def variant_from_args(args, default_group_size: int):
+    return variant_from_flags(args.weight_format, args.group_size, args.sym, args.ratio, args.all_layers,
+                              default_group_size=default_group_size)
+
+
+def acceptance_arguments(parser, device_help: str = "device of every GenAI run") -> None:
+    parser.add_argument("--max-new-tokens", type=int, default=100)
+    parser.add_argument("--num-assistant-tokens", type=int, default=7, help="tokens the draft proposes per step (K)")
+    parser.add_argument("--device", default="CPU", help=f"{device_help} (default CPU; GPU runs with "
+                                                        "ATTENTION_BACKEND=PA)")
+    parser.add_argument("--precision", choices=PRECISIONS, default="f32",
+                        help="f32 (default) makes greedy output comparable byte for byte; auto = device default")
+    parser.add_argument("--repeats", type=int, default=1, help="timed runs per prompt (median is reported)")
+
+
+def min_corr_argument(parser) -> None:
+    parser.add_argument("--min-corr", type=float, default=0.99, metavar="R",
+                        help="the Pearson correlation every tensor must reach (default 0.99)")
+
+
+def output_folder_arguments(parser, help: str) -> None:
+    parser.add_argument("-o", "--output", required=True, metavar="OUT_DIR", help=help)
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
+
+
+def parse_list(value: str | None) -> list[str] | None:
+    """A comma-separated option (`--variants a,b`), or None when not given."""
+    return [v.strip() for v in value.split(",") if v.strip()] if value else None
+
+
+def require_target_with(args, *flags: str) -> None:
+    """Options that only mean something with --target."""
+    for flag in flags:
+        if getattr(args, flag.lstrip("-").replace("-", "_"), None) and not getattr(args, "target", None):
+            raise Gguf2ovError(f"{flag} needs --target")

@@ -1,0 +1,40 @@
+"""`gguf2ov export SOURCE -o DIR`: the stateful DFlash draft IR of one variant, verified against its
+source (and a target) before it is put in place."""
+
+from pathlib import Path
+
+from ..gguf.read import is_gguf_file
+from ..model.variants import DEFAULT_GROUP_SIZE, require_source_for
+from ..outputs import require_output_dir
+from ..sources import resolve
+from ..job import Job
+from . import args as a
+from .output import add_output_arguments, emit
+
+HELP = "export a stateful DFlash draft IR, weight by weight, and verify it"
+
+
+def configure_parser(parser) -> None:
+    a.source_argument(parser)
+    parser.add_argument("-o", "--output", required=True, help="output folder for the OpenVINO draft")
+    a.weight_format_arguments(parser, DEFAULT_GROUP_SIZE)
+    a.map_arguments(parser)
+    a.target_argument(parser, help="the target's OpenVINO folder: settles an ambiguous GGUF's target layer offset by "
+                                   "measurement (the tap scan), and verify checks the draft against it")
+    a.prompt_arguments(parser)
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
+    add_output_arguments(parser, inputs=("source", "map", "target", "prompts", "image"), outputs=("output",))
+
+
+def main(args) -> int:
+    variant = a.variant_from_args(args, DEFAULT_GROUP_SIZE)
+    source = Path(resolve(args.source))
+    if not source.exists():
+        from ..errors import Gguf2ovError
+
+        raise Gguf2ovError(f"{source} does not exist")
+    require_source_for(variant, "gguf" if is_gguf_file(source) else "checkpoint")
+    require_output_dir(Path(args.output), args.overwrite, inputs=(source, args.map, args.target))  # before reading
+    job = Job.from_args(args)
+    result = job.export(args.output, variant, overwrite=args.overwrite)
+    return emit(result, args, title="Draft export")

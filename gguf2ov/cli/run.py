@@ -1,0 +1,34 @@
+"""`gguf2ov run DRAFT.gguf --target DIR -o OUT`: the whole job, with one report."""
+
+from ..report import render
+from ..run import DEFAULT_REQUANT, markdown_report, run
+from ..job import Job
+from . import args as a
+from .output import add_output_arguments, emit
+
+HELP = "the whole job: convert, check, drift (every variant exported), verify, accept, report"
+
+
+def configure_parser(p) -> None:
+    a.source_argument(p, "gguf", checkpoint=False, what="the draft GGUF")
+    a.target_argument(p, required=True)
+    p.add_argument("-o", "--output", required=True, help="output folder: checkpoint/, drafts/, report.md, report.json")
+    p.add_argument("--reference", help="reference HF checkpoint of the draft, for the correlation check")
+    p.add_argument("--requant", default=DEFAULT_REQUANT, help=f"the requantized draft to accept (default {DEFAULT_REQUANT})")
+    p.add_argument("--variants", help="comma-separated drift variants (default: the drift command's list)")
+    a.prompt_arguments(p)
+    a.acceptance_arguments(p)
+    a.map_arguments(p)
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
+    # OUT/report.json and OUT/report.md are written in any case; --json / --markdown copy them elsewhere
+    add_output_arguments(p, inputs=("gguf", "target", "reference", "map", "prompts", "image"), outputs=("output",))
+
+
+def main(args) -> int:
+    job = Job.from_args(args, "gguf")
+    result = run(job, args.output, reference_dir=args.reference, requant=args.requant,
+                 variants=a.parse_list(args.variants), overwrite=args.overwrite)
+    text = render(result.results["drift"], "text") + "\n" if "drift" in result.results else ""
+    text += render(result, "text", title="gguf2ov run") + "\n"
+    return emit(result, args, title="gguf2ov run", text=text, markdown=markdown_report(result),
+                code=0 if result.passed else 1)

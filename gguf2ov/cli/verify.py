@@ -1,0 +1,41 @@
+"""`gguf2ov verify DRAFT_DIR`: an exported draft IR against the DFlash contract, its source and a target."""
+
+from ..errors import Gguf2ovError
+from ..sources import resolve
+from ..runtime.genai import given_prompts
+from ..stages.verify import verify_draft
+from . import args as a
+from .output import add_output_arguments, emit
+
+HELP = "check an exported draft IR against the DFlash contract"
+
+
+def configure_parser(parser) -> None:
+    parser.add_argument("draft_dir", help="folder with the draft's openvino_model.xml/.bin")
+    a.target_argument(parser, help="OpenVINO target folder to check the geometry against")
+    parser.add_argument("--checkpoint", metavar="SOURCE",
+                        help="the checkpoint folder or dflash GGUF the IR came from: checkpoint-match compares their "
+                             f"functions (a GGUF may be {a.HUB_NAME})")
+    parser.add_argument("--layers", action="append", default=[], metavar="IDS",
+                        help="with --target: a further set of target layer ids for the tap scan to score, "
+                             "comma-separated (repeatable)")
+    parser.add_argument("--no-tap-scan", action="store_true",
+                        help="with --target: skip the tap scan (which runs the target and the draft)")
+    a.prompt_arguments(parser)
+    add_output_arguments(parser, inputs=("draft_dir", "target", "checkpoint", "prompts", "image"))
+
+
+def parse_layer_sets(values) -> list[list[int]]:
+    try:
+        return [[int(x) for x in v.split(",") if x.strip()] for v in values]
+    except ValueError as e:
+        raise Gguf2ovError(f"--layers takes comma-separated integers: {e}") from e
+
+
+def main(args) -> int:
+    # the target and the source as paths: verify reports what a folder lacks as a finding
+    reference = resolve(args.checkpoint) if args.checkpoint else None
+    result = verify_draft(args.draft_dir, target=args.target, reference=reference, tap_scan=not args.no_tap_scan,
+                          prompts=given_prompts(args.prompts, args.image, default=None),
+                          named_layers=parse_layer_sets(args.layers))
+    return emit(result, args, title="DFlash draft verification", code=0 if result.ok else 1)

@@ -1,0 +1,337 @@
+"""Carrying a GGUF file's own quantization grid into the OpenVINO IR, instead of re-quantizing.
+
+Every block-quantized GGUF type is affine per group: value = scale * (code - zero_point). OpenVINO's
+compressed-weight pattern Constant(codes) -> Convert(f32) -> Subtract(zero_point) -> Multiply(scale)
+-> Reshape -> MatMul expresses that, and the CPU plugin runs it as a FullyConnected on the codes.
+The pattern needs scale and zero point to be constant, not to be Constants: the plugin folds
+constant subgraphs before it matches the pattern. So the IR stores each type's own factorisation,
+in the file's own bit widths, and compilation multiplies it out:
+
+- Q4_K / Q5_K (y = d*sc*q - dmin*m): sc and m as u6 per 32, d and dmin as f16 per 256;
+  scale = d*sc and zero point = dmin*m / (d*sc) are small subgraphs over them.
+- Q6_K (y = d*sc*(q - 32)): int8 sc per 16, f16 d per 256, zero point 32.
+- Q8_0: int8 codes times f16 d. Q4_0 / Q5_0: f16 d, zero point 8 / 16.
+- Q4_1 / Q5_1 (y = d*q + m): f16 d and m per 32, zero point -m/d.
+
+Bits per weight, IR / GGUF (`grid_bits`; tests/test_transcode.py): Q4_K 4.5 / 4.5, Q6_K 6.5625 /
+6.5625, Q8_0 8.5 / 8.5, Q4_0 4.5 / 4.5, Q4_1 5 / 5, Q5_0 6.5 / 5.5, Q5_1 7 / 6, Q5_K 6.5 / 5.5.
+A Q4_K_M file (Q4_K and Q6_K) is carried at 1.00x its tensor bytes plus ~50 bytes of shape
+constants per tensor (the tiny test draft's whole IR .bin: 1.0009x its GGUF tensor bytes; Gemma 3
+270M's 2-D weights: 1.032x, as its Q5_0 fallbacks cost their extra bit). The earlier form, f32 scale and zero point per group, cost 2
+bits/weight more per 32-group and 4 per 16-group: 1.38x on a Q4_K_M draft.
+
+What the CPU plugin keeps compressed was measured (openvino 2026.4.1, x86 AVX2, f32 hint), as it
+decides these choices:
+- u4, u8 and i8 codes (also i4, nf4, f4e2m1, u2) become a compressed FullyConnected. u1, u3
+  and u6 do not: converted straight to f32 they are folded into f32 weights at compile time.
+- Constant(u6) -> Convert(u8) is folded into a u8 Constant before the pattern is matched, so 5-
+  and 6-bit codes are stored as u6 and run as u8. Storing 5-bit codes exactly (a u4 and a u1 plane
+  added in i16, u16 or i32) also ends as u8 codes, but compiling 1 GB of f32-equivalent weights
+  then took 8-13 s instead of 2 s and peaked at 0.74-2.4 GB instead of 0.64 GB; added in u8 or
+  with bitwise ops the planes are not folded at all (u8 Eltwise at run time, f32 FullyConnected).
+  So Q5 types pay one bit.
+- the scale and zero-point subgraphs fold to f32 per-group constants: at run time a weight costs
+  its codes (4 or 8 bits) plus 32-bit scale (and zero point) per group.
+Compiling 1.07 GB of f32-equivalent Q4_K weights peaked at 0.41 GB RSS (the same weights as f32
+Constants: 2.2 GB), and inference matches x @ dequantized W^T to ~4e-7.
+
+Values: Q8_0, Q4_0, Q5_0 and Q6_K evaluate bit for bit to `quants.dequantize` (the same f32
+operations on the same operands). Where the file stores a minimum the zero point is a quotient:
+float32 rounding, ~1e-7 relative per tensor (6.5e-8 at worst on Gemma's Q4_K). A group whose
+scale is zero holds -dmin*m (or m) whatever its codes and has no finite zero point: its codes are
+stored as 0 and its scale factor (and a zero d) as 1, which gives back that constant (exactly
+when d is 0, to float32 rounding when only sc is).
+
+Memory: the builder decodes the memory-mapped bytes in ~1 MB row chunks straight into the buffers
+of the final Constants (uint8/uint32 bit arithmetic, four codes per word): no float arrays, and
+a 4096x12288 Q4_K tensor takes ~0.25 s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from gguf.constants import GGML_QUANT_SIZES
+
+from ..errors import Gguf2ovError
+from .quants import QType, k_scales_mins
+
+# Raw bytes decoded per step: bounds a chunk's uint8/uint32 temporaries to ~10 MB.
+_CHUNK_BYTES = 1 << 20
+
+
+# ---------------------------------------------------------------------------------------------
+# packing into OpenVINO's sub-byte layouts (found by converting single set bits)
+# ---------------------------------------------------------------------------------------------
+# u4: element 2k in the low nibble of byte k, 2k+1 in the high nibble.
+# u6: elements 4k..4k+3 in bytes 3k..3k+2: byte 3k = lo(e0) << 4 | lo(e1), byte 3k+1 =
+#     lo(e2) << 4 | lo(e3), byte 3k+2 = hi(e0) << 6 | hi(e1) << 4 | hi(e2) << 2 | hi(e3), where
+#     lo is the low 4 bits and hi the top 2.
+# Quads of elements are handled as little-endian uint32 words (byte r = element r), so the u6
+# codes are computed a word at a time straight from the GGUF's nibble and high-bit bytes.
+
+_NIBBLES = np.uint32(0x0F0F0F0F)
+_F16_ONE = np.float16(1.0)
+
+
+def _u6_quads(low: np.ndarray, high: np.ndarray, out: np.ndarray) -> None:
+    """Four 6-bit values per uint32 word -> their 3 u6 bytes.
+
+    `low` holds the low 4 bits of element r in byte r of each word, `high` the top 2 bits the same
+    way; `out` is uint8 (..., 3) with one row per word.
+    """
+    b0 = ((low << 4) & 0xF0) | ((low >> 8) & 0x0F)
+    b1 = ((low >> 12) & 0xF0) | ((low >> 24) & 0x0F)
+    b2 = ((high << 6) & 0xC0) | ((high >> 4) & 0x30) | ((high >> 14) & 0x0C) | ((high >> 24) & 0x03)
+    word = b0 | (b1 << 8) | (b2 << 16)
+    out[...] = word.astype("<u4", copy=False).view(np.uint8).reshape(*word.shape, 4)[..., :3]
+
+
+def _words(data: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(data).view("<u4")
+
+
+def _pack_u6(values: np.ndarray, out: np.ndarray) -> None:
+    """values uint8 (n, 4k) < 64 -> out uint8 (n, 3k)."""
+    words = _words(values)
+    _u6_quads(words & _NIBBLES, (words >> 4) & np.uint32(0x03030303), out.reshape(*words.shape, 3))
+
+
+def _legacy_nibbles(qs: np.ndarray, out: np.ndarray) -> None:
+    """Q4_0/Q4_1 qs (n, 16): byte j holds element j (low) and j+16 (high) -> u4 (n, 16)."""
+    a, b = qs[:, 0::2], qs[:, 1::2]
+    o = out.reshape(-1, 2, 8)
+    o[:, 0] = (a & np.uint8(0x0F)) | (b << np.uint8(4))
+    o[:, 1] = (a >> np.uint8(4)) | (b & np.uint8(0xF0))
+
+
+def _k_nibbles(qs: np.ndarray, out: np.ndarray) -> None:
+    """Q4_K qs (n, 128): chunk c byte l holds element 64c+l (low), 64c+32+l (high) -> u4 (n, 128)."""
+    q = qs.reshape(-1, 4, 16, 2)
+    a, b = q[..., 0], q[..., 1]
+    o = out.reshape(-1, 4, 2, 16)
+    o[:, :, 0] = (a & np.uint8(0x0F)) | (b << np.uint8(4))
+    o[:, :, 1] = (a >> np.uint8(4)) | (b & np.uint8(0xF0))
+
+
+def _legacy_q5_codes(qs: np.ndarray, qh: np.ndarray, out: np.ndarray) -> None:
+    """Q5_0/Q5_1 -> u6 (n, 24). qs as in Q4_0; bit j of qh (a little-endian uint32) is bit 4 of element j."""
+    nibbles = _words(qs)                                            # (n, 4): elements 4k.. low nibbles
+    low = np.concatenate([nibbles & _NIBBLES, (nibbles >> 4) & _NIBBLES], axis=1)
+    # 4 bits b3..b0 -> bytes 3..0 of a word: the shifted copies (0, 7, 14, 21) never overlap.
+    four = (_words(qh) >> np.arange(0, 32, 4, dtype=np.uint32)) & np.uint32(0x0F)
+    high = (four * np.uint32(0x00204081)) & np.uint32(0x01010101)  # (n, 8)
+    _u6_quads(low, high, out.reshape(-1, 8, 3))
+
+
+def _k5_codes(qs: np.ndarray, qh: np.ndarray, out: np.ndarray) -> None:
+    """Q5_K -> u6 (n, 192). Element 32k+l: low nibble as in Q4_K, bit 4 = bit k of qh[l]."""
+    n = qs.shape[0]
+    nibbles = _words(qs).reshape(n, 4, 1, 8) >> np.array([0, 4], dtype=np.uint32).reshape(1, 1, 2, 1)
+    low = (nibbles & _NIBBLES).reshape(n, 8, 8)                       # (n, group, quad)
+    high = (_words(qh).reshape(n, 1, 8) >> np.arange(8, dtype=np.uint32).reshape(1, 8, 1)) & np.uint32(0x01010101)
+    _u6_quads(low, high, out.reshape(n, 8, 8, 3))
+
+
+def _f16(blocks: np.ndarray, offset: int) -> np.ndarray:
+    return blocks[:, offset:offset + 2].view(np.float16)
+
+
+# ---------------------------------------------------------------------------------------------
+# per-type fill: blocks (n, type_size) -> slices (n, per-block bytes) of the final Constants
+# ---------------------------------------------------------------------------------------------
+
+def _fill_q8_0(b, o):
+    o["d"][...] = _f16(b, 0)
+    o["codes"][...] = b[:, 2:34].view(np.int8)
+
+
+def _fill_legacy(d_at, m_at, qh_at, qs_at):
+    def fill(b, o):
+        if qh_at is None:
+            _legacy_nibbles(b[:, qs_at:qs_at + 16], o["codes"])
+        else:
+            _legacy_q5_codes(b[:, qs_at:qs_at + 16], b[:, qh_at:qh_at + 4], o["codes"])
+        d = _f16(b, d_at)
+        if m_at is None:
+            o["d"][...] = d
+            return
+        o["m"][...] = _f16(b, m_at)
+        # value = d*q + m; with d == 0 every element is m: codes 0, d 1, zero point -m.
+        zero = d[:, 0] == 0
+        o["d"][...] = np.where(zero[:, None], _F16_ONE, d)
+        if zero.any():
+            o["codes"][zero] = 0
+    return fill
+
+
+def _fill_k(five_bits: bool):
+    def fill(b, o):
+        if five_bits:
+            _k5_codes(b[:, 48:176], b[:, 16:48], o["codes"])
+        else:
+            _k_nibbles(b[:, 16:144], o["codes"])
+        d = _f16(b, 0)
+        o["dmin"][...] = _f16(b, 2)
+        scales, mins = k_scales_mins(b[:, 4:16])
+        _pack_u6(mins, o["mins"])
+        # A group with d*sc == 0 holds -dmin*m: codes 0, scale factor 1 (and d 1 if d is 0).
+        zero = (scales == 0) | (d == 0)
+        if zero.any():
+            scales = np.where(zero, np.uint8(1), scales)
+            d = np.where(d == 0, _F16_ONE, d)
+            o["codes"].reshape(b.shape[0], 8, -1)[zero] = 0
+        o["d"][...] = d
+        _pack_u6(scales, o["scales"])
+    return fill
+
+
+def _fill_q6_k(b, o):
+    n = b.shape[0]
+    # Per 128-element half h: element 32q+l has its low 4 bits in ql[64h + 32(q%2) + l] (low
+    # nibble for q < 2, high nibble otherwise) and its top 2 bits in qh[32h + l], bits 2q..2q+1.
+    ql = _words(b[:, 0:128]).reshape(n, 2, 2, 8)
+    qh = _words(b[:, 128:192]).reshape(n, 2, 8)
+    out = o["codes"].reshape(n, 2, 4, 8, 3)
+    for q in range(4):
+        low = (ql[:, :, q % 2] >> np.uint32(4 * (q // 2))) & _NIBBLES
+        high = (qh >> np.uint32(2 * q)) & np.uint32(0x03030303)
+        _u6_quads(low, high, out[:, :, q])
+    o["scales"][...] = b[:, 192:208].view(np.int8)
+    o["d"][...] = _f16(b, 208)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    group: int                  # elements per scale
+    codes: str                  # OpenVINO type of the codes Constant: u4, u6 (5- and 6-bit codes), i8
+    zero_point: str             # "none", "const", "min" (value = d*q + m), "k" (d*sc*q - dmin*m)
+    center: int                 # the constant zero point ("const")
+    params: tuple               # (name, OpenVINO type, items per block)
+    fill: object
+
+
+_K_PARAMS = (("d", "f16", 1), ("dmin", "f16", 1), ("scales", "u6", 8), ("mins", "u6", 8))
+_LAYOUTS = {
+    QType.Q8_0: _Layout(32, "i8", "none", 0, (("d", "f16", 1),), _fill_q8_0),
+    QType.Q4_0: _Layout(32, "u4", "const", 8, (("d", "f16", 1),), _fill_legacy(0, None, None, 2)),
+    QType.Q5_0: _Layout(32, "u6", "const", 16, (("d", "f16", 1),), _fill_legacy(0, None, 2, 6)),
+    QType.Q4_1: _Layout(32, "u4", "min", 0, (("d", "f16", 1), ("m", "f16", 1)), _fill_legacy(0, 2, None, 4)),
+    QType.Q5_1: _Layout(32, "u6", "min", 0, (("d", "f16", 1), ("m", "f16", 1)), _fill_legacy(0, 2, 4, 8)),
+    QType.Q4_K: _Layout(32, "u4", "k", 0, _K_PARAMS, _fill_k(False)),
+    QType.Q5_K: _Layout(32, "u6", "k", 0, _K_PARAMS, _fill_k(True)),
+    QType.Q6_K: _Layout(16, "u6", "const", 32, (("d", "f16", 1), ("scales", "i8", 16)), _fill_q6_k),
+}
+_TYPE_BITS = {"f16": 16, "i8": 8, "u6": 6, "u4": 4}
+
+
+def has_grid(qtype) -> bool:
+    """Whether a weight of this GGML type can be carried on its own grid."""
+    try:
+        return QType(qtype) in _LAYOUTS
+    except ValueError:
+        return False
+
+
+def grid_bits(qtype) -> float:
+    """Bits per weight of a `qtype` weight's IR constants (the few shape constants aside)."""
+    layout = _LAYOUTS[QType(qtype)]
+    block = GGML_QUANT_SIZES[QType(qtype)][0]
+    return _TYPE_BITS[layout.codes] + sum(_TYPE_BITS[kind] * items for _, kind, items in layout.params) / block
+
+
+# ---------------------------------------------------------------------------------------------
+# the builder
+# ---------------------------------------------------------------------------------------------
+
+def grid_weight(raw: np.ndarray, qtype, shape):
+    """The f32 [out, in] output of a decompression subgraph holding the GGUF tensor's own grid.
+
+    `raw` is the tensor's stored bytes as `GgufFile.raw` returns them (torch-order rows, last axis
+    in bytes); the result is meant as the second input of `MatMul(x, W, transpose_b=True)`.
+    """
+    import openvino as ov
+
+    try:
+        qtype = QType(qtype)
+    except ValueError:
+        raise Gguf2ovError(f"unknown GGML type {qtype!r}") from None
+    if qtype not in _LAYOUTS:
+        names = ", ".join(t.name for t in _LAYOUTS)
+        raise Gguf2ovError(f"{qtype.name} weights cannot be carried on their GGUF grid", hint=f"supported: {names}")
+    shape = tuple(int(s) for s in shape)
+    if len(shape) != 2:
+        raise Gguf2ovError(f"a GGUF grid weight must be 2-D [out, in], not {shape}")
+    layout = _LAYOUTS[qtype]
+    block, type_size = GGML_QUANT_SIZES[qtype]
+    rows, n = shape
+    if n % block:
+        raise Gguf2ovError(f"{qtype.name} rows of {n} elements are not whole {block}-element blocks")
+    row_bytes = n // block * type_size
+    data = np.asarray(raw).view(np.uint8)
+    if data.size != rows * row_bytes:
+        raise Gguf2ovError(f"{qtype.name} data of {data.size} bytes does not hold a {shape} tensor "
+                           f"({rows * row_bytes} bytes)")
+    data = data.reshape(rows, row_bytes)
+    blocks_per_row = n // block
+    n_blocks = rows * blocks_per_row
+    groups = n // layout.group
+
+    # Every Constant is allocated at its final size and filled block by block in place.
+    tensors, views = {}, {}
+    tensors["codes"] = ov.Tensor(getattr(ov.Type, layout.codes), ov.Shape([rows, groups, layout.group]))
+    for name, kind, items in layout.params:
+        tensors[name] = ov.Tensor(getattr(ov.Type, kind), ov.Shape([rows, blocks_per_row, items]))
+    for name, t in tensors.items():
+        views[name] = t.data.reshape(n_blocks, -1)
+
+    step = max(1, _CHUNK_BYTES // row_bytes)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for r0 in range(0, rows, step):
+            r1 = min(rows, r0 + step)
+            chunk = np.ascontiguousarray(data[r0:r1]).reshape(-1, type_size)
+            b0, b1 = r0 * blocks_per_row, r1 * blocks_per_row
+            layout.fill(chunk, {k: v[b0:b1] for k, v in views.items()})
+    return _decompression(layout, tensors, rows, n, groups)
+
+
+def _decompression(layout: _Layout, tensors: dict, rows: int, n: int, groups: int):
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    def constant(name):
+        return ov.op.Constant(tensors[name], shared_memory=True)
+
+    def f32(node):
+        return ops.convert(node, "f32")
+
+    def per_group(node):
+        return ops.reshape(node, ops.constant(np.array([rows, groups, 1], dtype=np.int64)), False)
+
+    if layout.codes == "u6":
+        # u6 is no type the plugin decompresses: this Convert folds into u8 codes when compiled.
+        codes = ops.convert(constant("codes"), "u8")
+    else:
+        codes = constant("codes")
+
+    zero_point = None
+    if layout.zero_point in ("none", "const"):
+        scale = f32(constant("d"))
+        if "scales" in tensors:  # Q6_K: d per 256 times an int8 scale per 16
+            scale = per_group(ops.multiply(scale, f32(constant("scales"))))
+        if layout.zero_point == "const":
+            zero_point = ops.constant(np.float32(layout.center))
+    elif layout.zero_point == "min":
+        scale = f32(constant("d"))
+        zero_point = ops.divide(ops.negative(f32(constant("m"))), scale)
+    else:
+        scale = per_group(ops.multiply(f32(constant("d")), f32(constant("scales"))))
+        minimum = per_group(ops.multiply(f32(constant("dmin")), f32(constant("mins"))))
+        zero_point = ops.divide(minimum, scale)
+
+    w = f32(codes)
+    if zero_point is not None:
+        w = ops.subtract(w, zero_point)
+    w = ops.multiply(w, scale)
+    return ops.reshape(w, ops.constant(np.array([rows, n], dtype=np.int64)), False).output(0)

@@ -1,0 +1,224 @@
+"""The value rules and tensor ops that the YAML maps name, with no knowledge of maps themselves.
+
+What a map's words mean: the value `type`s and bounds of config rules, dotted config keys, the
+`shapes` expression evaluator, and the tensor `ops` (each llama.cpp transform with its reverse).
+Kept apart from `maps` (loading and validating maps) as a leaf, so code that only needs a config
+value or an op does not depend on the map machinery.
+"""
+
+import ast
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import Gguf2ovError
+from ..gguf.read import StringArray
+
+# Value types a config rule declares: (test, words for messages). A float must be finite (NaN or
+# Inf in a config is never meant); an integer must also fit in int64 (see out_of_bounds).
+VALUE_TYPES = {
+    "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+    "float": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+              "a finite number"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+    "str": (lambda v: isinstance(v, str), "a string"),
+}
+# A list in a config (target layer ids, one type per layer) has at most this many items: a file's
+# array can be as long as the file, and as Python objects it would take 8-30x its size.
+MAX_LIST = 1 << 16
+_LIST_WORDS = {"int": "integers", "float": "finite numbers", "bool": "true/false values", "str": "strings"}
+
+
+# --- ops: one per llama.cpp transform, with its reverse ------------------------------------------
+
+def _add(x, value, config, reverse=False):
+    # Runs in fp32 on purpose: the file holds these tensors as F32, so w + 1 - 1 is exact enough
+    # to reproduce the checkpoint the converter read (up to the fp32 rounding it did itself).
+    x = np.asarray(x, dtype=np.float32)
+    return x - np.float32(value) if reverse else x + np.float32(value)
+
+
+def _unpermute_qk(x, args, config, reverse=False):
+    # llama.cpp's LlamaModel.permute interleaves the two rotary halves of each head so its
+    # NORM-style RoPE can rotate adjacent pairs: reshape(n_head, 2, head_dim/2, in).swapaxes(1, 2).
+    # Undoing it swaps the same axes back; permuting again is the reverse.
+    n_head = config_get(config, args["heads"])
+    if not isinstance(n_head, int) or n_head <= 0 or x.shape[0] % (2 * n_head):
+        raise Gguf2ovError(f"unpermute_qk: {x.shape[0]} rows do not split into {n_head} heads of rotary pairs")
+    rows = x.shape[0] // n_head
+    halves = (n_head, 2, rows // 2) if reverse else (n_head, rows // 2, 2)
+    return x.reshape(*halves, *x.shape[1:]).swapaxes(1, 2).reshape(x.shape)
+
+
+def _check_add(arg):
+    return isinstance(arg, (int, float)) and not isinstance(arg, bool)
+
+
+def _check_heads(arg):
+    return isinstance(arg, dict) and set(arg) == {"heads"} and isinstance(arg["heads"], str)
+
+
+@dataclass(frozen=True)
+class Op:
+    apply: Callable[..., np.ndarray]  # (x, arg, config, reverse=False)
+    check: Callable[[object], bool]   # whether a map's argument is valid
+    takes: str                # the argument, in words, for messages
+    examples: tuple = ()      # valid arguments (with a config where "n" is a head count of 4), for tests
+
+
+OPS = {
+    "add": Op(_add, _check_add, "a number, e.g. add: -1.0", (-1.0, 0.5)),
+    "unpermute_qk": Op(_unpermute_qk, _check_heads, "{heads: <config key>}", ({"heads": "n"},)),
+}
+
+
+def apply_ops(ops, x, config, reverse=False):
+    for name, arg in (reversed(ops) if reverse else ops):
+        x = OPS[name].apply(x, arg, config, reverse=reverse)
+    return x
+
+
+
+# --- config values ----------------------------------------------------------------------------
+
+def is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def is_array(value) -> bool:
+    """A metadata array: a list, or the compact forms `read` keeps large arrays in."""
+    return isinstance(value, (list, np.ndarray, StringArray))
+
+
+def plain_value(value):
+    """A metadata value as plain Python (large arrays arrive as numpy arrays or a StringArray)."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return list(value) if is_array(value) else value
+
+
+def value_items(value) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+def has_type(value, declared) -> bool:
+    if isinstance(declared, list):
+        test = VALUE_TYPES[declared[0]][0]
+        return isinstance(value, list) and all(test(v) for v in value)
+    return VALUE_TYPES[declared][0](value)
+
+
+def valid_type(declared) -> bool:
+    if isinstance(declared, list) and len(declared) == 1:
+        declared = declared[0]
+    return isinstance(declared, str) and declared in VALUE_TYPES
+
+
+def type_words(declared) -> str:
+    return f"a list of {_LIST_WORDS[declared[0]]}" if isinstance(declared, list) else VALUE_TYPES[declared][1]
+
+
+def out_of_bounds(value, rule) -> str | None:
+    """What is wrong with a value against the rule's min / max / above, or None."""
+    for v in value_items(value):
+        if not is_number(v):
+            continue
+        if is_int(v) and not -2**63 <= v < 2**63:  # what readers of the config (GenAI, rt_info) hold it in
+            return "outside the 64-bit integer range"
+        if "min" in rule and v < rule["min"]:
+            return f"below {rule['min']}"
+        if "max" in rule and v > rule["max"]:
+            return f"above {rule['max']}"
+        if "above" in rule and v <= rule["above"]:
+            return f"not above {rule['above']}"
+    return None
+
+
+def config_get(config: dict, dotted: str):
+    """config["a"]["b"] for "a.b", None where any part is missing."""
+    node = config
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def config_set(config: dict, dotted: str, value) -> None:
+    *parents, last = dotted.split(".")
+    node = config
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[last] = value
+
+
+
+# --- shape expressions ------------------------------------------------------------------------
+
+# Shape expressions: config keys (dotted), integers, + - * //, and len().
+def eval_shape(expr, config):
+    if isinstance(expr, int):
+        return expr
+    return _eval_node(ast.parse(str(expr), mode="eval").body, config)
+
+
+class BadShapeValue(Exception):
+    """A config key a shape expression reads holds the wrong kind of value (from an untrusted file)."""
+
+    def __init__(self, key: str, value, wanted: str):
+        super().__init__(key)
+        self.key, self.value, self.wanted = key, value, wanted
+
+
+def _shape_key(node, config):
+    key = ast.unparse(node)
+    value = config_get(config, key)
+    if value is None:
+        raise KeyError(key)
+    return key, value
+
+
+def _eval_node(node, config):
+    # Every value read must be an int (not bool): a string or list times a large int would make
+    # Python repeat it ('ab' * 10**9) instead of failing.
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return node.value
+    if isinstance(node, (ast.Name, ast.Attribute)):
+        key, value = _shape_key(node, config)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise BadShapeValue(key, value, "an integer")
+        return value
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len" and len(node.args) == 1:
+        if not isinstance(node.args[0], (ast.Name, ast.Attribute)):
+            raise ValueError(f"unsupported shape expression {ast.unparse(node)!r}: len() takes a config key")
+        key, value = _shape_key(node.args[0], config)
+        if not isinstance(value, list):
+            raise BadShapeValue(key, value, "a list")
+        return len(value)
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+        return _BINOPS[type(node.op)](_eval_node(node.left, config), _eval_node(node.right, config))
+    raise ValueError(f"unsupported shape expression {ast.unparse(node)!r}")
+
+
+def valid_shape_expr(expr) -> bool:
+    if isinstance(expr, int):
+        return True
+    try:
+        tree = ast.parse(str(expr), mode="eval")
+    except SyntaxError:
+        return False
+    allowed = (ast.Expression, ast.Constant, ast.Name, ast.Attribute, ast.Load, ast.Call, ast.BinOp, *_BINOPS)
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    calls_ok = all(isinstance(n.func, ast.Name) and n.func.id == "len" and len(n.args) == 1 and not n.keywords
+                   and isinstance(n.args[0], (ast.Name, ast.Attribute)) for n in calls)
+    return calls_ok and all(isinstance(n, allowed) for n in ast.walk(tree))
+
+
+_BINOPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+           ast.FloorDiv: lambda a, b: a // b}

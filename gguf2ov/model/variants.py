@@ -1,0 +1,214 @@
+"""Weight variants of an IR, one registry entry per format: how each weight enters the IR, what the
+IR stores, what it is compared with, and the tolerance it is held to.
+
+A variant is named the way it is built: `fp32`, `fp16`, `int8` / `int8_sym` (per channel),
+`int4_asym_g16`, `int4_sym_g128`, ... (NNCF, with `_r0.8` for a ratio and `_all` for all layers),
+and `gguf`, which rebuilds every weight from the codes, scales and minimums the GGUF file held
+(`gguf/transcode.py`) instead of letting NNCF choose new ones. Nothing outside this module tells
+formats apart by name: a new format is one `Format` entry here.
+"""
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..errors import Gguf2ovError
+
+DEFAULT_GROUP_SIZE = 16  # a Q4_K sub-block is 32 wide: 16 divides it, so no group straddles two grids
+DEFAULT_DRIFT_VARIANTS = (
+    "fp32", "int8",
+    "int4_sym_g16", "int4_asym_g16", "int4_sym_g32", "int4_asym_g32", "int4_sym_g128", "int4_asym_g128",
+    "gguf",
+)
+_NNCF_NAME = re.compile(r"^int(?P<bits>[48])(?:_(?P<sym>sym|asym))?(?:_g(?P<g>\d+))?(?:_r(?P<r>[0-9.]+))?(?P<all>_all)?$")
+
+
+# --- how each format makes a weight ------------------------------------------------------------------
+# `forms` is the WeightForms of the IR being built (model/weights.py): its `source` hands out the
+# tensors, `postponed(name, dtype)` makes a constant OpenVINO fills while it writes the .bin, `plan`
+# holds NNCF's per-weight decisions. Each returns (the weight's output, the source values it read or None).
+
+def _float_weight(dtype: str):
+    def make(forms, name):
+        return forms.postponed(name, dtype), None
+
+    return make
+
+
+def _grid_weight(forms, name):
+    from ..gguf.transcode import grid_weight, has_grid
+
+    stored = forms.source.quantized(name)
+    if stored is not None and has_grid(stored[1]):
+        forms.transcoded.append(name)
+        return grid_weight(stored[0], stored[1], forms.source.expected[name]), None
+    return forms.postponed(name, "f32"), None  # a float tensor in the file: its values, exactly
+
+
+def _nncf_weight(forms, name):
+    from .nncf_weights import compress_weight
+
+    values = forms.source.f32(name)
+    return compress_weight(values, forms.plan[name], name=name), values
+
+
+def _nncf_rt_info(model, variant) -> None:
+    from .nncf_weights import write_nncf_rt_info
+
+    write_nncf_rt_info(model, variant)
+
+
+_F16_CONVERT = re.compile(r'(<layer id="\d+" name="[^"]*" type="Convert" version="opset1">\s*<data destination_type="f32" />)'
+                          r'(\s*<input>\s*<port id="0" precision="FP16">)')
+
+
+def mark_decompression(xml_path) -> None:
+    """Mark the f16 -> f32 weight Converts of a saved IR as decompression, as `compress_to_fp16` does.
+
+    OpenVINO's Python API cannot set that attribute, and without it the CPU plugin folds every
+    f16 weight into f32 at compile time: the fp16 draft would take the fp32 draft's memory.
+    """
+    from pathlib import Path
+
+    path = Path(xml_path)
+    text = path.read_text(encoding="utf-8")
+    marked = _F16_CONVERT.sub(r'\1\n\t\t\t<rt_info>\n\t\t\t\t<attribute name="decompression" version="0" />'
+                              r'\n\t\t\t</rt_info>\2', text)
+    if marked != text:
+        path.write_text(marked, encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str
+    stores: str                    # what the IR holds, for help texts and reports
+    make: Callable                 # (forms, name) -> (weight output, source values read or None)
+    # verify's checkpoint-match: max |OV - reference| relative to max(1, max |reference|). Measured on
+    # a tiny draft over two steps: f32 4.8e-7 (1.7e-6 on a larger one), fp16 weights 1.5e-3 at a
+    # reference scale of 4.1; the GGUF grid holds the dequantized values up to float32 rounding.
+    # None: compressed integer weights are not held to a tolerance (`drift` measures them).
+    tolerance: float | None
+    needs_gguf: bool = False       # the file's own grid: only a GGUF source has one
+    nncf_bits: int | None = None   # NNCF's weight compression at this width
+    after_save: Callable | None = None   # (xml path) -> None, once the IR is written
+    annotate: Callable | None = None     # (ov.Model, Variant) -> None, the rt_info the format adds
+
+
+FORMATS = {f.name: f for f in [
+    Format("fp32", "float32 constants", _float_weight("f32"), tolerance=1e-4),
+    Format("fp16", "float16 constants (decompressed by the plugin)", _float_weight("f16"), tolerance=1e-2,
+           after_save=lambda xml: mark_decompression(xml)),  # NNCF's own f16 Converts stay as NNCF wrote them
+    Format("int8", "NNCF int8 per channel", _nncf_weight, tolerance=None, nncf_bits=8, annotate=_nncf_rt_info),
+    Format("int4", "NNCF int4 per group (int8 where NNCF keeps a backup)", _nncf_weight, tolerance=None,
+           nncf_bits=4, annotate=_nncf_rt_info),
+    Format("gguf", "the GGUF's own codes, scales and minimums", _grid_weight, tolerance=1e-4, needs_gguf=True),
+]}
+
+
+@dataclass(frozen=True)
+class Variant:
+    weight_format: str  # a FORMATS key
+    group_size: int | None = None  # int4 only; int8 is per channel
+    sym: bool = False
+    ratio: float | None = None
+    all_layers: bool = False
+
+    @property
+    def format(self) -> Format:
+        return FORMATS[self.weight_format]
+
+    @property
+    def nncf(self) -> bool:
+        return self.format.nncf_bits is not None
+
+    @property
+    def bits(self) -> int | None:
+        return self.format.nncf_bits
+
+    @property
+    def name(self) -> str:
+        if not self.nncf:
+            return self.weight_format
+        if self.bits == 8:
+            name = "int8_sym" if self.sym else "int8"
+        else:
+            name = f"int4_{'sym' if self.sym else 'asym'}_g{self.group_size}"
+        if self.ratio is not None and self.ratio != 1.0:
+            name += f"_r{self.ratio:g}"
+        return name + ("_all" if self.all_layers else "")
+
+
+_PLAIN = tuple(n for n, f in FORMATS.items() if f.nncf_bits is None)
+
+
+def parse_variant(name: str) -> Variant:
+    name = name.strip().lower()
+    if name in _PLAIN:
+        return Variant(name)
+    m = _NNCF_NAME.match(name)
+    if not m:
+        raise Gguf2ovError(
+            f"unknown variant {name!r}",
+            hint=f"use {', '.join(_PLAIN)}, int8, int8_sym or int4_{{sym|asym}}_g{{16|32|64|128}}[_rRATIO][_all]",
+        )
+    bits = m["bits"]
+    if bits == "8" and m["g"]:
+        raise Gguf2ovError(f"variant {name!r}: int8 is per channel and takes no group size")
+    ratio = float(m["r"]) if m["r"] else None
+    if ratio is not None and not 0 < ratio <= 1:
+        raise Gguf2ovError(f"variant {name!r}: the ratio must be in (0, 1]")
+    return Variant(
+        weight_format=f"int{bits}",
+        group_size=(int(m["g"]) if m["g"] else DEFAULT_GROUP_SIZE) if bits == "4" else None,
+        sym=m["sym"] == "sym",
+        ratio=ratio,
+        all_layers=bool(m["all"]),
+    )
+
+
+def variant_from_flags(weight_format: str, group_size=None, sym=False, ratio=None, all_layers=False,
+                       default_group_size: int = DEFAULT_GROUP_SIZE) -> Variant:
+    """The optimum-cli-style flags (`--weight-format`, `--group-size`, `--sym`, `--ratio`, `--all-layers`)."""
+    fmt = FORMATS.get(weight_format)
+    if fmt is None:
+        raise Gguf2ovError(f"unknown weight format {weight_format!r}", hint=f"use {', '.join(FORMATS)}")
+    if fmt.nncf_bits is None:
+        if group_size is not None or sym or ratio is not None or all_layers:
+            raise Gguf2ovError(
+                f"--group-size, --sym, --ratio and --all-layers apply to int8/int4, not to --weight-format {weight_format}"
+            )
+        return Variant(weight_format)
+    if fmt.nncf_bits == 8:
+        if group_size is not None:
+            raise Gguf2ovError("--group-size applies to int4 only: int8 is per channel")
+        return Variant(weight_format, sym=sym, ratio=ratio, all_layers=all_layers)
+    return Variant(weight_format, group_size or default_group_size, sym, ratio, all_layers)
+
+
+def require_source_for(variant: Variant, source_kind: str) -> None:
+    """A format that carries the file's own grid needs a GGUF source."""
+    if variant.format.needs_gguf and source_kind != "gguf":
+        raise Gguf2ovError(f"the {variant.name} variant carries the GGUF's own quantization grid: the source must "
+                           "be a GGUF file, not a checkpoint folder")
+
+
+# --- what an IR stores, read back -----------------------------------------------------------------------
+
+VARIANT_RT_INFO = ("gguf2ov", "variant")
+
+
+def format_of_ir(model) -> Format:
+    """The format an IR's weights are in: the variant gguf2ov recorded, or for an IR from elsewhere
+    what its weight constants hold (float16 -> fp16, integer -> int8, else fp32)."""
+    if model.has_rt_info(list(VARIANT_RT_INFO)):
+        recorded = model.get_rt_info(list(VARIANT_RT_INFO)).astype(str)
+        try:
+            return parse_variant(recorded).format
+        except Gguf2ovError:
+            pass  # a name of another version: read the constants
+    from ..runtime.irweights import weight_constants
+
+    types = {src.get_output_element_type(0) for src in weight_constants(model)}
+    if any(not t.is_real() for t in types):
+        return FORMATS["int8"]
+    return FORMATS["fp16"] if any(t.get_type_name() in ("f16", "bf16") for t in types) else FORMATS["fp32"]

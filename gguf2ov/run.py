@@ -1,0 +1,233 @@
+"""`gguf2ov run`: the whole job on one GGUF draft, with one report.
+
+The job (`job.Job`) opens the GGUF and the target once; the stages of `run`, in order:
+- layer-offset: only for a GGUF that cannot tell how its target layer ids were written (and no
+  --target-layer-offset): the offset is measured against the target (the tap scan);
+- convert: the HF checkpoint, OUT/checkpoint;
+- check: against the reference weights (skipped without --reference);
+- drift: fp32, the drift variants and the requantized draft (--requant, int4_asym_g16 by default),
+  each exported under OUT/drafts, measured, and verified against the GGUF's own function
+  (checkpoint-match) and the target;
+- verify:fp32 (those checks, with the tap scan: once, the variants read the same layers) and
+  verify:REQUANT;
+- accept:fp32 and accept:REQUANT, each draft on the target in OpenVINO GenAI, against one
+  target-alone baseline;
+then OUT/report.md and OUT/report.json, also when a stage failed. A stage that fails stops the run:
+the report says which one and why, and the exit code is 1. The whole folder is put in place when
+the report is written: an interrupted run, or one that fails unexpectedly, leaves the previous
+output as it was.
+"""
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import Gguf2ovError
+from .progress import step
+from .report import Table, render
+
+DEFAULT_REQUANT = "int4_asym_g16"
+
+
+@dataclass(frozen=True)
+class StageOutcome:
+    name: str
+    status: str       # pass | fail | skip
+    seconds: float
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class RunResult:
+    source: str
+    target: str
+    out_dir: str
+    verdict: str                        # PASS, or the verdict/stage that stopped the run
+    stages: list[StageOutcome]
+    results: dict = field(default_factory=dict)   # stage name -> its result dataclass
+    provenance: dict = field(default_factory=dict)
+    work: dict = field(default_factory=dict)      # what the run did, counted (work.py): compiles, generations, ...
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "PASS"
+
+    def tables(self) -> list[Table]:
+        rows = [[s.name, s.status.upper(), f"{s.seconds:.1f} s", s.reason] for s in self.stages]
+        tables = [Table("Pipeline stages", ["stage", "status", "time", "result"], rows)]
+        runs = {name.split(":", 1)[1]: r for name, r in self.results.items() if name.startswith("accept")}
+        accept_rows = [[label, r.verdict, r.overall.identity, f"{r.overall.accepted_tokens}/{r.overall.generated_tokens}",
+                        r.overall.acceptance_rate, r.overall.mean_acceptance_length, r.overall.tok_s_target,
+                        r.overall.tok_s_draft, r.overall.speedup] for label, r in runs.items()]
+        if runs:
+            first = next(iter(runs.values()))
+            from .runtime.numerics import describe_numerics
+
+            note = f"{first.pipeline} on {first.device}, {first.precision}" + (
+                f" ({describe_numerics(first.numerics)})" if first.numerics else "")
+            tables.append(Table("Drafts on the target", ["draft", "verdict", "identical", "accepted/generated",
+                                                         "accepted/drafted", "mean accept len", "tok/s target",
+                                                         "tok/s draft", "speedup"], accept_rows, note))
+        return tables
+
+    def summary(self) -> list[str]:
+        return [f"verdict: {self.verdict}", f"report: {Path(self.out_dir) / 'report.md'}"]
+
+
+def run(job, out_dir, reference_dir=None, requant: str = DEFAULT_REQUANT, variants=None,
+        overwrite: bool = False) -> RunResult:
+    """The whole job on `job` (its source a draft GGUF, its target a target folder) into `out_dir`."""
+    from .model.variants import DEFAULT_DRIFT_VARIANTS, parse_variant
+    from .outputs import atomic_dir, relocated, require_output_dir
+    from .sources import resolve
+    from .stages.accept import require_options
+    from .work import counts
+
+    o = job.options
+    requant = parse_variant(requant).name
+    names = list(dict.fromkeys(["fp32", *(variants or DEFAULT_DRIFT_VARIANTS), requant]))
+    for name in names:
+        parse_variant(name)
+    gguf_path = Path(resolve(job.source))
+    if not gguf_path.is_file():
+        raise Gguf2ovError(f"{gguf_path} does not exist")
+    require_options(o.max_new_tokens, o.num_assistant_tokens, o.repeats, o.precision)
+    target_dir = job.target_dir  # opened and checked before any work
+    if reference_dir is not None and not Path(reference_dir, "config.json").is_file():
+        raise Gguf2ovError(f"reference folder {reference_dir} has no config.json",
+                           hint="pass the Hugging Face checkpoint folder the GGUF was made from")
+    out_dir = Path(out_dir)
+    inputs = (gguf_path, target_dir, reference_dir, o.map_path)
+    require_output_dir(out_dir, overwrite, inputs=inputs)
+    before = counts()
+    start = time.monotonic()
+    with atomic_dir(out_dir, overwrite=overwrite, inputs=inputs) as tmp:
+        stages = _Stages(o.progress)
+        verdict = _run_stages(job, stages, tmp, reference_dir, requant, names)
+        options = {**o.record(), "reference": str(reference_dir) if reference_dir else None, "requant": requant,
+                   "variants": names, "prompts": len(job.prompts())}
+        if job.offset_decision is not None:
+            options["target_layer_offset"] = job.offset_decision.offset
+            options["target_layer_offset_measured"] = job.offset_decision.record()
+        from .provenance import provenance, target_record
+
+        result = RunResult(str(gguf_path), str(target_dir), str(tmp), verdict, stages.outcomes, stages.results,
+                           provenance({"gguf": job.gguf or gguf_path, "target": target_record(target_dir)}, options),
+                           _since(before, counts()) | {"wall seconds": round(time.monotonic() - start, 1)})
+        result = relocated(result, tmp, out_dir)
+        _write_reports(result, tmp)
+    return result
+
+
+def _run_stages(job, stages: "_Stages", out: Path, reference_dir, requant: str, names: list[str]) -> str:
+    """Run the stages in order into `out`; the verdict (PASS, or the verdict or stage that stopped the run)."""
+    from .stages.check import check
+    from .stages.convert import convert
+    from .stages.drift import drift
+    from .stages.verify import with_tap_scan
+
+    o = job.options
+    try:
+        if job.ambiguous():
+            # a GGUF that cannot tell how its target layer ids were written: measured against the target
+            stages.run("layer-offset", lambda: job.offset_decision, lambda r: (True, " ".join(r.summary())))
+        stages.run("convert", lambda: convert(job.mapped, out / "checkpoint", offset_decision=job.offset_decision,
+                                              progress=o.progress),
+                   lambda r: (True, f"{r.n_tensors} tensors, target layer ids {r.target_layer_ids_written}"))
+        if reference_dir:
+            stages.run("check", lambda: check(job.gguf, reference_dir, map_path=o.map_path,
+                                              target_layer_offset=job.target_layer_offset, progress=o.progress),
+                       lambda r: (r.passed, "; ".join(r.summary()[:2])))
+        else:
+            stages.skip("check", "no --reference given")
+        d = stages.run("drift", lambda: drift(job.draft, out / "drafts", variants=names, target=job.target,
+                                              prompts=job.prompts(), verify=job.verify, progress=o.progress,
+                                              hold_target=True),  # the tap scan below runs the target again
+                       lambda r: (all(v.verified for v in r.variants), _drift_reason(r, requant)))
+        drafts = {v.name: v for v in d.variants}
+        # the variants' own verify results (checkpoint-match against the GGUF, the target checks), and
+        # the tap scan once, on the fp32 draft: the variants read the same layers
+        stages.run("verify:fp32", lambda: with_tap_scan(drafts["fp32"].verify, job.target, job.prompts()),
+                   _verify_judgement)
+        if requant != "fp32":
+            stages.run(f"verify:{requant}", lambda: drafts[requant].verify, _verify_judgement)
+        job.release_target()  # GenAI compiles its own copy of the target
+        for name in dict.fromkeys(("fp32", requant)):
+            verified = stages.results[f"verify:{name}"]
+            stages.run(f"accept:{name}", lambda: job.accept(drafts[name].path, verified=verified), _accept_judgement)
+        return "PASS"
+    except _Stop:
+        failed = stages.outcomes[-1]
+        if failed.name.startswith("accept") and failed.name in stages.results:
+            return stages.results[failed.name].verdict
+        return f"FAILED at {failed.name}"
+
+
+def _drift_reason(r, requant: str) -> str:
+    return f"{len(r.variants)} variants; " + ", ".join(
+        f"{v.name} {'verified' if v.verified else 'FAILED verify: ' + ', '.join(v.verify_failures)}"
+        for v in r.variants if v.name in ("fp32", requant))
+
+
+def _verify_judgement(r) -> tuple[bool, str]:
+    scan = r.finding("layer-fit")
+    text = "all checks pass" if r.ok else "; ".join(r.summary())
+    match = r.finding("checkpoint-match")
+    if match is not None and r.ok:
+        text += f"; checkpoint-match {match.status}: {match.reason}"
+    return r.ok, text + (f"; layer-fit {scan.status}: {scan.reason}" if scan is not None and scan.status != "fail" else "")
+
+
+def _accept_judgement(r) -> tuple[bool, str]:
+    return (r.verdict == "PASS", f"{r.verdict}: {r.overall.accepted_tokens}/{r.overall.generated_tokens} tokens from "
+                                 f"the draft, {r.overall.speedup:.2f}x" + "".join(f"; {x}" for x in r.reasons))
+
+
+class _Stop(Exception):
+    pass
+
+
+class _Stages:
+    """The stages run so far: their outcomes in order, and each one's result."""
+
+    def __init__(self, progress: bool):
+        self.progress, self.outcomes, self.results = progress, [], {}
+
+    def run(self, name: str, fn, judge=lambda r: (True, "")):
+        step(f"stage {name}", self.progress)
+        start = time.monotonic()
+        try:
+            r = fn()
+        except Gguf2ovError as e:
+            self.outcomes.append(StageOutcome(name, "fail", time.monotonic() - start, e.message))
+            raise _Stop(f"{name} failed") from e
+        passed, reason = judge(r)
+        self.results[name] = r
+        self.outcomes.append(StageOutcome(name, "pass" if passed else "fail", time.monotonic() - start, reason))
+        if not passed:
+            raise _Stop(f"{name} failed")
+        return r
+
+    def skip(self, name: str, reason: str) -> None:
+        self.outcomes.append(StageOutcome(name, "skip", 0.0, reason))
+
+
+def _since(before: dict, after: dict) -> dict:
+    return {k: v - before.get(k, 0) for k, v in after.items() if v - before.get(k, 0)}
+
+
+def _write_reports(result: RunResult, folder: Path) -> None:
+    from .outputs import atomic_write_text
+    from .report import write_reports
+
+    write_reports(result, folder / "report.json")
+    atomic_write_text(folder / "report.md", markdown_report(result))
+
+
+def markdown_report(result: RunResult) -> str:
+    parts = [render(result, "markdown", title="gguf2ov run")]
+    for name, r in result.results.items():
+        parts.append(render(r, "markdown", title=name))
+        if name == "drift" and r.plot:
+            parts.append(f"![size against weight drift]({Path(r.plot).relative_to(result.out_dir)})")
+    return "\n\n".join(parts)

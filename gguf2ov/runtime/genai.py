@@ -1,0 +1,212 @@
+"""OpenVINO GenAI as every stage runs it: the pipeline for a text or a VLM target, with or without
+a DFlash draft, the greedy generation config, and a generate that counts what the draft did.
+
+What GenAI 2026.4.1 needs for DFlash (measured; FACTS.md and notes/vlm-dflash.md):
+- a scheduler config with prefix caching off, on `LLMPipeline` and `VLMPipeline` alike (the VLM
+  default turns it on, and DFlash's paged-attention path refuses it);
+- greedy decoding, one sequence, `assistant_confidence_threshold` 0;
+- `INFERENCE_PRECISION_HINT=f32` on both models for byte-identical text with and without the
+  draft (the CPU's default bf16 can part the multi-token verify pass from single-token decoding);
+- on GPU, the paged-attention backend (`ATTENTION_BACKEND=PA`), as the DFlash recipe sets it.
+Counting, where `get_num_draft_tokens()` returns 0 in the DFlash path: target steps are the
+entries of the main model's `m_batch_sizes` (each step emits accepted + 1 tokens), draft
+candidates the sum of the draft model's.
+"""
+
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import Gguf2ovError
+from ..names import IR_XML, VLM_LANGUAGE_MODEL, VLM_TEXT_EMBEDDINGS
+from ..work import count
+from .numerics import F32_HINT
+
+PRECISIONS = ("f32", "auto")
+PIPELINES = {"llm": "LLMPipeline", "vlm": "VLMPipeline"}
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A prompt: text, and the images a VLM target sees with it."""
+
+    text: str
+    images: tuple[str, ...] = ()
+
+    @property
+    def kind(self) -> str:
+        return "image" if self.images else "text"
+
+
+# A prompts-file line `[image=cat.png] What is in the picture?` is an image prompt (the path is
+# relative to the file; several tags give several images).
+IMAGE_TAG = re.compile(r"\[image=([^\]]+)\]\s*")
+IMAGE_PROMPT_TEXT = "Describe this image."
+
+
+def parse_prompt(line: str, base_dir=None) -> Prompt:
+    images = []
+    while m := IMAGE_TAG.match(line):
+        path = Path(m.group(1).strip())
+        images.append(str(path if path.is_absolute() or base_dir is None else Path(base_dir) / path))
+        line = line[m.end():]
+    return Prompt(line, tuple(images))
+
+
+def as_prompts(items) -> list[Prompt]:
+    """Prompts from strings or Prompts."""
+    return [p if isinstance(p, Prompt) else Prompt(p) for p in items]
+
+
+def text_prompts(items) -> list[str]:
+    """The texts of the prompts that have no image (what a draft's offline contexts are built from)."""
+    return [p.text for p in as_prompts(items) if not p.images]
+
+
+# --- prompts from the command line ----------------------------------------------------------------
+
+# Used when no prompt file is given: plain English openings any text model can continue.
+DEFAULT_PROMPTS = [
+    "The history of the printing press begins",
+    "Here is a short story about a lighthouse keeper:",
+    "Water boils at a lower temperature on a mountain because",
+]
+
+
+def read_prompts(path, images=()) -> list[Prompt]:
+    """One prompt per line (`[image=FILE] text` for an image prompt), then one image prompt per file
+    in `images` (`--image`)."""
+    prompts = []
+    if path is not None:
+        path = Path(path)
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except OSError as e:
+            raise Gguf2ovError(f"cannot read prompts file {path}: {e.strerror}") from e
+        prompts = [parse_prompt(line, path.parent) for line in lines if line.strip()]
+        if not prompts:
+            raise Gguf2ovError(f"prompts file {path} has no prompts", hint="write one prompt per line")
+    prompts += [Prompt(IMAGE_PROMPT_TEXT, (str(image),)) for image in images]
+    for image in (i for p in prompts for i in p.images):
+        if not Path(image).is_file():
+            raise Gguf2ovError(f"image {image} does not exist", hint="image paths in a prompts file are relative to it")
+    return prompts
+
+
+def given_prompts(prompts_file, images=(), default=DEFAULT_PROMPTS) -> list[Prompt] | None:
+    """The prompts a command is given (`--prompts FILE`, `--image FILE`...), or `default` (None:
+    the stage's own). Images alone come after the default text prompts."""
+    if prompts_file is None and not images:
+        return None if default is None else as_prompts(default)
+    prompts = read_prompts(prompts_file, images)
+    if prompts_file is None:
+        prompts = as_prompts(DEFAULT_PROMPTS) + prompts
+    return prompts
+
+
+# --- the pipeline -------------------------------------------------------------------------------------
+
+def target_kind(target_dir) -> str | None:
+    """"vlm" for a VLM folder (language model + text embeddings), "llm" for a text model, else None."""
+    target_dir = Path(target_dir)
+    if (target_dir / VLM_LANGUAGE_MODEL).is_file() and (target_dir / VLM_TEXT_EMBEDDINGS).is_file():
+        return "vlm"
+    if (target_dir / IR_XML).is_file():
+        return "llm"
+    return None
+
+
+def properties(precision: str, device: str = "CPU") -> dict:
+    if precision not in PRECISIONS:
+        raise Gguf2ovError(f"unknown precision {precision!r}", hint=f"use one of {', '.join(PRECISIONS)}")
+    # what users run: the f32 hint for byte-identical text, the plugin's dynamic quantization as it
+    # is (numerics() records it beside the figures)
+    props = dict(F32_HINT) if precision == "f32" else {}
+    if device.upper().startswith("GPU"):
+        props["ATTENTION_BACKEND"] = "PA"
+    return props
+
+
+def scheduler():
+    import openvino_genai as ov_genai
+
+    s = ov_genai.SchedulerConfig()
+    s.enable_prefix_caching = False  # DFlash with the paged-attention backend rejects it
+    return s
+
+
+def make_pipeline(target_dir, device: str, props: dict, draft_dir=None):
+    """`LLMPipeline` or `VLMPipeline` (by the target folder), with the DFlash draft attached when given."""
+    import openvino_genai as ov_genai
+
+    target_dir = Path(target_dir)
+    count("target compiles (GenAI pipelines)")
+    cls = ov_genai.VLMPipeline if target_kind(target_dir) == "vlm" else ov_genai.LLMPipeline
+    extra = {} if draft_dir is None else {"draft_model": ov_genai.draft_model(str(draft_dir), device, **props)}
+    return cls(str(target_dir), device, scheduler_config=scheduler(), **extra, **props)
+
+
+def generation_config(pipe, max_new_tokens: int, num_assistant_tokens: int | None, apply_chat_template: bool = False):
+    cfg = pipe.get_generation_config()
+    cfg.max_new_tokens = max_new_tokens
+    cfg.do_sample = False
+    cfg.num_beams = 1
+    cfg.num_return_sequences = 1
+    if hasattr(cfg, "apply_chat_template"):
+        cfg.apply_chat_template = apply_chat_template
+    if num_assistant_tokens is not None:
+        cfg.num_assistant_tokens = num_assistant_tokens
+        cfg.assistant_confidence_threshold = 0.0
+    return cfg
+
+
+@dataclass
+class Generation:
+    """One greedy generation, and what the draft did in it."""
+
+    text: str
+    seconds: float
+    generated: int
+    accepted: int = 0
+    drafted: int = 0
+    steps: int = 0
+    emitted_per_step: tuple[int, ...] = ()   # target: accepted + 1 per step (the first is the prefill)
+    drafted_per_call: tuple[int, ...] = ()   # draft: candidates per call, one call per later step
+
+
+def load_image(path):
+    """An image file as the uint8 [1, H, W, 3] tensor VLMPipeline takes."""
+    import numpy as np
+    import openvino as ov
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as image:
+            pixels = np.asarray(image.convert("RGB"), dtype=np.uint8)
+    except (OSError, UnidentifiedImageError) as e:
+        raise Gguf2ovError(f"cannot read image {path}: {e}", hint="pass a PNG or JPEG file") from e
+    return ov.Tensor(pixels[None].copy())
+
+
+def generate(pipe, prompt: Prompt, cfg, speculative: bool) -> Generation:
+    if prompt.images:
+        images = [load_image(p) for p in prompt.images]
+        start = time.perf_counter()
+        r = pipe.generate(prompt.text, images=images, generation_config=cfg)
+    elif type(pipe).__name__ == "VLMPipeline":
+        start = time.perf_counter()
+        r = pipe.generate(prompt.text, generation_config=cfg)
+    else:
+        start = time.perf_counter()
+        r = pipe.generate([prompt.text], cfg)  # a list gives DecodedResults with the metrics
+    seconds = time.perf_counter() - start
+    run = Generation(text=r.texts[0], seconds=seconds, generated=int(r.perf_metrics.get_num_generated_tokens()))
+    if speculative:
+        m = r.extended_perf_metrics
+        run.accepted = int(m.get_num_accepted_tokens())
+        run.emitted_per_step = tuple(int(x) for x in m.main_model_metrics.raw_metrics.m_batch_sizes)
+        run.drafted_per_call = tuple(int(x) for x in m.draft_model_metrics.raw_metrics.m_batch_sizes)
+        run.steps = len(run.emitted_per_step)
+        run.drafted = sum(run.drafted_per_call)
+    return run

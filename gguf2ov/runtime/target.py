@@ -1,0 +1,383 @@
+"""The target model as the draft sees it: tokenizer, hidden-state taps, embedding and lm_head.
+
+A DFlash draft reads the target's hidden states at `target_layer_ids` (located through the
+target IR's `hidden_states_decoder_layers` rt_info), embeds its block with the target's token
+embedding, and GenAI scores its rows with the target's lm_head weight (grafted onto the draft's
+`last_hidden_state`: the draft's own final norm, then the head's MatMul). Drift and the tap scan
+use the same three pieces, taken from the target's OpenVINO IR as GenAI takes them.
+
+They are found by the graph's structure, not by node names (optimum names them
+`aten::embedding`/`aten::linear` in f32 exports and `ov_ext::embedding`/`ov_ext::linear` in 16-bit
+and compressed ones): the embedding is the Gather that looks up the `input_ids` Parameter in a
+constant table, the head the MatMul that produces the `logits` output (through an Add, a Transpose
+or a softcap, as GenAI's `find_llm_matmul` allows); tied heads share the embedding's constant.
+
+Real targets are 4-30 B parameters, so nothing here holds their weights in float32: embedding rows
+and head logits come from small compiled sub-models over the weight subgraphs as stored (an int4
+table stays int4), and the target itself is compiled once, with every locator as an output, for
+its greedy continuation, its logits and its hidden states alike.
+
+A VLM target folder (optimum-intel's image-text-to-text export) holds the language model, which
+takes embeddings, and a text-embeddings model, which makes them from token ids (Gemma scales
+them there); GenAI embeds the draft's block with the latter, and so does `embed()`.
+"""
+
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import Gguf2ovError
+from ..names import (DETOKENIZER_IR, IR_XML, TOKENIZER_IR, VLM_LANGUAGE_MODEL, VLM_PER_LAYER_EMBEDDINGS,
+                     VLM_TEXT_EMBEDDINGS)
+from ..work import count
+from .genai import target_kind
+from .numerics import compile_exact, compile_plain, core
+
+LOCATORS_KEY = "hidden_states_decoder_layers"
+# Between the logits output and the head's MatMul, what GenAI's find_llm_matmul steps over.
+_HEAD_WRAPPERS = ("Add", "Transpose", "Convert")
+# Rows per head sub-model call: bounds the [rows, vocab] float32 logits (152k-token vocabulary:
+# 64 rows are 39 MB).
+HEAD_ROWS = 64
+
+
+def read_locators(model) -> dict[int, dict] | None:
+    """{layer id: {"producer": node name, "output_index": i}} from the target IR, or None."""
+    rt = model.get_rt_info()
+    if LOCATORS_KEY not in rt:
+        return None
+    try:
+        layers = json.loads(rt[LOCATORS_KEY].astype(str))["layers"]
+        return {int(k): v for k, v in layers.items()}
+    except (ValueError, KeyError, TypeError) as e:
+        raise Gguf2ovError(f"the target's {LOCATORS_KEY} rt_info is not valid JSON with a 'layers' map: {e}") from e
+
+
+# --- what a target folder must hold -----------------------------------------------------------------
+
+
+def require_not_gguf_named(what: str, d: Path) -> None:
+    if d.suffix.lower() == ".gguf":
+        # GenAI reads any path ending in .gguf as a GGUF file, even a folder of IR files.
+        raise Gguf2ovError(f"{what} path {d} ends in .gguf; OpenVINO GenAI would read it as a GGUF file",
+                           hint="pass the exported OpenVINO folder, renamed without the .gguf suffix")
+
+
+def require_target_dir(target_dir) -> None:
+    """What GenAI needs of a target folder, checked before any work: the IR and its tokenizers."""
+    target_dir = Path(target_dir)
+    require_not_gguf_named("target", target_dir)
+    if not target_dir.is_dir():
+        raise Gguf2ovError(f"target folder {target_dir} does not exist")
+    if target_kind(target_dir) is None:
+        raise Gguf2ovError(f"target folder {target_dir} has no openvino_model.xml (a text model) nor "
+                           "openvino_language_model.xml with openvino_text_embeddings_model.xml (a VLM)",
+                           hint="export the target with optimum-intel (task text-generation-with-past, or "
+                                "image-text-to-text for a VLM)")
+    missing = [n for n in (TOKENIZER_IR, DETOKENIZER_IR) if not (target_dir / n).is_file()]
+    if missing:
+        raise Gguf2ovError(f"target folder {target_dir} has no {' / '.join(missing)}",
+                           hint="convert the target's tokenizer with openvino_tokenizers.convert_tokenizer("
+                                "tok, with_detokenizer=True); GenAI takes the tokenizer from the target")
+
+
+
+# --- the pieces, by graph structure -----------------------------------------------------------------
+
+
+def _from_constants(output, seen: dict) -> bool:
+    """Whether `output` is computed from constants alone (a weight, through any decompression)."""
+    node = output.get_node()
+    key = node.get_name()
+    if key not in seen:
+        kind = node.get_type_name()
+        seen[key] = kind == "Constant" or (kind not in ("Parameter", "ReadValue") and node.get_input_size() > 0
+                                           and all(_from_constants(v, seen) for v in node.input_values()))
+    return seen[key]
+
+
+def _token_ids(model):
+    """The Parameter that takes token ids: `input_ids`, or the one input of a text-embeddings model."""
+    params = model.get_parameters()
+    named = next((p for p in params if "input_ids" in p.output(0).get_names()), None)
+    return named if named is not None or len(params) != 1 else params[0]
+
+
+def embedding_lookup(model, where) -> "object":
+    """The Gather that turns the token-id Parameter into embeddings: its indices come from the
+    Parameter (through Converts), its data is a constant [vocab, hidden] subgraph."""
+    ids = _token_ids(model)
+    if ids is not None:
+        frontier, seen = [ids.output(0)], {}
+        while frontier:
+            output = frontier.pop()
+            for target in output.get_target_inputs():
+                node = target.get_node()
+                if node.get_type_name() == "Gather" and target.get_index() == 1:
+                    table = node.input_value(0)
+                    if table.get_partial_shape().rank.get_length() == 2 and _from_constants(table, seen):
+                        return node
+                elif node.get_type_name() == "Convert":
+                    frontier.append(node.output(0))
+    raise Gguf2ovError(f"{where}: no token-embedding lookup found: looked for a Gather of the input_ids Parameter "
+                       "in a constant [vocab, hidden] table",
+                       hint="export the target with optimum-intel (text-generation-with-past) or `gguf2ov target`")
+
+
+def logits_matmul(model, where) -> "object":
+    """The MatMul that makes the `logits` output from a constant weight (GenAI grafts its weight
+    onto the draft), found through an Add, a Transpose, a Convert or a tanh softcap."""
+    result = next((o for o in model.outputs if "logits" in o.get_names()), model.outputs[0] if model.outputs else None)
+    node = result.get_node() if result is not None else None
+    seen = {}
+    for _ in range(6):
+        if node is None:
+            break
+        kind = node.get_type_name()
+        if kind == "MatMul" and _from_constants(node.input_value(1), seen):
+            return node
+        if kind == "Result" or kind in _HEAD_WRAPPERS:
+            node = node.input_value(0).get_node()
+        elif kind == "Multiply" and node.input_value(0).get_node().get_type_name() == "Tanh":  # cap * tanh(x / cap)
+            node = node.input_value(0).get_node().input_value(0).get_node()
+            node = node.input_value(0).get_node() if node.get_type_name() == "Divide" else None
+        else:
+            break
+    raise Gguf2ovError(f"{where}: no lm_head found: looked for the MatMul of a constant weight that makes the "
+                       "logits output (directly or through Add, Transpose or a tanh softcap)",
+                       hint="export the target with optimum-intel (text-generation-with-past) or `gguf2ov target`")
+
+
+@dataclass
+class Target:
+    path: Path
+    kind: str = "llm"  # "llm" | "vlm"
+
+    @classmethod
+    def open(cls, path) -> "Target":
+        path = Path(path)
+        kind = target_kind(path)
+        if kind is None:
+            raise Gguf2ovError(
+                f"{path} is not an OpenVINO target folder: neither {IR_XML} nor {VLM_LANGUAGE_MODEL} with "
+                f"{VLM_TEXT_EMBEDDINGS}",
+                hint="export the target with optimum-intel (task text-generation-with-past, or image-text-to-text)",
+            )
+        return cls(path, kind)
+
+    @property
+    def model_path(self) -> Path:
+        return self.path / (VLM_LANGUAGE_MODEL if self.kind == "vlm" else IR_XML)
+
+    @cached_property
+    def model(self):
+        """The target's language model as read (weights memory-mapped, never converted)."""
+        return core().read_model(str(self.model_path))
+
+    @cached_property
+    def config(self) -> dict:
+        """The language model's config (a VLM's `text_config`)."""
+        from ..hf.checkpoint import read_json_object
+
+        raw = read_json_object(self.path / "config.json", required=False) or {}
+        return raw if "num_hidden_layers" in raw else raw.get("text_config") or raw
+
+    @cached_property
+    def locators(self) -> dict[int, dict] | None:
+        return read_locators(self.model)
+
+    @cached_property
+    def _embedding_model(self):
+        """The model whose Gather looks token ids up: the target's own, or a VLM's text-embeddings model."""
+        return core().read_model(str(self.path / VLM_TEXT_EMBEDDINGS)) if self.kind == "vlm" else self.model
+
+    @cached_property
+    def embedding(self):
+        """The token-embedding Gather (in the text-embeddings model of a VLM)."""
+        where = self.path / (VLM_TEXT_EMBEDDINGS if self.kind == "vlm" else IR_XML)
+        return embedding_lookup(self._embedding_model, where)
+
+    @cached_property
+    def head(self):
+        """The lm_head MatMul, whose weight GenAI grafts onto the draft."""
+        return logits_matmul(self.model, self.model_path)
+
+    def release(self) -> None:
+        """Drop the compiled target and the model read for it: the CPU plugin holds the mapped IR and
+        its repacked weights, ~2.2x the IR (4.6 GiB for a 2.1 GiB int4 4B target, measured), and GenAI
+        compiles a copy of its own. The next use compiles again."""
+        for name in ("_request", "model"):
+            self.__dict__.pop(name, None)
+
+    def require_attach_points(self) -> "Target":
+        """The embedding Gather and the head MatMul that GenAI attaches a draft to, found before any
+        work: a target without them gets one error naming what was looked for."""
+        self.embedding, self.head  # noqa: B018  (each raises what it looked for)
+        return self
+
+    @property
+    def tied(self) -> bool:
+        """Whether the head multiplies by the embedding's own constant (one table for both)."""
+        if self.kind == "vlm":
+            return False  # separate IRs: each holds its own copy
+        return self.head.input_value(1).get_node().get_name() == self.embedding.input_value(0).get_node().get_name()
+
+    @property
+    def vocab_size(self) -> int:
+        shape = self.head.get_output_partial_shape(0)
+        return shape[shape.rank.get_length() - 1].get_length()
+
+    @property
+    def hidden_size(self) -> int:
+        shape = self.head.input_value(0).get_partial_shape()
+        return shape[shape.rank.get_length() - 1].get_length()
+
+    # --- the draft's side: its block's embeddings, its rows' logits ------------------------------------
+
+    def embed(self, ids) -> np.ndarray:
+        """The embeddings GenAI feeds the draft for token `ids`: [len(ids), H] float32."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if self.kind == "vlm":
+            return self._run_ids_model(VLM_TEXT_EMBEDDINGS, ids)
+        return self._embed_request.infer({0: ids})[0].astype(np.float32, copy=False)
+
+    @cached_property
+    def _embed_request(self):
+        """Gather(the embedding table as stored, ids): reads only the rows asked for."""
+        import openvino as ov
+        from openvino import opset13 as ops
+
+        table = self.embedding.input_value(0)
+        ids = ops.parameter([-1], np.int64, name="ids")
+        rows = ops.convert(ops.gather(table, ids, ops.constant(np.int64(0))), "f32")
+        count("target sub-model compiles")
+        # exact: the draft's inputs, as on every CPU
+        return compile_exact(ov.Model([ops.result(rows)], [ids], "target_embedding")).create_infer_request()
+
+    def head_logits(self, rows: np.ndarray) -> np.ndarray:
+        """The target's lm_head on the draft's rows [n, H] -> [n, vocab] float32, as GenAI grafts it
+        (the head's MatMul alone: the draft applies its own final norm)."""
+        rows = np.asarray(rows, dtype=np.float32).reshape(-1, self.hidden_size)
+        request = self._head_request
+        return np.concatenate([request.infer({0: rows[i:i + HEAD_ROWS]})[0].copy()
+                               for i in range(0, len(rows), HEAD_ROWS)] or [np.zeros((0, self.vocab_size), np.float32)])
+
+    @cached_property
+    def _head_request(self):
+        import openvino as ov
+        from openvino import opset13 as ops
+
+        head = self.head
+        rows = ops.parameter([-1, self.hidden_size], np.float32, name="rows")
+        logits = ops.matmul(rows, head.input_value(1), head.get_transpose_a(), head.get_transpose_b())
+        count("target sub-model compiles")
+        # exact: drift and the tap scan compare these logits across variants and machines
+        return compile_exact(ov.Model([ops.result(logits)], [rows], "target_head")).create_infer_request()
+
+    def _run_ids_model(self, filename: str, ids: np.ndarray) -> np.ndarray:
+        """The single output of one of the VLM's token-id models for `ids` (batch dimension dropped)."""
+        requests = self.__dict__.setdefault("_id_models", {})
+        if filename not in requests:
+            compiled = compile_exact(self.path / filename)  # the draft's inputs, as on every CPU
+            requests[filename] = compiled.create_infer_request()
+        request = requests[filename]
+        out = request.infer({request.model_inputs[0]: np.asarray(ids, dtype=np.int64)[None]})
+        return np.asarray(out[request.model_outputs[0]])[0].astype(np.float32)
+
+    # --- the target's own run ------------------------------------------------------------------------
+
+    def tokenize(self, text: str) -> np.ndarray:
+        import openvino_tokenizers  # noqa: F401  registers the tokenizer ops
+
+        if not hasattr(self, "_tokenizer"):
+            p = self.path / TOKENIZER_IR
+            if not p.is_file():
+                raise Gguf2ovError(f"the target folder {self.path} has no {TOKENIZER_IR}")
+            self._tokenizer = compile_plain(p)
+        out = self._tokenizer([text])
+        return np.asarray(out["input_ids"]).reshape(-1).astype(np.int64)
+
+    @property
+    def tap_layers(self) -> list[int]:
+        """Every layer id whose hidden state the target's locators name (what a draft can tap)."""
+        return sorted(self.locators or {})
+
+    def hidden_states(self, tokens: np.ndarray, layer_ids: list[int]) -> np.ndarray:
+        """The concatenated hidden states at `layer_ids` for every position: [T, len(ids) * H]."""
+        return np.concatenate(list(self.layer_states(tokens, layer_ids)), axis=-1)
+
+    def layer_states(self, tokens: np.ndarray, layer_ids: list[int]) -> np.ndarray:
+        """The hidden states at each of `layer_ids`, from one pass: [len(ids), T, H] float32."""
+        if not self.locators:
+            raise Gguf2ovError(f"the target IR in {self.path} has no {LOCATORS_KEY} rt_info to find its layers")
+        missing = [i for i in layer_ids if i not in self.locators]
+        if missing:
+            raise Gguf2ovError(f"the target has no hidden-state locator for layer ids {missing}")
+        request, outputs = self._request
+        request.reset_state()
+        result = request.infer(self._feeds(request, tokens, 0))
+        return np.stack([np.asarray(result[outputs[i]])[0] for i in layer_ids]).astype(np.float32)
+
+    def logits(self, tokens: np.ndarray) -> np.ndarray:
+        """The target's next-token logits at every position of `tokens` in one pass: [T, vocab] (f32)."""
+        request, _ = self._request
+        request.reset_state()
+        result = request.infer(self._feeds(request, tokens, 0))
+        return np.asarray(result[request.model_outputs[0]])[0]
+
+    def greedy(self, tokens: np.ndarray, new_tokens: int) -> np.ndarray:
+        """`tokens` followed by the target's own greedy continuation of `new_tokens` tokens (f32)."""
+        request, _ = self._request
+        request.reset_state()
+        count("target greedy continuations (gguf2ov)")
+        sequence = [int(t) for t in tokens]
+        step = np.asarray(tokens, dtype=np.int64)
+        for _ in range(new_tokens):
+            result = request.infer(self._feeds(request, step, len(sequence) - len(step)))
+            sequence.append(int(np.asarray(result[request.model_outputs[0]])[0, -1].argmax()))
+            step = np.asarray(sequence[-1:], dtype=np.int64)  # the state holds the rest
+        return np.asarray(sequence, dtype=np.int64)
+
+    def _feeds(self, request, tokens, past: int) -> dict:
+        """One forward step over `tokens` after `past` cached positions, in the inputs the model has."""
+        tokens = np.asarray(tokens, dtype=np.int64)
+        t = past + len(tokens)
+        feeds = {"attention_mask": np.ones((1, t), np.int64),
+                 "position_ids": np.arange(past, t, dtype=np.int64)[None], "beam_idx": np.zeros(1, np.int32)}
+        names = {name for port in request.model_inputs for name in port.get_names()}
+        if "inputs_embeds" in names:
+            feeds["inputs_embeds"] = self.embed(tokens)[None]
+        else:
+            feeds["input_ids"] = tokens[None]
+        if "per_layer_inputs" in names and (self.path / VLM_PER_LAYER_EMBEDDINGS).is_file():
+            feeds["per_layer_inputs"] = self._run_ids_model(VLM_PER_LAYER_EMBEDDINGS, tokens)[None]  # Gemma's
+        if "token_type_ids" in names:
+            feeds["token_type_ids"] = np.zeros((1, len(tokens)), np.int64)
+        missing = names - set(feeds)
+        if missing:
+            raise Gguf2ovError(f"the target's {self.model_path.name} takes inputs this tool cannot feed: "
+                               f"{', '.join(sorted(missing))}")
+        return {k: v for k, v in feeds.items() if k in names}
+
+    @cached_property
+    def _request(self):
+        """The target compiled once, with every located layer as an extra output: (request, {layer id:
+        its output port}). One compile serves the greedy continuation, the logits and any tap set."""
+        model = self.model.clone()  # add_outputs would change the model every other reader shares
+        nodes = {op.get_friendly_name(): op for op in model.get_ordered_ops()}
+        extra = []
+        for i, loc in sorted((self.locators or {}).items()):
+            if loc.get("producer") not in nodes:
+                raise Gguf2ovError(f"target layer {i}: producer {loc.get('producer')!r} is not in the target graph")
+            extra.append((i, nodes[loc["producer"]].output(int(loc.get("output_index", 0)))))
+        ports = model.add_outputs([o for _, o in extra]) if extra else []
+        # the offline measurements (tap scan, drift contexts) compare across machines: exact
+        count("target compiles (gguf2ov)")
+        compiled = compile_exact(model)
+        first = len(compiled.outputs) - len(ports)
+        outputs = {i: compiled.outputs[first + k] for k, (i, _) in enumerate(extra)}
+        del model
+        return compiled.create_infer_request(), outputs

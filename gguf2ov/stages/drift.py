@@ -1,0 +1,364 @@
+"""Drift of requantized draft variants: size, weight error, and what the draft proposes.
+
+For each variant (fp32 baseline, NNCF int8/int4 at several group sizes, the GGUF-grid transcode)
+it measures, against the fp32 export and against the values the GGUF held:
+- weights: relative error ||w - w_ref|| / ||w_ref|| and cosine, over all weights and per tensor;
+- outputs: on blocks built from the target's own hidden states (or synthetic ones without a
+  target), the draft's proposals through the target's lm_head compared with the fp32 draft's:
+  top-1 agreement (llama.cpp's "same top p") and mean KL divergence (fp32 || variant).
+"""
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..checks.selector import SelectorGain, log_softmax
+from ..errors import Gguf2ovError
+from ..outputs import relocated
+from ..report import Table, human_bytes
+from ..runtime.genai import DEFAULT_PROMPTS, text_prompts
+from ..runtime.numerics import EXACT, describe_numerics, numerics
+
+
+@dataclass(frozen=True)
+class TensorDrift:
+    name: str
+    rel_err: float
+    cosine: float
+    rel_err_gguf: float | None
+    cosine_gguf: float | None
+
+
+@dataclass(frozen=True)
+class VariantDrift:
+    name: str
+    path: str
+    size_bytes: int
+    rel_err: float
+    cosine: float
+    rel_err_gguf: float | None
+    cosine_gguf: float | None
+    top1_agreement: float | None
+    kld: float | None
+    output_cosine: float
+    verified: bool | None
+    verify_failures: list[str]
+    acceptance: dict | None = None
+    tensors: list[TensorDrift] = field(default_factory=list)
+    verify: object | None = None  # the stages.verify.VerifyResult of the variant's folder
+
+
+@dataclass(frozen=True)
+class DriftResult:
+    source: str
+    out_dir: str
+    contexts: str            # "target" or "synthetic"
+    n_blocks: int
+    n_rows: int
+    variants: list[VariantDrift]
+    plot: str | None
+    seconds: float
+    provenance: dict
+    selector: SelectorGain | None = None  # DFlash 2 with a target: what GenAI's top-1 path leaves
+    # the arithmetic of the output figures: exact f32 (numerics.compile_exact), so that they compare
+    # across machines; the acceptance figures, when run, carry their own (the runtime's)
+    numerics: dict = field(default_factory=dict)
+
+    def tables(self) -> list[Table]:
+        grid = any(v.rel_err_gguf is not None for v in self.variants)
+        acc = any(v.acceptance for v in self.variants)
+        headers = ["variant", "size", "rel err", "cosine"]
+        headers += ["rel err vs GGUF", "cosine vs GGUF"] if grid else []
+        headers += ["same top-1", "mean KLD", "out cosine", "verify"]
+        headers += ["acceptance", "tok/s"] if acc else []
+        rows = []
+        for v in self.variants:
+            row = [v.name, human_bytes(v.size_bytes), _pct(v.rel_err), f"{v.cosine:.6f}"]
+            if grid:
+                row += [_pct(v.rel_err_gguf), None if v.cosine_gguf is None else f"{v.cosine_gguf:.6f}"]
+            row += [_pct(v.top1_agreement), v.kld, f"{v.output_cosine:.6f}",
+                    "-" if v.verified is None else ("pass" if v.verified else "FAIL")]
+            if acc:
+                a = v.acceptance or {}
+                row += [_pct(a.get("acceptance_rate")), a.get("tok_s_draft")]
+            rows.append(row)
+        note = (f"weights against the fp32 export{' and the dequantized GGUF grid' if grid else ''}; outputs over "
+                f"{self.n_rows} proposals in {self.n_blocks} blocks ({self.contexts} contexts)"
+                + (f", computed on {describe_numerics(self.numerics)}" if self.numerics else ""))
+        tables = [Table("Drift per variant", headers, rows, note)]
+        return tables + ([self.selector.table()] if self.selector else [])
+
+    def summary(self) -> list[str]:
+        lines = [f"{len(self.variants)} variants under {self.out_dir} in {self.seconds:.1f} s"]
+        if self.plot:
+            lines.append(f"plot: {self.plot}")
+        if self.selector:
+            s = self.selector
+            lines.append(f"DFlash 2 selector (offline, not in the IR): {s.selector_accepted:.2f} accepted tokens per block "
+                         f"against {s.top1_accepted:.2f} for GenAI's top-1 path")
+        bad = [v.name for v in self.variants if v.verified is False]
+        if bad:
+            lines.append(f"verify FAILED for: {', '.join(bad)}")
+        return lines
+
+
+def _pct(x) -> str | None:
+    if x is None:
+        return None
+    return f"{100 * x:.2e}%" if 0 < abs(x) < 1e-5 else f"{100 * x:.3f}%"
+
+
+# -- weight drift ---------------------------------------------------------------------------------
+
+class StreamingSums:
+    """Sums for a global relative error and cosine over many tensors, in float64, chunk by chunk."""
+
+    CHUNK = 1 << 22  # elements per float64 pass: bounded memory whatever the tensor
+
+    def __init__(self):
+        self.diff2 = self.ref2 = self.val2 = self.dot = 0.0
+
+    def add(self, value: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
+        v_all, r_all = value.reshape(-1), ref.reshape(-1)
+        d2 = r2 = v2 = dot = 0.0
+        for start in range(0, v_all.size, self.CHUNK):
+            v = v_all[start:start + self.CHUNK].astype(np.float64)
+            r = r_all[start:start + self.CHUNK].astype(np.float64)
+            d = v - r
+            d2, r2, v2, dot = d2 + float(d @ d), r2 + float(r @ r), v2 + float(v @ v), dot + float(v @ r)
+        self.diff2, self.ref2, self.val2, self.dot = self.diff2 + d2, self.ref2 + r2, self.val2 + v2, self.dot + dot
+        return _rel_cos(d2, r2, v2, dot)
+
+    def result(self) -> tuple[float, float]:
+        return _rel_cos(self.diff2, self.ref2, self.val2, self.dot)
+
+
+def _rel_cos(d2, r2, v2, dot) -> tuple[float, float]:
+    rel = float(np.sqrt(d2 / r2)) if r2 > 0 else float(np.sqrt(d2))
+    cos = dot / np.sqrt(v2 * r2) if v2 > 0 and r2 > 0 else float(v2 == r2)
+    return rel, float(cos)
+
+
+class WeightMeter:
+    """Drift of one variant's weights, measured one tensor at a time while the variant is built.
+
+    Called with each weight's IR output as the export makes it; the reference is the source's
+    float32 value of the same tensor: the fp32 export's weight, and for a GGUF source exactly the
+    dequantized grid the file holds.
+    """
+
+    def __init__(self, draft):
+        self.draft = draft
+        self.grid = draft.kind == "gguf"
+        self.overall = StreamingSums()
+        self.tensors: list[TensorDrift] = []
+
+    def __call__(self, name: str, output, values=None) -> None:
+        """`values`: the source tensor when the export has just read it (not read a second time)."""
+        from ..runtime.irweights import evaluate
+
+        value = evaluate(output)
+        reference = values if values is not None else self.draft.f32(name)
+        if value.shape != reference.shape:
+            raise Gguf2ovError(f"{name}: the variant's weight is {value.shape}, the source's {reference.shape}")
+        rel, cos = self.overall.add(value, reference)
+        self.tensors.append(TensorDrift(name, rel, cos, rel if self.grid else None, cos if self.grid else None))
+
+    def result(self) -> tuple[float, float, float | None, float | None]:
+        """(rel err, cosine) against the fp32 export, and against the GGUF grid (None without one)."""
+        missing = sorted(set(n for n, s in self.draft.expected.items() if len(s) == 2) - {t.name for t in self.tensors})
+        if missing:
+            raise Gguf2ovError(f"the variant lost weights the draft has: {', '.join(missing)}")
+        rel, cos = self.overall.result()
+        return (rel, cos, rel, cos) if self.grid else (rel, cos, None, None)
+
+
+# -- output drift ---------------------------------------------------------------------------------
+
+@dataclass
+class Blocks:
+    """Draft inputs for a set of blocks, and the target's lm_head that scores the outputs (rows ->
+    logits; None: no target)."""
+    embeds: list[np.ndarray]
+    contexts: list[np.ndarray]
+    head: Callable[[np.ndarray], np.ndarray] | None
+    kind: str
+
+
+def target_blocks(target, config, prompts, block_size: int, max_blocks: int = 48) -> Blocks:
+    """Blocks anchored in the prompts, with the target's hidden states as context (`target`: an
+    opened runtime.target.Target; `config`: the draft's DraftConfig)."""
+    ids, mask = config.target_layer_ids, config.mask_token_id
+    embeds, contexts = [], []
+    per_prompt = max(1, max_blocks // max(1, len(prompts)))
+    for text in text_prompts(prompts):
+        tokens = target.tokenize(text)
+        if len(tokens) < 2:
+            continue
+        hidden = target.hidden_states(tokens, ids)
+        anchors = np.unique(np.linspace(1, len(tokens) - 1, num=min(per_prompt, len(tokens) - 1)).astype(int))
+        for p in anchors:
+            block = np.full(block_size, mask, dtype=np.int64)
+            block[0] = tokens[p]  # the seed: the last token the target committed
+            embeds.append(target.embed(block))
+            contexts.append(hidden[:p])
+    if not embeds:
+        raise Gguf2ovError("the prompts gave no tokens to build draft blocks from")
+    return Blocks(embeds, contexts, target.head_logits, "target")
+
+
+def synthetic_blocks(config, block_size: int, n_blocks: int = 16, seed: int = 0) -> Blocks:
+    rng = np.random.default_rng(seed)
+    h, n_ids = config.hidden_size, len(config.target_layer_ids)
+    embeds = [rng.normal(0, 0.05, (block_size, h)).astype(np.float32) for _ in range(n_blocks)]
+    contexts = [rng.normal(0, 1.0, (int(rng.integers(4, 32)), n_ids * h)).astype(np.float32) for _ in range(n_blocks)]
+    return Blocks(embeds, contexts, None, "synthetic")
+
+
+def draft_outputs(draft_dir, blocks: Blocks) -> list[np.ndarray]:
+    from ..runtime.draft_ir import DraftIR
+
+    return DraftIR(draft_dir).run_blocks(list(zip(blocks.embeds, blocks.contexts)))
+
+
+def output_drift(outputs: list, baseline: list, head: Callable[[np.ndarray], np.ndarray] | None):
+    """(top-1 agreement, mean KLD, cosine) of a variant's outputs against the fp32 draft's.
+
+    Block by block: a real vocabulary's logits for every row at once would take gigabytes."""
+    out, ref = np.concatenate(outputs).astype(np.float64), np.concatenate(baseline).astype(np.float64)
+    cosine = float(np.sum(out * ref) / np.sqrt(np.sum(out * out) * np.sum(ref * ref)))
+    if head is None:
+        return None, None, cosine
+    same, kld = [], []
+    for o, r in zip(outputs, baseline):
+        logp_out = log_softmax(head(o).astype(np.float64))
+        logp_ref = log_softmax(head(r).astype(np.float64))
+        same.append(logp_out.argmax(-1) == logp_ref.argmax(-1))
+        kld.append(np.sum(np.exp(logp_ref) * (logp_ref - logp_out), axis=-1))
+    return float(np.mean(np.concatenate(same))), max(float(np.mean(np.concatenate(kld))), 0.0), cosine
+
+
+# -- the stage ------------------------------------------------------------------------------------
+
+def plot_drift(variants: list[VariantDrift], path) -> str | None:
+    """Size against weight error, one labelled point per variant."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+    for v in variants:
+        x, y = v.size_bytes / 2**20, 100 * v.rel_err
+        ax.scatter([x], [y], s=40, color="tab:orange" if v.name == "gguf" else "tab:blue", zorder=3)
+        label = v.name if v.top1_agreement is None else f"{v.name} (top-1 {100 * v.top1_agreement:.1f}%)"
+        ax.annotate(label, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    ax.set_xlabel("size on disk (MiB)")
+    ax.set_ylabel("weight relative error vs fp32 (%)")
+    ax.set_title("Draft variants: size against weight drift")
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return str(path)
+
+
+def drift(draft, out_dir, variants=None, target=None, prompts=None, verify=None, accept=None,
+          overwrite: bool = False, progress: bool = True, hold_target: bool = False) -> DriftResult:
+    """Build every variant of `draft` (a model.source.DraftSource, opened once: every variant streams
+    from it) under `out_dir`, and measure its drift.
+
+    `target` (a runtime.target.Target): contexts from its hidden states, proposals through its
+    lm_head. `verify(folder) -> VerifyResult` checks each variant (the job's: against the source and
+    the target); `accept(folder) -> AcceptResult` runs each on the target in GenAI. The target's
+    compiled model is released once its blocks are made, unless `hold_target` (the caller uses it
+    again): the CPU plugin holds ~2.2x the target IR while it is compiled.
+    """
+    from ..model.draft_graph import write_draft_ir
+    from ..model.variants import DEFAULT_DRIFT_VARIANTS, parse_variant
+    from ..model.weights import ir_size
+    from ..outputs import atomic_dir
+    from ..progress import step
+    from ..provenance import provenance
+    from ..report import write_reports
+
+    start = time.monotonic()
+    out_dir = Path(out_dir)
+    parsed = [parse_variant(n) for n in (variants or DEFAULT_DRIFT_VARIANTS)]  # a bad name fails before any work
+    if draft.kind != "gguf":
+        if variants and any(v.format.needs_gguf for v in parsed):
+            raise Gguf2ovError("the gguf variant needs a GGUF source, not a checkpoint folder")
+        parsed = [v for v in parsed if not v.format.needs_gguf]
+    parsed = [parse_variant("fp32")] + [v for v in parsed if v.name != "fp32"]  # the baseline comes first
+    if target is not None:
+        target.require_attach_points()  # before minutes of export, not after
+
+    with atomic_dir(out_dir, overwrite=overwrite, inputs=(draft.path, getattr(target, "path", None))) as tmp:
+        block = draft.config.block_size
+        if target is not None:
+            blocks = target_blocks(target, draft.config, prompts or DEFAULT_PROMPTS, block)
+            if not hold_target and not _measures_selector(draft, target):
+                target.release()
+        else:
+            blocks = synthetic_blocks(draft.config, block)
+        results, baseline_out, selector = [], None, None
+        for variant in parsed:
+            vdir = tmp / variant.name
+            step(f"building variant {variant.name}", progress)
+            meter = WeightMeter(draft)
+            write_draft_ir(draft, vdir, variant, progress, observe=meter)
+            step(f"measuring {variant.name}", progress)
+            outputs = draft_outputs(vdir, blocks)
+            baseline_out = baseline_out or outputs
+            verified = verify(vdir) if verify is not None else None
+            rel, cos, rel_g, cos_g = meter.result()
+            top1, kld, out_cos = output_drift(outputs, baseline_out, blocks.head)
+            acceptance = _acceptance(accept(vdir)) if accept is not None else None
+            results.append(VariantDrift(
+                name=variant.name, path=str(out_dir / variant.name), size_bytes=ir_size(vdir),
+                rel_err=rel, cosine=cos, rel_err_gguf=rel_g, cosine_gguf=cos_g,
+                top1_agreement=top1, kld=kld, output_cosine=out_cos,
+                verified=None if verified is None else verified.ok,
+                verify_failures=[] if verified is None else [c.name for c in verified.checks if c.status == "fail"],
+                acceptance=acceptance, tensors=meter.tensors, verify=verified,
+            ))
+            if selector is None and _measures_selector(draft, target):
+                step("measuring the DFlash 2 selector against the top-1 path", progress)
+                from ..checks.selector import selector_gain
+
+                selector = selector_gain(draft, vdir, target, prompts or DEFAULT_PROMPTS)
+                if not hold_target:
+                    target.release()
+        plot = plot_drift(results, tmp / "drift.png")
+        record = provenance({"source": draft}, {"variants": [v.name for v in parsed],
+                                                "target": str(target.path) if target is not None else None})
+        result = DriftResult(
+            source=str(draft.path), out_dir=str(out_dir), contexts=blocks.kind, n_blocks=len(blocks.embeds),
+            n_rows=int(sum(len(e) - 1 for e in blocks.embeds)), variants=results,
+            plot=str(out_dir / "drift.png") if plot else None, seconds=time.monotonic() - start,
+            provenance=record, selector=selector, numerics=numerics("CPU", EXACT),
+        )
+        result = relocated(result, tmp, out_dir)
+        write_reports(result, tmp / "drift.json", tmp / "drift.md", title="gguf2ov drift")
+    return result
+
+
+def _measures_selector(draft, target) -> bool:
+    """A DFlash 2 draft that carries its selector, with a target to measure it against."""
+    from ..checks.selector import SELECTOR
+
+    return target is not None and draft.config.is_dflash2 and sum(n.startswith(SELECTOR) for n in draft.ignored) == 3
+
+
+def _acceptance(r) -> dict:
+    """An acceptance run's figures, as drift's table shows them beside the variant's."""
+    o = r.overall
+    return {"verdict": r.verdict, "identical": o.identical, "identical_exact": o.identical_exact,
+            "acceptance_rate": o.acceptance_rate,
+            "mean_acceptance_length": o.mean_acceptance_length, "tok_s_target": o.tok_s_target,
+            "tok_s_draft": o.tok_s_draft, "speedup": o.speedup, "numerics": r.numerics}

@@ -1,0 +1,207 @@
+"""Write a checkpoint as a GGUF, the way llama.cpp's converter and quantizer do (a DFlash draft by
+default; any architecture a map describes).
+
+Names and metadata come from the architecture's map (`tensor_maps/dflash.yaml`) run backwards, so a
+file written here converts back with the same map. The type mix is llama.cpp's `llama-quant.cpp` for the chosen
+`mix`; blocks are quantized with `gguf2ov.quants` (llama.cpp's reference quantizers).
+gguf-py has no DFLASH constants: the arch and keys are written as raw strings.
+"""
+
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter, TokenType
+
+from ..errors import Gguf2ovError
+from ..hf.checkpoint import Checkpoint, read_json_object
+from ..maps.load import load_map
+from ..progress import progress as progress_bar
+
+Q = GGMLQuantizationType
+ARCH = "dflash"
+QUANT_VERSION = 2  # GGML_QNT_VERSION
+# mix -> (default type for 2-D weights, general.file_type as llama.cpp numbers it)
+MIXES = {"Q4_K_M": (Q.Q4_K, 15), "Q8_0": (Q.Q8_0, 7), "F16": (Q.F16, 1), "F32": (Q.F32, 0)}
+# llama.cpp's fallbacks when a row (ne[0]) is not a whole number of 256-weight super-blocks.
+K_FALLBACK = {Q.Q4_K: Q.Q5_0, Q.Q5_K: Q.Q5_1, Q.Q6_K: Q.Q8_0}
+
+
+@dataclass(frozen=True)
+class GgufWriteResult:
+    path: str
+    n_tensors: int
+    type_counts: dict[str, int]
+    metadata_keys: list[str]
+
+
+def use_more_bits(i: int, n: int) -> bool:
+    """llama.cpp's layers that get more bits in *_M mixes: the first and last eighth, every third."""
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def tensor_type(gguf_name: str, shape: tuple[int, ...], mix: str, n_layers: int) -> GGMLQuantizationType:
+    """The GGML type llama.cpp's quantizer picks for a tensor under `mix` (no importance matrix)."""
+    default, _ = MIXES[mix]
+    if len(shape) < 2 or not gguf_name.endswith("weight") or "norm" in gguf_name:
+        return Q.F32  # norms, 1-D tensors and raw parameters (conv bases) stay F32
+    qtype = default
+    if mix == "Q4_K_M":
+        layer = re.match(r"blk\.(\d+)\.", gguf_name)
+        if gguf_name == "output.weight":
+            qtype = Q.Q6_K
+        elif layer and re.search(r"\.(attn_v|ffn_down)\.weight$", gguf_name) and use_more_bits(int(layer[1]), n_layers):
+            qtype = Q.Q6_K
+    ne0 = shape[-1]
+    if ne0 % GGML_QUANT_SIZES[qtype][0]:
+        qtype = K_FALLBACK.get(qtype, qtype)
+    if ne0 % GGML_QUANT_SIZES[qtype][0]:
+        qtype = Q.F16
+    return qtype
+
+
+def write_dflash_gguf(checkpoint_dir, out_path, tokenizer_dir=None, mix: str = "Q4_K_M", legacy: bool = False,
+                      progress: bool = False, tokenizer_pre: str = "qwen2") -> GgufWriteResult:
+    """Write the HF DFlash draft in `checkpoint_dir` as a GGUF draft at `out_path`.
+
+    `legacy=True` writes the first llama.cpp DFlash layout (target layers unshifted, mask token
+    under `dflash.mask_token_id`). `tokenizer_dir` is the target's HF tokenizer, written as
+    llama.cpp writes a gpt2-style BPE vocabulary (`tokenizer_pre` names its pre-tokenizer).
+    """
+    return write_gguf(checkpoint_dir, out_path, ARCH, tokenizer_dir, mix, legacy, progress, tokenizer_pre)
+
+
+def write_gguf(checkpoint_dir, out_path, arch: str, tokenizer_dir=None, mix: str = "Q4_K_M", legacy: bool = False,
+               progress: bool = False, tokenizer_pre: str = "qwen2", extra_metadata: dict | None = None,
+               maps_dir=None) -> GgufWriteResult:
+    """Write the HF checkpoint in `checkpoint_dir` as an `arch` GGUF, its map run backwards.
+
+    `extra_metadata`: GGUF keys the map does not write back (a vocabulary size it only reads).
+    """
+    if mix not in MIXES:
+        raise Gguf2ovError(f"unknown type mix {mix!r}; choose one of {', '.join(MIXES)}")
+    checkpoint_dir = Path(checkpoint_dir)
+    config = read_json_object(checkpoint_dir / "config.json")
+    amap = load_map(arch, maps_dir=maps_dir)
+    checkpoint = Checkpoint(checkpoint_dir)
+    n_layers = config["num_hidden_layers"]
+
+    writer = GGUFWriter(path=None, arch=arch)
+    writer.add_name(checkpoint_dir.name)
+    writer.add_file_type(MIXES[mix][1])
+    if MIXES[mix][0] not in (Q.F32, Q.F16):
+        writer.add_quantization_version(QUANT_VERSION)
+    metadata = amap.gguf_metadata(config, legacy=legacy) | (extra_metadata or {})
+    if tokenizer_dir is not None:
+        _add_tokenizer(writer, Path(tokenizer_dir), config.get("vocab_size"), tokenizer_pre)
+    for key, value in metadata.items():
+        add_value(writer, key, value)
+
+    counts = {}
+    for hf_name in progress_bar(list(checkpoint.shapes), desc="quantizing", enabled=progress, unit="tensor"):
+        # float32 whatever the checkpoint holds (often BF16): the quantizers take float32
+        values = np.asarray(checkpoint.load(hf_name), dtype=np.float32)
+        gguf_name, values = amap.to_gguf(hf_name, values, config)
+        qtype = tensor_type(gguf_name, values.shape, mix, n_layers)
+        _add_tensor(writer, gguf_name, values, qtype)
+        counts[qtype.name] = counts.get(qtype.name, 0) + 1
+
+    out_path = Path(out_path)
+    write_atomically(writer, out_path)
+    return GgufWriteResult(str(out_path), sum(counts.values()), counts, sorted(metadata))
+
+
+def _add_tensor(writer: GGUFWriter, name: str, values: np.ndarray, qtype) -> None:
+    from ..gguf.quants import quantize
+
+    if qtype == Q.F32:
+        writer.add_tensor(name, np.ascontiguousarray(values, dtype=np.float32))
+    elif qtype == Q.F16:
+        writer.add_tensor(name, np.ascontiguousarray(values, dtype=np.float16))
+    else:
+        writer.add_tensor(name, quantize(values, qtype), raw_dtype=qtype)
+
+
+def add_value(writer: GGUFWriter, key: str, value) -> None:
+    # llama.cpp writes counts and ids as uint32 and hyperparameters as float32.
+    if isinstance(value, bool):
+        writer.add_bool(key, value)
+    elif isinstance(value, int):
+        (writer.add_uint32 if value >= 0 else writer.add_int32)(key, value)
+    elif isinstance(value, float):
+        writer.add_float32(key, value)
+    elif isinstance(value, str):
+        writer.add_string(key, value)
+    elif isinstance(value, list) and value:
+        writer.add_array(key, value)
+    else:
+        raise Gguf2ovError(f"cannot write metadata {key} = {value!r} to GGUF")
+
+
+def _add_tokenizer(writer: GGUFWriter, tokenizer_dir: Path, vocab_size, pre: str) -> None:
+    """A gpt2-style BPE vocabulary, as llama.cpp's `get_vocab_base` + `_set_vocab_gpt2` write it."""
+    from gguf.vocab import SpecialVocab
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    vocab = tokenizer.get_vocab()
+    vocab_size = vocab_size or len(vocab)
+    reverse = {i: tok for tok, i in vocab.items()}
+    added = tokenizer.get_added_vocab()
+    decoder = tokenizer.added_tokens_decoder
+    tokens, types = [], []
+    for i in range(vocab_size):
+        if i not in reverse:  # holes in the id range are padded, as llama.cpp does
+            tokens.append(f"[PAD{i}]")
+            types.append(TokenType.UNUSED)
+        elif reverse[i] in added:
+            special = decoder[i].special if i in decoder else False
+            tokens.append(reverse[i])
+            types.append(TokenType.CONTROL if special or _looks_special(reverse[i]) else TokenType.USER_DEFINED)
+        else:
+            tokens.append(reverse[i])
+            types.append(TokenType.NORMAL)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre(pre)
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    # The mask token is written from the draft config through the map (its key differs between
+    # the current and the first DFlash layout), so SpecialVocab leaves it out.
+    special = SpecialVocab(tokenizer_dir, load_merges=True, n_vocab=len(tokens),
+                           special_token_types=("bos", "eos", "unk", "sep", "pad", "cls"))
+    special.add_to_gguf(writer, quiet=True)
+
+
+def _looks_special(token: str) -> bool:
+    # llama.cpp's does_token_look_special: <|...|>, <...> and ChatGLM-style [gMASK] markers.
+    return bool(re.fullmatch(r"<\|.*\|>|<[^<>\s]+>|\[[a-zA-Z]+\]", token))
+
+
+def write_atomically(writer: GGUFWriter, out_path: Path, write_tensors=None) -> None:
+    """Write next to `out_path` and rename, so the file appears only when complete.
+
+    `write_tensors()` writes the tensor data (default: the tensors added to `writer`).
+    """
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out_path.name}.", dir=out_path.parent)
+    os.close(fd)
+    try:
+        writer.write_header_to_file(path=Path(tmp))
+        writer.write_kv_data_to_file()
+        if write_tensors is None:
+            writer.write_tensors_to_file()
+        else:
+            writer.write_ti_data_to_file()
+            write_tensors()
+        writer.close()
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a finished file gets the usual mode
+        os.replace(tmp, out_path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
