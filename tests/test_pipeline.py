@@ -9,6 +9,7 @@ import dflash_builders as b
 from gguf2ov import cli
 from gguf2ov.runtime.genai import read_prompts
 from gguf2ov.job import Job, Options
+from gguf2ov.maps.load import shipped_maps
 from gguf2ov.run import run
 
 VARIANTS = ["fp32", "int4_asym_g16", "gguf"]
@@ -44,6 +45,16 @@ def test_run_on_the_fixtures_passes_for_both_drafts(fixtures_dir, heavy_target, 
     assert "verdict: PASS" in md and "![size against weight drift](drafts/drift.png)" in md
     assert (out / "drafts" / "drift.png").is_file() and (out / "checkpoint" / "model.safetensors").is_file()
     assert report["provenance"]["sources"]["gguf"]["sha256"]
+    # every draft the run reports was compared with the GGUF's own function
+    for name in ("verify:fp32", "verify:int4_asym_g16"):
+        match = next(c for c in report["results"][name]["checks"] if c["name"] == "checkpoint-match")
+        assert match["status"] == "pass", match
+    # each piece of work once: the target compiled by gguf2ov once (tap scan, drift contexts), by GenAI
+    # once for the baseline and once per draft; one baseline; one verify per variant
+    work = report["work"]
+    assert work["target compiles (gguf2ov)"] == 1 and work["target-alone baselines (GenAI)"] == 1
+    assert work["target compiles (GenAI pipelines)"] == 3 and work["verify runs"] == len(VARIANTS)
+    assert work["map loads"] <= len(shipped_maps())
     # acceptance as users run it, drift's output figures exact: both name the CPU and the setting
     accept, drift = report["results"]["accept:fp32"]["numerics"], report["results"]["drift"]["numerics"]
     assert accept["device_name"] == drift["device_name"] and accept["device_name"] in md
@@ -127,3 +138,50 @@ def test_an_interrupted_run_leaves_no_output(fixtures_dir, tmp_path, monkeypatch
                      "-o", str(tmp_path / "run"), "--quiet"])
     assert code == 130 and "interrupted" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()  # the converted checkpoint went with it
+
+
+def test_an_interrupted_run_with_overwrite_keeps_the_previous_output(fixtures_dir, tmp_path, monkeypatch, capsys):
+    """--overwrite replaces the old output only once the new run has written its report."""
+    import gguf2ov.stages.drift as drift
+
+    old = tmp_path / "run"
+    old.mkdir()
+    (old / "report.json").write_text('{"verdict": "the previous run"}')
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(drift, "drift", interrupted)
+    code = cli.main(["run", str(fixtures_dir / "draft-Q4_K_M.gguf"), "--target", str(fixtures_dir / "target"),
+                     "-o", str(old), "--overwrite", "--quiet"])
+    assert code == 130 and "interrupted" in capsys.readouterr().err
+    assert json.loads((old / "report.json").read_text()) == {"verdict": "the previous run"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no temporary folder left beside it
+
+
+@pytest.mark.slow
+def test_a_graph_that_computes_another_function_fails_run_at_drift_naming_checkpoint_match(fixtures_dir, tmp_path,
+                                                                                            monkeypatch):
+    """A graph-builder defect (layer 1's RoPE turned the other way) exports, runs and attaches; only
+    the comparison with the GGUF's own function catches it, and the run stops there."""
+    import gguf2ov.model.draft_graph as draft_graph
+
+    layers = json.loads((fixtures_dir / "draft-ref" / "config.json").read_text())["num_hidden_layers"]
+    rope, calls = draft_graph._rope, []
+
+    def rope_of_layer_1_reversed(x, cos, sin, half):
+        calls.append(1)
+        if (len(calls) - 1) % (2 * layers) in (2, 3):  # q and k of layer 1, in every graph built
+            return rope(x, cos, draft_graph._ops().negative(sin), half)
+        return rope(x, cos, sin, half)
+
+    monkeypatch.setattr(draft_graph, "_rope", rope_of_layer_1_reversed)
+    code = cli.main(["run", str(fixtures_dir / "draft-Q4_K_M.gguf"), "--target", str(fixtures_dir / "target"),
+                     "--variants", "fp32", "--requant", "fp32", "--prompts", str(fixtures_dir / "prompts.txt"),
+                     "-o", str(tmp_path / "run"), "--quiet"])
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert code == 1 and report["verdict"] == "FAILED at drift"
+    assert "fp32 FAILED verify: checkpoint-match" in report["stages"][-1]["reason"]
+    match = next(c for c in report["results"]["drift"]["variants"][0]["verify"]["checks"]
+                 if c["name"] == "checkpoint-match")
+    assert match["status"] == "fail" and "does not compute the checkpoint's function" in match["reason"]
