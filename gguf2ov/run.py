@@ -61,7 +61,7 @@ class RunResult:
                         r.overall.tok_s_draft, r.overall.speedup] for label, r in runs.items()]
         if runs:
             first = next(iter(runs.values()))
-            from .runtime.numerics import describe_numerics
+            from .numerics import describe_numerics
 
             note = f"{first.pipeline} on {first.device}, {first.precision}" + (
                 f" ({describe_numerics(first.numerics)})" if first.numerics else "")

@@ -97,6 +97,28 @@ def layers(graph: dict[str, set[str]]) -> dict[str, int]:
     return depth
 
 
+WINGS = ("gguf", "maps", "hf", "model", "runtime", "checks", "stages", "cli", "tools")
+JOB = ("job", "run", "sources")
+
+
+def wing(module: str) -> str:
+    """The folder a module lives in along the data's way (`base`: the shared top-level modules)."""
+    head = module.split(".")[0]
+    if head in WINGS:
+        return head
+    if module == "__main__":
+        return "cli"
+    return "job" if module in JOB else "base"
+
+
+def wing_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """{wing: the wings its modules import}."""
+    out: dict[str, set[str]] = {}
+    for module, deps in graph.items():
+        out.setdefault(wing(module), set()).update(wing(d) for d in deps if wing(d) != wing(module))
+    return out
+
+
 def stage_imports(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
     """(stage, stage it imports) pairs: a stage that composes another instead of the job doing it."""
     def is_stage(m):

@@ -10,7 +10,7 @@ import pytest
 from safetensors.torch import load_file, save_file
 
 import dflash_builders as b
-from gguf2ov.runtime.numerics import compile_exact
+from gguf2ov.numerics import compile_exact
 from gguf2ov.runtime.draft_ir import synthetic_steps
 from gguf2ov.errors import Gguf2ovError
 from gguf2ov.stages.export import export_draft

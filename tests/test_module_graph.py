@@ -1,7 +1,7 @@
 """No gguf2ov module imports another that (directly or not) imports it back, lazily or not, and no
 stage imports another stage: only the job layer (job, run, the command line) composes stages."""
 
-from module_graph import imports, layers, module_graph, stage_imports, topological_order
+from module_graph import imports, layers, module_graph, stage_imports, topological_order, wing_graph
 
 
 def test_the_package_has_no_import_cycle():
@@ -18,6 +18,16 @@ def test_no_stage_imports_another_stage():
     assert {m for m in graph if m.startswith("stages.")} >= {"stages.export", "stages.verify", "stages.drift"}
     assert stage_imports(graph) == []
     assert any(d.startswith("stages.") for d in graph["run"])  # the job layer does compose them
+
+
+def test_the_folders_follow_the_datas_way():
+    """Reading GGUF, maps, checkpoints, models and their weights, running them, measuring, the stages,
+    the job, the command line: each folder imports only folders before it (no cycle among them)."""
+    wings = wing_graph(module_graph())
+    depth = layers(wings)  # raises on a cycle among the folders
+    order = ["base", "gguf", "maps", "model", "runtime", "checks", "stages", "job", "cli"]
+    assert [depth[w] for w in order] == sorted(depth[w] for w in order), depth
+    assert wings["base"] == set() and "stages" not in wings["tools"]
 
 
 def test_lazy_relative_and_absolute_imports_count(tmp_path):

@@ -15,8 +15,8 @@ from openvino import opset13 as ops
 
 from gguf2ov.model import nncf_weights as nw
 from gguf2ov.errors import Gguf2ovError
-from gguf2ov.runtime.irweights import matmul_weights
-from gguf2ov.runtime.numerics import compile_exact
+from gguf2ov.model.irweights import matmul_weights
+from gguf2ov.numerics import compile_exact
 from gguf2ov.model.variants import parse_variant
 from gguf2ov.model.source import open_draft
 

@@ -10,7 +10,7 @@ from openvino import opset13 as ops
 
 from gguf2ov import cli
 from gguf2ov.gguf import quants
-from gguf2ov.runtime.numerics import DQ_KEY, F32_HINT, compile_exact, core, numerics
+from gguf2ov.numerics import DQ_KEY, F32_HINT, compile_exact, core, numerics
 from gguf2ov.gguf.quants import QType as Q
 from gguf2ov.gguf.transcode import grid_weight
 

@@ -8,7 +8,7 @@ from gguf.constants import GGML_QUANT_SIZES
 
 from gguf2ov.gguf import quants, transcode
 from gguf2ov.errors import Gguf2ovError
-from gguf2ov.runtime.numerics import compile_exact
+from gguf2ov.numerics import compile_exact
 from gguf2ov.gguf.quants import QType as Q
 
 TYPES = [Q.Q8_0, Q.Q4_0, Q.Q5_0, Q.Q4_1, Q.Q5_1, Q.Q4_K, Q.Q5_K, Q.Q6_K]

@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from ..stages.accept import require_inputs
 from ..job import Job
+from ..stages.accept import require_inputs
 from . import args as a
 from .output import add_output_arguments, emit
 

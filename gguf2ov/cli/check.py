@@ -3,9 +3,9 @@ diagnosis; with a target, the tap scan of the source."""
 
 from pathlib import Path
 
+from ..job import Job
 from ..report import render
 from ..stages.check import TerminalView
-from ..job import Job
 from . import args as a
 from .output import add_output_arguments, emit
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 from ..errors import Gguf2ovError, printable
 from ..hf.write import DEFAULT_MAX_SHARD_SIZE, DTYPES
+from ..job import Job
 from ..outputs import require_output_dir
 from ..report import render, write_reports
 from ..stages.check import TerminalView, check
-from ..job import Job
 from . import args as a
 from .output import add_output_arguments, emit, report_path, stdout_is_report
 

@@ -2,10 +2,10 @@
 
 from pathlib import Path
 
+from ..job import Job
 from ..model.variants import parse_variant
 from ..outputs import require_output_dir
 from ..report import render
-from ..job import Job
 from . import args as a
 from .output import add_output_arguments, emit
 

@@ -4,10 +4,10 @@ source (and a target) before it is put in place."""
 from pathlib import Path
 
 from ..gguf.read import is_gguf_file
+from ..job import Job
 from ..model.variants import DEFAULT_GROUP_SIZE, require_source_for
 from ..outputs import require_output_dir
 from ..sources import resolve
-from ..job import Job
 from . import args as a
 from .output import add_output_arguments, emit
 

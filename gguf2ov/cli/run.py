@@ -1,8 +1,8 @@
 """`gguf2ov run DRAFT.gguf --target DIR -o OUT`: the whole job, with one report."""
 
+from ..job import Job
 from ..report import render
 from ..run import DEFAULT_REQUANT, markdown_report, run
-from ..job import Job
 from . import args as a
 from .output import add_output_arguments, emit
 

@@ -1,8 +1,8 @@
 """`gguf2ov verify DRAFT_DIR`: an exported draft IR against the DFlash contract, its source and a target."""
 
 from ..errors import Gguf2ovError
-from ..sources import resolve
 from ..runtime.genai import given_prompts
+from ..sources import resolve
 from ..stages.verify import verify_draft
 from . import args as a
 from .output import add_output_arguments, emit

@@ -124,6 +124,7 @@ class DraftSource:
         self.target_layer_offset, self.offset_decision = target_layer_offset, offset_decision
         self._mapped = mapped
         self._checkpoint = checkpoint
+        self._last = None
         self._entries = {e.hf_name: e for e in mapped.plan if e.hf_name} if mapped is not None else {}
 
     @property
@@ -158,14 +159,23 @@ class DraftSource:
         return record
 
     def f32(self, name: str) -> np.ndarray:
-        """The tensor as float32 in PyTorch shape: dequantized with the map's ops, or read from safetensors."""
+        """The tensor as float32 in PyTorch shape: dequantized with the map's ops, or read from safetensors.
+
+        The last tensor read is kept: drift's weight meter reads the tensor the variant has just made
+        from it (one tensor held, the largest of the draft at most)."""
+        if self._last is not None and self._last[0] == name:
+            return self._last[1]
         if self._mapped is not None:
             from ..maps.rules import apply_ops
 
             entry = self._entries[name]
             x = self._mapped.gguf.load(entry.gguf_name)
-            return apply_ops(entry.ops, x, self._mapped.config) if entry.ops else x
-        return self._checkpoint.load(name)
+            x = apply_ops(entry.ops, x, self._mapped.config) if entry.ops else x
+        else:
+            x = self._checkpoint.load(name)
+        x.flags.writeable = False  # shared with the next reader of the same tensor
+        self._last = (name, x)
+        return x
 
     def quantized(self, name: str):
         """(raw memory-mapped bytes, GGML type) of a GGUF tensor the file stores block-quantized, else None.

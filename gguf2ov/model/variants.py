@@ -206,7 +206,7 @@ def format_of_ir(model) -> Format:
             return parse_variant(recorded).format
         except Gguf2ovError:
             pass  # a name of another version: read the constants
-    from ..runtime.irweights import weight_constants
+    from .irweights import weight_constants
 
     types = {src.get_output_element_type(0) for src in weight_constants(model)}
     if any(not t.is_real() for t in types):

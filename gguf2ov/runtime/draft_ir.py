@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import Gguf2ovError
 from ..names import IR_XML
-from .numerics import compile_exact
+from ..numerics import compile_exact
 
 CONTEXT_NODE = "__module.hidden_norm/aten::mul/Multiply_1"
 LAYER_OUTPUT = "__module.layers.{}/aten::add/Add_1"

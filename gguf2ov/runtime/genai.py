@@ -20,8 +20,8 @@ from pathlib import Path
 
 from ..errors import Gguf2ovError
 from ..names import IR_XML, VLM_LANGUAGE_MODEL, VLM_TEXT_EMBEDDINGS
+from ..numerics import F32_HINT
 from ..work import count
-from .numerics import F32_HINT
 
 PRECISIONS = ("f32", "auto")
 PIPELINES = {"llm": "LLMPipeline", "vlm": "VLMPipeline"}

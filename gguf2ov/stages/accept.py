@@ -21,12 +21,12 @@ from pathlib import Path
 
 from ..errors import Gguf2ovError, library_message
 from ..names import IR_XML
+from ..numerics import DQ_KEY, describe_numerics, numerics
 from ..progress import progress as progress_bar
 from ..progress import step
 from ..report import Table
 from ..runtime.genai import (PIPELINES, Generation, Prompt, as_prompts, generate, generation_config, make_pipeline,
                              properties, target_kind)
-from ..runtime.numerics import DQ_KEY, describe_numerics, numerics
 from ..runtime.target import require_not_gguf_named, require_target_dir
 from ..work import count
 

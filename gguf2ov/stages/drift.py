@@ -17,10 +17,10 @@ import numpy as np
 
 from ..checks.selector import SelectorGain, log_softmax
 from ..errors import Gguf2ovError
+from ..numerics import EXACT, describe_numerics, numerics
 from ..outputs import relocated
 from ..report import Table, human_bytes
 from ..runtime.genai import DEFAULT_PROMPTS, text_prompts
-from ..runtime.numerics import EXACT, describe_numerics, numerics
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,7 @@ class WeightMeter:
 
     def __call__(self, name: str, output, values=None) -> None:
         """`values`: the source tensor when the export has just read it (not read a second time)."""
-        from ..runtime.irweights import evaluate
+        from ..model.irweights import evaluate
 
         value = evaluate(output)
         reference = values if values is not None else self.draft.f32(name)

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..checks.taps import OffsetDecision
-from ..model.draft_graph import write_draft_ir
 from ..model.config import SELECTOR_LEFT_OUT, SELECTOR_PREFIX
+from ..model.draft_graph import write_draft_ir
 from ..model.variants import parse_variant, require_source_for
 from ..outputs import atomic_dir, relocated
 from ..progress import step

@@ -14,12 +14,12 @@ from pathlib import Path
 
 from ..checks.taps import TapScan
 from ..errors import Gguf2ovError, library_message
+from ..model.irweights import constant_values, weight_matmuls
 from ..model.variants import format_of_ir
 from ..names import (CONFIG_FILE, DETOKENIZER_IR, IR_XML, PROVENANCE_FILE, SAFETENSORS_FILE, TOKENIZER_IR,
                      VLM_LANGUAGE_MODEL)
 from ..report import Table
 from ..runtime.draft_ir import CONTEXT_STEPS, synthetic_steps
-from ..runtime.irweights import constant_values, weight_matmuls
 from ..runtime.target import Target
 from ..work import count
 

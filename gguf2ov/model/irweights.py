@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from ..names import IR_XML
-from .numerics import compile_exact
+from ..numerics import compile_exact
 
 # optimum's PyTorch frontend names a Linear's MatMul "__module.<path>/aten::linear/MatMul" and an
 # Embedding's lookup "__module.<path>/aten::embedding/Gather"
