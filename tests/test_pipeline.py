@@ -54,7 +54,7 @@ def test_run_on_the_fixtures_passes_for_both_drafts(fixtures_dir, heavy_target, 
     work = report["work"]
     assert work["target compiles (gguf2ov)"] == 1 and work["target-alone baselines (GenAI)"] == 1
     assert work["target compiles (GenAI pipelines)"] == 3 and work["verify runs"] == len(VARIANTS)
-    assert work["map loads"] <= len(shipped_maps())
+    assert work.get("map loads", 0) <= len(shipped_maps())  # none when an earlier run in this process read them
     # acceptance as users run it, drift's output figures exact: both name the CPU and the setting
     accept, drift = report["results"]["accept:fp32"]["numerics"], report["results"]["drift"]["numerics"]
     assert accept["device_name"] == drift["device_name"] and accept["device_name"] in md
