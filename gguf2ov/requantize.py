@@ -1,4 +1,5 @@
-"""Weight variants of a draft IR: fp32, fp16, NNCF int8/int4, and the GGUF grid transcode.
+"""How each weight of a variant enters an IR (a draft's or a target's): fp32, fp16, NNCF int8/int4,
+and the GGUF grid transcode.
 
 A variant is named the way it is built: `fp32`, `fp16`, `int8` / `int8_sym` (per channel),
 `int4_asym_g16`, `int4_sym_g128`, ... (NNCF, with `_r0.8` for a ratio and `_all` for all layers),
@@ -9,12 +10,29 @@ and `gguf`, which rebuilds every weight from the codes, scales and minimums the 
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
 from .errors import Gguf2ovError
-from .source import DraftSource
 from .variants import Variant
+
+
+class WeightSource(Protocol):
+    """What the weights of a graph are read from: an opened draft (source.DraftSource) or target
+    (target_source.TargetSource)."""
+
+    kind: str                             # "gguf" | "checkpoint"
+    expected: dict[str, tuple[int, ...]]  # every tensor the graph reads, in the graph's order
+    embeddings: tuple[str, ...]           # the tables an embedding Gather reads (a draft has none)
+    last_matmul_shared: bool              # the last MatMul re-uses an earlier weight (a tied lm_head)
+
+    def f32(self, name: str) -> np.ndarray: ...
+
+    def f32_rows(self, name: str, start: int, stop: int) -> np.ndarray: ...
+
+    def quantized(self, name: str): ...
+
 
 # --- one weight at a time ----------------------------------------------------------------------------
 
@@ -24,35 +42,56 @@ class WeightForms:
     """The form each weight of one variant takes in the IR, made when the graph asks for it.
 
     fp32/fp16 weights are PostponedConstants: OpenVINO asks for their values only while it writes
-    the .bin, one tensor at a time, so exporting holds no copy of the draft (1 GB written with a
+    the .bin, one tensor at a time, so exporting holds no copy of the model (1 GB written with a
     200 MB peak, measured). `gguf` carries the file's codes (transcode.py); int8/int4 compress each
-    weight with NNCF as the whole-model pass would (nncf_weights.py). `observe(name, output, values)`
-    is called for every weight made, so `drift` can measure it while it streams; `values` is the
-    source's float32 tensor when making the weight already read it (NNCF), else None.
+    weight with NNCF as the whole-model pass would (nncf_weights.py). An embedding table (a
+    target's) takes the form the CPU plugin keeps compressed under a Gather.
+
+    `streamed` (a target's export): the grid and NNCF weights are PostponedConstants too, made
+    while the .bin is written, NNCF's in row chunks, so that exporting holds one weight at a time
+    whatever the variant (an 8B target's int4 form alone is ~5 GB). Without it (a draft's export)
+    they are built in memory, where `observe(name, output, values)` sees each weight as it is made,
+    so `drift` can measure it while it streams; `values` is the source's float32 tensor when making
+    the weight already read it (NNCF), else None.
     """
 
-    draft: DraftSource
+    source: WeightSource
     variant: Variant
     observe: Callable[[str, object, np.ndarray], None] | None = None
+    streamed: bool = False
     transcoded: list = field(default_factory=list)
     plan: dict = field(default_factory=dict)
     failure: BaseException | None = None  # what stopped a postponed weight while OpenVINO was saving
 
     def __post_init__(self):
-        if self.variant.weight_format == "gguf" and self.draft.kind != "gguf":
+        if self.variant.weight_format == "gguf" and self.source.kind != "gguf":
             raise Gguf2ovError("the gguf variant carries the GGUF's own quantization grid: the source must be a GGUF file")
+        if self.streamed and self.observe is not None:
+            raise Gguf2ovError("streamed weights are made while the IR is saved: they cannot be observed as they are built")
         if self.variant.nncf:
             from .nncf_weights import plan_modes
 
             try:
-                self.plan = plan_modes(self.variant, self.linear_weights(), values=self.draft.f32)
+                self.plan = plan_modes(self.variant, self.compressed_weights(), values=self.source.f32,
+                                       scores=self._scores(), embeddings=self.source.embeddings,
+                                       last_shared=self.source.last_matmul_shared)
             except Gguf2ovError as e:
-                raise Gguf2ovError(f"NNCF cannot compress the draft as {self.variant.name}: {e.message}",
+                raise Gguf2ovError(f"NNCF cannot compress the model as {self.variant.name}: {e.message}",
                                    hint=e.hint) from e
 
-    def linear_weights(self) -> list[tuple[str, tuple]]:
-        """Every Linear weight in the graph's order (the order NNCF walks the model in)."""
-        return [(n, s) for n, s in self.draft.expected.items() if len(s) == 2]
+    def compressed_weights(self) -> list[tuple[str, tuple]]:
+        """Every weight NNCF compresses (the 2-D tensors: Linear weights and embedding tables), in the
+        graph's order (the order NNCF walks the model in)."""
+        return [(n, s) for n, s in self.source.expected.items() if len(s) == 2]
+
+    def _scores(self) -> dict | None:
+        """NNCF's data-free scores, read in row chunks, when a ratio < 1 needs them and weights stream."""
+        variant = self.variant
+        if not self.streamed or variant.weight_format != "int4" or (variant.ratio or 1.0) >= 1:
+            return None
+        from .nncf_weights import streamed_sensitivity
+
+        return {name: streamed_sensitivity(self._rows(name), shape) for name, shape in self.compressed_weights()}
 
     def weight(self, name: str):
         output, values = self._make(name)
@@ -61,43 +100,72 @@ class WeightForms:
         return output
 
     def vector(self, name: str) -> np.ndarray:
-        return self.draft.f32(name)
+        return self.source.f32(name)
+
+    def _rows(self, name: str):
+        return lambda start, stop: self.source.f32_rows(name, start, stop)
 
     def _make(self, name: str):
         """(the weight's output in the graph, the source values read to make it or None)."""
         kind = self.variant.weight_format
+        gather = name in self.source.embeddings
         if kind == "gguf":
             from .transcode import grid_weight, has_grid
 
-            stored = self.draft.quantized(name)
+            stored = self.source.quantized(name)
             if stored is not None and has_grid(stored[1]):
                 self.transcoded.append(name)
-                return grid_weight(stored[0], stored[1], self.draft.expected[name]), None
+                raw, qtype = stored
+                postpone = self._postponing(name) if self.streamed else None
+                return grid_weight(raw, qtype, self.source.expected[name], gather=gather, postpone=postpone), None
             return self._postponed(name, "f32"), None  # a float tensor in the file: its values, exactly
         if self.variant.nncf:
-            from .nncf_weights import compress_weight
+            from .nncf_weights import compress_weight, streamed_compression
 
-            values = self.draft.f32(name)
-            return compress_weight(values, self.plan[name], name=name), values
+            spec, constant = self.plan[name], f"self.{name}"
+            if self.streamed:
+                return streamed_compression(self._rows(name), self.source.expected[name], spec,
+                                            self._postponing(name), constant, gather), None
+            values = self.source.f32(name)
+            return compress_weight(values, spec, name=constant, gather=gather), values
         return self._postponed(name, "f16" if kind == "fp16" else "f32"), None
+
+    def _postponing(self, weight: str):
+        """postpone(type, shape, make, name=None) -> a PostponedConstant whose failure stops the save
+        with its own error (see `failure`)."""
+        import openvino as ov
+        from openvino.utils import make_postponed_constant
+
+        def postpone(kind, dims, make, name=None):
+            def values():
+                try:
+                    return make()
+                except BaseException as e:  # OpenVINO's serializer would turn it into its own exception
+                    self.failure = e
+                    raise
+
+            kind = kind if isinstance(kind, ov.Type) else getattr(ov.Type, kind)
+            return make_postponed_constant(kind, ov.Shape(list(dims)), values, name=name or f"self.{weight}")
+
+        return postpone
 
     def _postponed(self, name: str, dtype: str):
         import openvino as ov
         from openvino import opset13 as ops
-        from openvino.utils import make_postponed_constant
 
-        draft, shape = self.draft, self.draft.expected[name]
+        from .nncf_weights import row_chunks
 
-        def values():
-            try:
-                x = draft.f32(name)
-                return ov.Tensor(np.ascontiguousarray(x.astype(np.float16) if dtype == "f16" else x))
-            except BaseException as e:  # OpenVINO's serializer would turn it into its own exception
-                self.failure = e
-                raise
+        shape = self.source.expected[name]
+        kind = ov.Type.f16 if dtype == "f16" else ov.Type.f32
 
-        const = make_postponed_constant(ov.Type.f16 if dtype == "f16" else ov.Type.f32, ov.Shape(list(shape)), values,
-                                        name=f"self.{name}")
+        def values():  # filled in row chunks: a float32 copy of a whole embedding table is never made
+            out = ov.Tensor(kind, ov.Shape(list(shape)))
+            rows = out.data.reshape(shape[0], -1)
+            for start, stop in row_chunks(shape[0], int(np.prod(shape[1:], dtype=np.int64))):
+                rows[start:stop] = self.source.f32_rows(name, start, stop).reshape(stop - start, -1)
+            return out
+
+        const = self._postponing(name)(kind, shape, values, f"self.{name}")
         if dtype == "f32":
             return const.output(0)
         # marked as decompression when saved (mark_decompression), so the CPU plugin keeps it f16
@@ -122,6 +190,29 @@ def mark_decompression(xml_path) -> None:
                               r'\n\t\t\t</rt_info>\2', text)
     if marked != text:
         path.write_text(marked, encoding="utf-8")
+
+
+def save_ir(ov_model, out_dir, forms: WeightForms | None = None) -> None:
+    """Save the IR as openvino_model.xml/.bin; postponed weights are made one at a time while the .bin is written.
+
+    A weight that fails to load while OpenVINO writes (a corrupt tensor, Ctrl-C) stops the save
+    with its own error, not OpenVINO's rewording of it.
+    """
+    from pathlib import Path
+
+    import openvino as ov
+
+    from .names import IR_XML
+
+    xml = Path(out_dir) / IR_XML
+    try:
+        ov.save_model(ov_model, str(xml), compress_to_fp16=False)
+    except BaseException:
+        if forms is not None and forms.failure is not None:
+            raise forms.failure from None
+        raise
+    if forms is not None and forms.variant.weight_format == "fp16":
+        mark_decompression(xml)  # only the fp16 weights: NNCF's own f16 -> f32 Converts stay as NNCF wrote them
 
 
 def ir_size(path) -> int:

@@ -287,13 +287,7 @@ def check_keys(expected: dict, found: dict, where, kept: dict | None = None) -> 
             hint="a DFlash 2 config sets dflash_config.conv_kernel_size and conv_group_size "
                  "(GGUF: dflash.conv_kernel_size, dflash.conv_group_size)")
     prefix = _common_prefix(unexpected, missing)
-    parts = []
-    if missing:
-        parts.append(f"{len(missing)} missing ({_some(missing)})")
-    if unexpected:
-        parts.append(f"{len(unexpected)} unexpected ({_some(unexpected)})")
-    if shapes:
-        parts.append("shape mismatch (" + _some([f"{k} {tuple(found[k])} != {tuple(known[k])}" for k in shapes]) + ")")
+    parts = _mismatch_parts(missing, unexpected, [f"{k} {tuple(found[k])} != {tuple(known[k])}" for k in shapes])
     if prefix:
         # The silent failure: strict=False ignores these and keeps random weights.
         raise Gguf2ovError(
@@ -307,6 +301,27 @@ def check_keys(expected: dict, found: dict, where, kept: dict | None = None) -> 
     if "fc.weight" in shapes:
         hint = "fc.weight must be [hidden_size, len(target_layer_ids) * hidden_size]: check target_layer_ids"
     raise Gguf2ovError(f"{where}: checkpoint tensors do not match the draft model: " + "; ".join(parts), hint=hint)
+
+
+def tensor_mismatch(expected: dict, found: dict) -> str:
+    """The missing, unexpected and mis-shaped tensors of `found` against `expected` (name -> shape),
+    as one phrase; empty when they agree exactly."""
+    missing = sorted(set(expected) - set(found))
+    unexpected = sorted(set(found) - set(expected))
+    shapes = [f"{k} {tuple(found[k])} != {tuple(expected[k])}" for k in sorted(set(expected) & set(found))
+              if not _fits(found[k], expected[k])]
+    return "; ".join(_mismatch_parts(missing, unexpected, shapes))
+
+
+def _mismatch_parts(missing: list[str], unexpected: list[str], shapes: list[str]) -> list[str]:
+    parts = []
+    if missing:
+        parts.append(f"{len(missing)} missing ({_some(missing)})")
+    if unexpected:
+        parts.append(f"{len(unexpected)} unexpected ({_some(unexpected)})")
+    if shapes:
+        parts.append("shape mismatch (" + _some(shapes) + ")")
+    return parts
 
 
 def _fits(shape, expected) -> bool:
@@ -346,24 +361,26 @@ def hf_config(draft: DraftConfig):
 # --- the opened source ----------------------------------------------------------------------------
 
 
-class DraftSource:
-    """A validated draft whose weights are read one tensor at a time.
+class TensorSource:
+    """A model's tensors read one at a time, from a GGUF through its map or from a checkpoint folder.
 
-    `kind` is "gguf" or "checkpoint"; `config` the DraftConfig; `expected` the tensors the draft
-    model uses (name -> shape); `ignored` the tensors present but unused (embedding, lm_head, d2t).
+    `kind` is "gguf" or "checkpoint". Subclasses (DraftSource, target_source.TargetSource) add the
+    config and `expected`, the tensors their graph reads.
     """
 
-    def __init__(self, path: Path, kind: str, config: DraftConfig, found: dict, mapped=None, checkpoint=None):
-        self.path, self.kind, self.config = path, kind, config
-        self.expected = draft_tensor_shapes(config)
-        self.ignored = check_keys(self.expected, found, path, kept=selector_shapes(config))
+    embeddings: tuple[str, ...] = ()  # the tables an embedding Gather reads
+    last_matmul_shared: bool = False  # the last MatMul re-uses an earlier weight (a tied lm_head)
+
+    def __init__(self, path: Path, kind: str, mapped=None, checkpoint=None):
+        self.path, self.kind = path, kind
         self._mapped = mapped
         self._checkpoint = checkpoint
         self._entries = {e.hf_name: e for e in mapped.plan if e.hf_name} if mapped is not None else {}
 
     @property
-    def names(self) -> list[str]:
-        return list(self.expected)
+    def gguf(self):
+        """The opened GgufFile of a GGUF source (None for a checkpoint)."""
+        return self._mapped.gguf if self._mapped is not None else None
 
     @cached_property
     def sha256(self) -> str:
@@ -383,15 +400,54 @@ class DraftSource:
             return apply_ops(entry.ops, x, self._mapped.config) if entry.ops else x
         return self._checkpoint.load(name)
 
+    def f32_rows(self, name: str, start: int, stop: int) -> np.ndarray:
+        """Rows start..stop of the tensor as float32: only those rows are read (dequantized), unless
+        a map op rearranges the whole tensor."""
+        if self._mapped is not None:
+            entry = self._entries[name]
+            if entry.ops:
+                return self.f32(name)[start:stop]
+            return self._mapped.gguf.load_rows(entry.gguf_name, start, stop)
+        return self._checkpoint.load_rows(name, start, stop)
+
     def quantized(self, name: str):
         """(raw memory-mapped bytes, GGML type) of a GGUF tensor the file stores block-quantized, else None.
 
-        A tensor the map changes after dequantizing (an op) has no grid that matches its values.
+        A tensor the map changes after dequantizing has no grid that matches its values, unless the
+        map's ops only move whole rows (llama's q/k un-permutation): a row's blocks are its own, so
+        the same op moves the stored rows. Those are returned as a callable that makes the moved
+        copy when it is called.
         """
+        from .map_rules import apply_ops, moves_rows_only
+
         entry = self._entries.get(name)
-        if entry is None or entry.ops:
+        if entry is None:
             return None
-        return self._mapped.gguf.raw(entry.gguf_name), entry.qtype
+        raw = self._mapped.gguf.raw(entry.gguf_name)
+        if not entry.ops:
+            return raw, entry.qtype
+        if not moves_rows_only(entry.ops):
+            return None
+        config = self._mapped.config
+        return (lambda: apply_ops(entry.ops, raw, config)), entry.qtype
+
+
+class DraftSource(TensorSource):
+    """A validated draft whose weights are read one tensor at a time.
+
+    `kind` is "gguf" or "checkpoint"; `config` the DraftConfig; `expected` the tensors the draft
+    model uses (name -> shape); `ignored` the tensors present but unused (embedding, lm_head, d2t).
+    """
+
+    def __init__(self, path: Path, kind: str, config: DraftConfig, found: dict, mapped=None, checkpoint=None):
+        super().__init__(path, kind, mapped, checkpoint)
+        self.config = config
+        self.expected = draft_tensor_shapes(config)
+        self.ignored = check_keys(self.expected, found, path, kept=selector_shapes(config))
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.expected)
 
     def describe(self) -> str:
         c = self.config

@@ -11,6 +11,10 @@ from dataclasses import dataclass
 from .errors import Gguf2ovError
 
 DEFAULT_GROUP_SIZE = 16  # a Q4_K sub-block is 32 wide: 16 divides it, so no group straddles two grids
+# A target's int4 default: optimum-cli's for a model it has no preset for (_DEFAULT_4BIT_WQ_CONFIG:
+# asymmetric, group 128, ratio 1.0), so that `gguf2ov target --weight-format int4` is what users get
+# from optimum-cli.
+TARGET_GROUP_SIZE = 128
 DEFAULT_DRIFT_VARIANTS = (
     "fp32", "int8",
     "int4_sym_g16", "int4_asym_g16", "int4_sym_g32", "int4_asym_g32", "int4_sym_g128", "int4_asym_g128",
@@ -69,8 +73,9 @@ def parse_variant(name: str) -> Variant:
     )
 
 
-def variant_from_flags(weight_format: str, group_size=None, sym=False, ratio=None, all_layers=False) -> Variant:
-    """The export command's optimum-cli-style flags as a variant."""
+def variant_from_flags(weight_format: str, group_size=None, sym=False, ratio=None, all_layers=False,
+                       default_group_size: int = DEFAULT_GROUP_SIZE) -> Variant:
+    """The export and target commands' optimum-cli-style flags as a variant."""
     if weight_format in ("fp32", "fp16", "gguf"):
         if group_size is not None or sym or ratio is not None or all_layers:
             raise Gguf2ovError(
@@ -82,5 +87,5 @@ def variant_from_flags(weight_format: str, group_size=None, sym=False, ratio=Non
             raise Gguf2ovError("--group-size applies to int4 only: int8 is per channel")
         return Variant("int8", sym=sym, ratio=ratio, all_layers=all_layers)
     if weight_format == "int4":
-        return Variant("int4", group_size or DEFAULT_GROUP_SIZE, sym, ratio, all_layers)
+        return Variant("int4", group_size or default_group_size, sym, ratio, all_layers)
     raise Gguf2ovError(f"unknown weight format {weight_format!r}", hint="use fp32, fp16, int8, int4 or gguf")
