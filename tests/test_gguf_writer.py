@@ -216,3 +216,17 @@ def test_a_v1_file_keeps_the_v1_architecture(tmp_path):
     write_dflash_gguf(tmp_path / "ckpt", tmp_path / "v1.gguf", mix="F32")
     config = convert(tmp_path / "v1.gguf", tmp_path / "back", progress=False).config
     assert config["architectures"] == ["DFlashDraftModel"] and "is_causal" not in config
+
+
+def test_a_transformers_5_config_keeps_its_rope_base(tmp_path, fixtures_dir):
+    """transformers 5 nests the RoPE base (rope_parameters.rope_theta): the map still writes it, as
+    llama.cpp's converter writes qwen3.rope.freq_base, and reads it back."""
+    from gguf2ov.gguf_writer import write_gguf
+    from gguf2ov.maps import open_mapped
+
+    config = json.loads((fixtures_dir / "target-hf" / "config.json").read_text())
+    assert "rope_theta" not in config and config["rope_parameters"]["rope_theta"] == 10000.0
+    path = tmp_path / "target.gguf"
+    write_gguf(fixtures_dir / "target-hf", path, "qwen3", mix="F32")
+    assert open_gguf(path).metadata["qwen3.rope.freq_base"] == 10000.0
+    assert open_mapped(path).config["rope_theta"] == 10000.0
