@@ -26,6 +26,7 @@ COMMANDS = [
     ("convert", "convert", "convert a GGUF into a Hugging Face checkpoint (config.json + safetensors)"),
     ("check", "check", "correlate a GGUF or checkpoint against reference weights, with a diagnosis"),
     ("export", "export", "export a stateful DFlash draft IR, weight by weight, and verify it"),
+    ("target", "target_export", "build a DFlash-ready OpenVINO target from a GGUF or a checkpoint, weight by weight"),
     ("verify", "verify", "check an exported draft IR against the DFlash contract"),
     ("drift", "drift", "requantize a draft in several variants and report size and drift"),
     ("accept", "accept", "acceptance run in OpenVINO GenAI: target alone vs target + draft"),

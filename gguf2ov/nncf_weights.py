@@ -296,10 +296,11 @@ CHUNK_ELEMENTS = 1 << 24
 
 
 def row_chunks(rows: int, width: int, elements: int | None = None) -> list[tuple[int, int]]:
-    """(start, stop) of balanced row chunks of at most ~`elements` values each (at least 8 rows)."""
+    """(start, stop) of balanced row chunks of ~`elements` values each. Each chunk starts on a multiple
+    of 8 rows, so that a chunk of 4-bit codes or zero points (half a byte a value) starts on a byte."""
     elements = elements or CHUNK_ELEMENTS
     count = max(1, -(-rows * width // elements))
-    size = max(8, -(-rows // count))
+    size = -(-max(8, -(-rows // count)) // 8) * 8
     return [(r0, min(rows, r0 + size)) for r0 in range(0, rows, size)]
 
 
@@ -317,8 +318,6 @@ def streamed_compression(rows_of, shape, spec: WeightSpec, postpone, name: str =
 
     rows, width = (int(d) for d in shape)
     chunks = row_chunks(rows, width, elements)
-    if spec.bits == 4 and spec.group_size == -1 and width % 2:
-        chunks = [(0, rows)]  # a row of odd length in u4 codes does not end on a byte
     first = chunks[0][1]
     out = compress_weight(rows_of(0, first), spec, name, gather)
     constants = _constants(out)
@@ -331,9 +330,10 @@ def streamed_compression(rows_of, shape, spec: WeightSpec, postpone, name: str =
         for r0, r1 in chunks:
             parts = _constants(compress_weight(rows_of(r0, r1), spec, name, gather))
             for i, buffer in buffers.items():
+                kind, dims = held[i]
                 data = _bytes(parts[i].get_tensor_view())
-                per_row = data.size // (r1 - r0)
-                _bytes(buffer)[r0 * per_row:r1 * per_row] = data
+                start = r0 * int(np.prod(dims[1:], dtype=np.int64)) * kind.bitwidth // 8
+                _bytes(buffer)[start:start + data.size] = data
         pending.update(buffers)
 
     def part(i):

@@ -201,6 +201,17 @@ def _tap_scan(verdict="fits"):
     return TapScan("draft", "target", [1, 2], sets, "configured", [1, 2], 0, 0.375, 0.0, verdict, 16, 7, 2, 1.5)
 
 
+@pytest.mark.slow
+def test_target_result(fixtures_dir, tmp_path):
+    from gguf2ov.target_export import export_target
+
+    result = export_target(fixtures_dir / "target-hf", tmp_path / "t", progress=False)
+    text, data, md = three_forms(result)
+    assert data["locators"]["0"] == "__module.model.layers.0/aten::add/Add_1"
+    assert "| runtime_options/KV_CACHE_PRECISION | f16 |" in md
+    in_all("target checks: 6/6 pass", text, md)
+
+
 def test_tap_scan():
     scan = _tap_scan()
     text, data, md = three_forms(scan)
