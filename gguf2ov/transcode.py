@@ -42,9 +42,19 @@ scale is zero holds -dmin*m (or m) whatever its codes and has no finite zero poi
 stored as 0 and its scale factor (and a zero d) as 1, which gives back that constant (exactly
 when d is 0, to float32 rounding when only sc is).
 
+An embedding table (a target's, read by a Gather) takes another form, because the CPU plugin's
+ConvertGatherToGatherCompressed pass, unlike the FullyConnected one, neither folds scale subgraphs
+nor takes u6 codes (`grid_weight(..., gather=True)`): u6 codes stored as u8, and where the scale or
+zero point is computed from several fields (K-quants, Q6_K, Q4_1/Q5_1) both stored folded as f32
+per group. Every type then runs as a u4/u8/i8 Gather (a 32768 x 4096 table: +40-56 MB compiled
+instead of +534 MB as f32). Gemma 3 270M's Q8_0 table keeps its own form: the whole target IR is
+1.032x the file's tensor bytes. A Q4_K table costs 6 bits a weight instead of 4.5 (an 8B target's
+151936 x 4096 table: +117 MB, 2.5% of its Q4_K_M file).
+
 Memory: the builder decodes the memory-mapped bytes in ~1 MB row chunks straight into the buffers
 of the final Constants (uint8/uint32 bit arithmetic, four codes per word): no float arrays, and
-a 4096x12288 Q4_K tensor takes ~0.25 s.
+a 4096x12288 Q4_K tensor takes ~0.25 s. With `postpone`, that happens while OpenVINO writes the
+.bin, one tensor at a time.
 """
 
 from __future__ import annotations
@@ -289,9 +299,9 @@ def grid_weight(raw, qtype, shape, gather: bool = False, postpone=None):
         constants = {name: _constant(tensor) for name, tensor in tensors.items()}
     else:
         constants = _postponed_constants(raw, qtype, layout, shape, kinds, gather, postpone)
-    if gather:
+    if gather and _folds(layout):
         return _gather_decompression(layout, constants, shape)
-    return _decompression(layout, constants, shape)
+    return _decompression(layout, constants, shape, u6=layout.codes == "u6" and not gather)
 
 
 def _constant_kinds(qtype, layout: _Layout, shape, gather: bool) -> dict[str, tuple[str, list[int]]]:
@@ -300,7 +310,7 @@ def _constant_kinds(qtype, layout: _Layout, shape, gather: bool) -> dict[str, tu
     groups, blocks_per_row = n // layout.group, n // GGML_QUANT_SIZES[qtype][0]
     codes = "u8" if gather and layout.codes == "u6" else layout.codes
     kinds = {"codes": (codes, [rows, groups, layout.group])}
-    if gather:
+    if gather and _folds(layout):
         kinds["scale"] = ("f32", [rows, groups, 1])
         if layout.zero_point in ("min", "k"):
             kinds["zero_point"] = ("f32", [rows, groups, 1])
@@ -308,6 +318,13 @@ def _constant_kinds(qtype, layout: _Layout, shape, gather: bool) -> dict[str, tu
     for name, kind, items in layout.params:
         kinds[name] = (kind, [rows, blocks_per_row, items])
     return kinds
+
+
+def _folds(layout: _Layout) -> bool:
+    """Whether the Gather form stores the scale (and zero point) folded: they are computed from several
+    stored fields (K-quants, Q6_K, Q4_1/Q5_1). A type whose scale is one f16 per group (Q8_0, Q4_0,
+    Q5_0) keeps it: the plugin takes that Convert as it is (a Q8_0 table compiled to an i8 Gather)."""
+    return layout.zero_point in ("min", "k") or any(name == "scales" for name, _, _ in layout.params)
 
 
 def _decode(raw, qtype, layout: _Layout, shape, kinds: dict, gather: bool) -> dict:
@@ -335,7 +352,7 @@ def _decode(raw, qtype, layout: _Layout, shape, kinds: dict, gather: bool) -> di
             chunk = np.ascontiguousarray(data[r0:r1]).reshape(-1, type_size)
             b0, b1 = r0 * blocks_per_row, r1 * blocks_per_row
             out = {k: v[b0:b1] for k, v in views.items()}
-            if gather:
+            if gather and _folds(layout):
                 # the file's own parameters for this chunk, as numbers (u6 kept one per byte), then folded
                 params = {name: np.empty((b1 - b0, items), _NUMPY[kind]) for name, kind, items in layout.params}
                 layout.fill(chunk, {"codes": out["codes"], **params})
@@ -400,7 +417,7 @@ def _codes_f32(codes, u6: bool):
     return ops.convert(codes, "f32")
 
 
-def _decompression(layout: _Layout, constants: dict, shape):
+def _decompression(layout: _Layout, constants: dict, shape, u6: bool):
     from openvino import opset13 as ops
 
     rows, n = shape
@@ -423,7 +440,7 @@ def _decompression(layout: _Layout, constants: dict, shape):
         scale = _per_group(ops.multiply(f32("d"), f32("scales")), rows, groups)
         minimum = _per_group(ops.multiply(f32("dmin"), f32("mins")), rows, groups)
         zero_point = ops.divide(minimum, scale)
-    return _affine(_codes_f32(constants["codes"], layout.codes == "u6"), zero_point, scale, shape)
+    return _affine(_codes_f32(constants["codes"], u6), zero_point, scale, shape)
 
 
 def _gather_decompression(layout: _Layout, constants: dict, shape):
