@@ -50,6 +50,13 @@ would have given it, so this module splits that pass in two:
   `nncf_rt_info` / `write_nncf_rt_info` restore the `nncf.weight_compression` parameters that
   the whole-model run writes into the model's rt_info.
 
+* A target adds an embedding table (a Gather's weight): `plan_modes` keeps it in the backup int8
+  in int4 modes unless all_layers, and knows that a tied lm_head re-uses it (then no MatMul is
+  kept back as "the last layer"); `compress_weight(..., gather=True)` compresses it in a micro
+  model with a Gather. `streamed_compression` compresses a weight in row chunks while the IR is
+  written (per-channel and per-group quantization treat every row on its own, so the chunks give
+  the whole weight's codes), and `streamed_sensitivity` scores it the same way.
+
 Memory: the micro model wraps `w` without a copy (shared Constant) and NNCF reads it without a
 copy; what is added is the quantization kernel's working memory (measured for a 4096 x 12288
 weight: about 1.3x the f32 size for int8, 1.6x for int4 g16, the same as inside a whole-model

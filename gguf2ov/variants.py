@@ -1,4 +1,4 @@
-"""Weight variants of a draft IR by name: fp32, fp16, NNCF int8/int4, and the GGUF grid transcode.
+"""Weight variants of an IR (a draft's or a target's) by name: fp32, fp16, NNCF int8/int4, and the GGUF grid.
 
 A variant is named the way it is built: `fp32`, `fp16`, `int8` / `int8_sym` (per channel),
 `int4_asym_g16`, `int4_sym_g128`, ... (NNCF, with `_r0.8` for a ratio and `_all` for all layers),
