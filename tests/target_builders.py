@@ -3,7 +3,7 @@ export of them (the reference), and the same stateful steps run through any targ
 
 Geometries cover what the builder must get right: GQA ratios 2, 3 and 8, head_dim other than
 hidden / heads, tied and untied heads, biases (qwen2's q/k/v, llama's attention and MLP), Llama 3
-RoPE scaling, sliding-window layers (qwen2, gemma3), Gemma's (1 + w) norms, four norms per layer,
+and YaRN RoPE scaling, sliding-window layers (qwen2, gemma3), Gemma's (1 + w) norms, four norms per layer,
 scaled embedding, query_pre_attn_scalar and final logit softcapping.
 """
 
@@ -24,6 +24,10 @@ GEOMETRIES = {
                              attention_bias=True, mlp_bias=True,
                              rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                            "high_freq_factor": 4.0, "original_max_position_embeddings": 64}),
+    # YaRN RoPE: its attention scaling multiplies cos and sin; tied head
+    "qwen3-yarn-tied": dict(model_type="qwen3", hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=True,
+                            rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}),
     # GQA 2, tied head, q/k/v biases, layers 1 and 2 sliding (window 5 < the 7-token first step)
     "qwen2-tied-sliding": dict(model_type="qwen2", hidden_size=96, intermediate_size=128, num_hidden_layers=3,
                                num_attention_heads=6, num_key_value_heads=3, tie_word_embeddings=True,
