@@ -10,3 +10,4 @@ CONFIG_FILE = "config.json"
 PROVENANCE_FILE = "gguf2ov.json"
 SAFETENSORS_FILE = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"  # a sharded checkpoint's
+LOCATORS_KEY = "hidden_states_decoder_layers"  # a target's rt_info: where each decoder layer's hidden state is

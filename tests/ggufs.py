@@ -127,7 +127,10 @@ def decoder_tensors(rng, names_per_layer: list[str], layers: int = 2, hidden: in
         out["output.weight"] = rng.standard_normal((vocab, hidden))
     for n in range(layers):
         for name in names_per_layer:
-            out[f"blk.{n}.{name}.weight"] = rng.standard_normal(shapes.get(name, (hidden,)))
+            if name.endswith(".bias"):  # a projection's bias: one value per output row
+                out[f"blk.{n}.{name}"] = rng.standard_normal(shapes[name[:-5]][:1])
+            else:
+                out[f"blk.{n}.{name}.weight"] = rng.standard_normal(shapes.get(name, (hidden,)))
     return out
 
 

@@ -12,9 +12,9 @@ import yaml
 from safetensors.torch import load_file, save_file
 
 from gguf2ov.checks import diagnose
-from gguf2ov.stages.check import check, stats
 from gguf2ov.cli import main
 from gguf2ov.job import Job, Options
+from gguf2ov.stages.check import check, stats
 
 # Hidden 256 so K-quants apply (ne[0] % 256 == 0); 4 query heads on 2 kv heads like a real GQA draft.
 H, LAYERS, HEADS, KV_HEADS, HEAD_DIM, FFN = 256, 2, 4, 2, 64, 512
@@ -316,8 +316,8 @@ def test_cli_reports_and_exit_codes(draft, tmp_path, capsys):
 
 
 def test_terminal_view_limits_rows(draft, tmp_path):
-    from gguf2ov.stages.check import TerminalView
     from gguf2ov.report import render
+    from gguf2ov.stages.check import TerminalView
 
     other = _save_checkpoint(tmp_path / "other", _random_weights(2), _draft_config())
     result = check(draft["converted"], other, progress=False)

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 from gguf import GGMLQuantizationType
+from ggufs import DRAFT, write_dflash, write_gguf
 from safetensors.numpy import load_file as load_numpy
 from safetensors.torch import load_file as load_torch
 
@@ -12,7 +13,6 @@ from gguf2ov.errors import Gguf2ovError
 from gguf2ov.gguf.read import open_gguf
 from gguf2ov.hf.write import to_bf16_bits
 from gguf2ov.job import Job, Options
-from ggufs import DRAFT, write_dflash, write_gguf
 
 Q = GGMLQuantizationType
 

@@ -4,21 +4,21 @@ reference computes them, in every variant; a DFlash 2 checkpoint never becomes a
 
 import json
 
+import dflash_builders as b
 import numpy as np
 import openvino as ov
 import pytest
 from safetensors.torch import load_file, save_file
 
-import dflash_builders as b
-from gguf2ov.numerics import compile_exact
-from gguf2ov.runtime.draft_ir import synthetic_steps
 from gguf2ov.errors import Gguf2ovError
-from gguf2ov.stages.export import export_draft
+from gguf2ov.job import Job, Options
 from gguf2ov.model.reference import reference_outputs
 from gguf2ov.model.source import open_draft
 from gguf2ov.model.variants import parse_variant
+from gguf2ov.numerics import compile_exact
+from gguf2ov.runtime.draft_ir import synthetic_steps
+from gguf2ov.stages.export import export_draft
 from gguf2ov.stages.verify import verify_draft
-from gguf2ov.job import Job, Options
 
 LAYERS = 2
 
@@ -104,7 +104,7 @@ def test_the_convolutions_keep_nothing_between_calls(checkpoints):
 
 
 def test_nncf_per_weight_equals_whole_model_with_convolutions(checkpoints, tmp_path):
-    from test_nncf_weights import signatures, differences, nncf_compress
+    from test_nncf_weights import differences, nncf_compress, signatures
 
     fp32 = tmp_path / "fp32"
     export_draft(open_draft(checkpoints["live"]), fp32, progress=False)
@@ -177,8 +177,8 @@ def test_verify_flags_an_ir_without_the_convolutions(checkpoints, weight_format)
 
 def test_a_dflash2_gguf_exports_its_own_grid_for_the_convolutions(tmp_path):
     """llama.cpp's layout: conv bases F32 without `.weight`, conv projections quantized like any Linear."""
-    from gguf2ov.tools.gguf_writer import write_dflash_gguf
     from gguf2ov.gguf.read import open_gguf
+    from gguf2ov.tools.gguf_writer import write_dflash_gguf
 
     ckpt = b.write_dflash2_checkpoint(tmp_path / "ckpt", hidden_size=256, intermediate_size=512)
     write_dflash_gguf(ckpt, tmp_path / "draft.gguf", mix="Q4_K_M")

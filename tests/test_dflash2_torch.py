@@ -7,14 +7,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from gguf2ov.tools.dflash2_torch import (
-    CandidateSelector,
-    DFlash2DraftModel,
-    DFlash2ForCausalLM,
-    GroupedDynamicCausalConv,
-    dflash_value,
-    load_dflash2,
-)
+from gguf2ov.tools.dflash2_torch import (CandidateSelector, DFlash2DraftModel, DFlash2ForCausalLM,
+                                         GroupedDynamicCausalConv, dflash_value, load_dflash2)
 
 DFLASH2 = {"conv_kernel_size": 2, "conv_group_size": 16, "selector_rank": 8, "selector_top_k": 4}
 
@@ -106,10 +100,9 @@ def _config(v1_cfg: dict, **dflash2):
 
 
 def _v1(fixtures_dir):
+    from optimum.exporters.openvino.model_patcher import Qwen3DFlashForCausalLM
     from safetensors.torch import load_file
     from transformers import Qwen3Config
-
-    from optimum.exporters.openvino.model_patcher import Qwen3DFlashForCausalLM
 
     raw = json.loads((fixtures_dir / "draft-ref/config.json").read_text())
     v1 = Qwen3DFlashForCausalLM(Qwen3Config(**{k: v for k, v in raw.items() if k != "dtype"}))

@@ -7,17 +7,18 @@ inputs, outputs and state variables), the same DFlash rt_info, and the same outp
 stateful steps in float32.
 """
 
+import dflash_builders as b
 import numpy as np
 import pytest
 
-import dflash_builders as b
-from gguf2ov.model.draft_graph import build_draft_ir, save_draft_ir
-from gguf2ov.runtime.draft_ir import block_feeds, run_draft
+from gguf2ov.job import Job, Options
+from gguf2ov.model.draft_graph import build_draft_ir
 from gguf2ov.model.reference import reference_outputs
-from gguf2ov.tools.optimum_trace import trace_optimum
 from gguf2ov.model.source import open_draft
 from gguf2ov.model.variants import parse_variant
-from gguf2ov.job import Job, Options
+from gguf2ov.model.weights import save_ir
+from gguf2ov.runtime.draft_ir import block_feeds, run_draft
+from gguf2ov.tools.optimum_trace import trace_optimum
 
 pytestmark = pytest.mark.slow
 
@@ -76,7 +77,7 @@ def pair(request, tmp_path_factory, fixtures_dir):
     ours.mkdir()
     theirs.mkdir()
     model, _ = build_draft_ir(draft, parse_variant("fp32"), progress=False)
-    save_draft_ir(model, ours)
+    save_ir(model, ours)
     (work / "trace").mkdir()
     traced = trace_optimum(draft, work / "trace" / "openvino_model.xml")
     set_dflash_rt_info(traced, draft.config)  # what the export writes on top of optimum's own
@@ -128,7 +129,7 @@ def test_a_wrong_window_is_seen(tmp_path):
         draft = open_draft(source)
         model, _ = build_draft_ir(draft, parse_variant("fp32"), progress=False)
         (tmp_path / source.name / "ir").mkdir()
-        save_draft_ir(model, tmp_path / source.name / "ir")
+        save_ir(model, tmp_path / source.name / "ir")
         outs.append(run_draft(tmp_path / source.name / "ir" / "openvino_model.xml", _steps(draft.config, 6)).outputs[-1])
     assert np.abs(outs[0] - outs[1]).max() > 1e-3
 
@@ -137,7 +138,7 @@ def _export_and_run(tmp_path, name, config, steps):
     draft = open_draft(b.write_checkpoint(tmp_path / name, config, seed=7))
     model, _ = build_draft_ir(draft, parse_variant("fp32"), progress=False)
     (tmp_path / name / "ir").mkdir()
-    save_draft_ir(model, tmp_path / name / "ir")
+    save_ir(model, tmp_path / name / "ir")
     ours = run_draft(tmp_path / name / "ir" / "openvino_model.xml", steps).outputs
     for x, y in zip(ours, reference_outputs(draft, steps)):
         assert np.abs(x - y).max() <= 1e-5 * max(1.0, np.abs(y).max())

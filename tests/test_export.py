@@ -2,16 +2,16 @@
 
 import json
 
+import dflash_builders as b
 import numpy as np
 import pytest
 
-import dflash_builders as b
 from gguf2ov import cli
 from gguf2ov.errors import Gguf2ovError
-from gguf2ov.stages.export import export_draft
-from gguf2ov.report import render
 from gguf2ov.job import Job, Options
 from gguf2ov.model.source import open_draft
+from gguf2ov.report import render
+from gguf2ov.stages.export import export_draft
 
 
 @pytest.fixture(scope="session")

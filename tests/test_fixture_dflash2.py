@@ -4,13 +4,13 @@ checkpoint and as a Q4_K_M GGUF in llama.cpp's layout, whose convolutions carry 
 import json
 from pathlib import Path
 
+import dflash_builders as b
 import pytest
 
-import dflash_builders as b
-from gguf2ov.stages.accept import run_acceptance
-from gguf2ov.runtime.genai import read_prompts
 from gguf2ov.job import Job, Options
 from gguf2ov.model.variants import variant_from_flags
+from gguf2ov.runtime.genai import read_prompts
+from gguf2ov.stages.accept import run_acceptance
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "fixtures" / "tiny-dflash2"
@@ -224,10 +224,10 @@ def test_verifys_numpy_reference_is_the_pytorch_reference(fix2):
     import numpy as np
     import torch
 
-    from gguf2ov.tools.dflash2_torch import load_dflash2
     from gguf2ov.model.reference import reference_outputs
     from gguf2ov.model.source import open_draft
     from gguf2ov.runtime.draft_ir import synthetic_steps
+    from gguf2ov.tools.dflash2_torch import load_dflash2
 
     draft = open_draft(fix2 / "draft-ref")
     model = load_dflash2(fix2 / "draft-ref").eval()

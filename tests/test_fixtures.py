@@ -9,9 +9,9 @@ the acceptance numbers measure the draft and not the pipeline.
 import json
 from pathlib import Path
 
+import dflash_builders as b
 import pytest
 
-import dflash_builders as b
 from gguf2ov.job import Job, Options
 from gguf2ov.model.source import open_draft
 

@@ -69,3 +69,48 @@ def test_convert_matches_transformers_gguf_loader(gemma3_gguf, tmp_path):
         assert getattr(ours_config, key) == getattr(config, key), key
     assert ours_config.rms_norm_eps == pytest.approx(config.rms_norm_eps)
     assert json.loads((out / "config.json").read_text())["rms_norm_eps"] == 1e-6
+
+
+def test_the_real_file_becomes_a_target_that_generates_transformers_tokens(gemma3_gguf, tmp_path):
+    """`gguf2ov target` on the real Q4_K_M file (its Q8_0 table a compressed Gather, its Q5_0 and
+    Q6_K weights on their own grid): in GenAI's LLMPipeline, fed llama.cpp's ids of "The capital of
+    France is", it generates the tokens transformers' Gemma3 model does with the file's
+    dequantized weights. In float32 with dynamic quantization off (numerics.EXACT): with the
+    plugin's default int8 activations (FACTS.md 12) the 12th token, where the top two logits are
+    0.014 apart, came out different."""
+    import openvino as ov
+    import openvino_genai as ov_genai
+    import torch
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    from gguf2ov.gguf.read import open_gguf
+    from gguf2ov.model.target_source import open_target
+    from gguf2ov.model.variants import parse_variant
+    from gguf2ov.numerics import EXACT
+    from gguf2ov.stages.target import check_target_ir, write_target
+
+    source = open_target(gemma3_gguf)
+    start = time.perf_counter()
+    write_target(tmp_path, source, parse_variant("gguf"), None, progress=False)  # token ids only: no tokenizer
+    seconds = time.perf_counter() - start
+    checks, _ = check_target_ir(tmp_path, source.config)
+    assert all(c.status == "pass" for c in checks), checks
+    tensor_bytes = sum(t.n_bytes for t in open_gguf(gemma3_gguf).tensors.values())
+    ratio = (tmp_path / "openvino_model.bin").stat().st_size / tensor_bytes
+    assert ratio < 1.04  # its Q5_0 fallbacks cost their extra bit
+    print(f"\ntarget built in {seconds:.1f} s, IR {ratio:.3f}x the GGUF's tensor bytes")
+
+    ids, new = [2, 818, 5279, 529, 7001, 563], 24  # FACTS.md 16
+    pipe = ov_genai.LLMPipeline(str(tmp_path), "CPU", **EXACT)
+    cfg = pipe.get_generation_config()
+    cfg.max_new_tokens = cfg.min_new_tokens = new
+    cfg.do_sample = False
+    ours = list(pipe.generate(ov.Tensor(np.array([ids], np.int64)), cfg).tokens[0])
+
+    model = Gemma3ForCausalLM(Gemma3TextConfig.from_dict(json.loads((tmp_path / "config.json").read_text())))
+    missing, unexpected = model.load_state_dict({n: torch.from_numpy(np.array(source.f32(n))) for n in source.expected},
+                                                strict=False)
+    assert missing == ["lm_head.weight"] and not unexpected  # tied to the embedding
+    with torch.no_grad():
+        reference = model.eval().generate(torch.tensor([ids]), max_new_tokens=new, min_new_tokens=new, do_sample=False)
+    assert ours == reference[0, len(ids):].tolist()

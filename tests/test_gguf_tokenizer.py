@@ -14,13 +14,12 @@ import numpy as np
 import openvino as ov
 import pytest
 from gguf import GGUFValueType
-
 from ggufs import write_gguf
+from tokenizer_ggufs import FIXTURE_TARGET, LLAMA_HPARAMS, TOKENS_JSON, fixture_target_gguf, llama_bpe_gguf, spm_gguf
+
 from gguf2ov.errors import Gguf2ovError
-from gguf2ov.gguf.tokenizer import generation_ids, hf_tokenizer, ov_tokenizers, read_vocab
 from gguf2ov.gguf.read import open_gguf
-from tokenizer_ggufs import (FIXTURE_TARGET, LLAMA_HPARAMS, TOKENS_JSON, fixture_target_gguf, llama_bpe_gguf,
-                             spm_gguf)
+from gguf2ov.gguf.tokenizer import generation_ids, hf_tokenizer, ov_tokenizers, read_vocab
 
 RECORD = json.loads(TOKENS_JSON.read_text(encoding="utf-8"))
 STRINGS = RECORD["strings"]

@@ -8,10 +8,10 @@ from safetensors.numpy import load_file as load_numpy
 from safetensors.torch import save_file
 
 from gguf2ov.cli import main
-from gguf2ov.tools.gguf_writer import tensor_type, use_more_bits, write_dflash_gguf
-from gguf2ov.maps.load import load_map
 from gguf2ov.gguf.read import open_gguf
 from gguf2ov.job import Job, Options
+from gguf2ov.maps.load import load_map
+from gguf2ov.tools.gguf_writer import tensor_type, use_more_bits, write_dflash_gguf
 
 Q = GGMLQuantizationType
 # hidden 256 so that K-quants apply; o_proj's 128 inputs exercise the Q4_K -> Q5_0 fallback.
@@ -216,3 +216,17 @@ def test_a_v1_file_keeps_the_v1_architecture(tmp_path):
     write_dflash_gguf(tmp_path / "ckpt", tmp_path / "v1.gguf", mix="F32")
     config = Job(tmp_path / "v1.gguf", None, Options(progress=False)).convert(tmp_path / "back").config
     assert config["architectures"] == ["DFlashDraftModel"] and "is_causal" not in config
+
+
+def test_a_transformers_5_config_keeps_its_rope_base(tmp_path, fixtures_dir):
+    """transformers 5 nests the RoPE base (rope_parameters.rope_theta): the map still writes it, as
+    llama.cpp's converter writes qwen3.rope.freq_base, and reads it back."""
+    from gguf2ov.maps.load import open_mapped
+    from gguf2ov.tools.gguf_writer import write_gguf
+
+    config = json.loads((fixtures_dir / "target-hf" / "config.json").read_text())
+    assert "rope_theta" not in config and config["rope_parameters"]["rope_theta"] == 10000.0
+    path = tmp_path / "target.gguf"
+    write_gguf(fixtures_dir / "target-hf", path, "qwen3", mix="F32")
+    assert open_gguf(path).metadata["qwen3.rope.freq_base"] == 10000.0
+    assert open_mapped(path).config["rope_theta"] == 10000.0

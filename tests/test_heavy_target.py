@@ -5,9 +5,9 @@ Small widening sizes keep the export quick; the benchmark uses the defaults.
 
 import json
 
+import dflash_builders as b
 import pytest
 
-import dflash_builders as b
 from gguf2ov.errors import Gguf2ovError
 from gguf2ov.model.source import open_draft
 
@@ -70,10 +70,10 @@ def _target_hf(factory):
 def test_widened_target_folder_runs_in_genai_like_the_original(tmp_path_factory):
     import openvino as ov
 
+    from gguf2ov.runtime.target import read_locators
     from gguf2ov.stages.accept import run_acceptance
     from gguf2ov.stages.export import export_draft
     from gguf2ov.tools.widen import widen_target
-    from gguf2ov.runtime.target import read_locators
 
     hf = _target_hf(tmp_path_factory)
     cfg = json.loads((hf / "config.json").read_text())

@@ -4,9 +4,9 @@ import time
 
 import pytest
 from gguf import GGUFValueType
+from ggufs import write_dflash
 
 from gguf2ov.cli import main
-from ggufs import write_dflash
 
 
 def _one_error(argv, capsys, code: int = 1) -> str:

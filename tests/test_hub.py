@@ -13,13 +13,13 @@ import sys
 import numpy as np
 import pytest
 from gguf import GGUFWriter
+from hubcache import COMMIT, FakeHub, populate
 from huggingface_hub import constants
 
 from gguf2ov.cli import main
 from gguf2ov.errors import Gguf2ovError
 from gguf2ov.gguf.hub import HubFile, choose_gguf, parse_spec, resolve_gguf, split_info, split_parts
 from gguf2ov.provenance import provenance, sha256_file
-from hubcache import COMMIT, FakeHub, populate
 
 REPO = "org/draft-GGUF"
 

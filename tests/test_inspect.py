@@ -1,11 +1,11 @@
 import json
 
 import numpy as np
+from ggufs import write_dflash, write_gguf
 
 from gguf2ov.cli import main
-from gguf2ov.stages.inspect import inspect
 from gguf2ov.report import render
-from ggufs import write_dflash, write_gguf
+from gguf2ov.stages.inspect import inspect
 
 
 def test_inspect_text_and_json(tmp_path, capsys):

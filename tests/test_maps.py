@@ -1,13 +1,12 @@
 import numpy as np
 import pytest
 from gguf import GGUFValueType
+from ggufs import DRAFT, decoder_kv, decoder_tensors, model_from_map, write_checkpoint_folder, write_dflash, write_gguf
 
 from gguf2ov.errors import Gguf2ovError
-from gguf2ov.maps.rules import OPS, apply_ops, config_get
-from gguf2ov.maps.load import MAPS_ENV, load_map, map_for, open_mapped, supported_arches
 from gguf2ov.gguf.read import open_gguf
-from ggufs import (DRAFT, decoder_kv, decoder_tensors, model_from_map, write_checkpoint_folder, write_dflash,
-                   write_gguf)
+from gguf2ov.maps.load import MAPS_ENV, load_map, map_for, open_mapped, supported_arches
+from gguf2ov.maps.rules import OPS, apply_ops, config_get
 
 DECODER = ["attn_norm", "ffn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"]
 
@@ -121,12 +120,13 @@ def test_a_maps_folder_never_replaces_a_shipped_map(tmp_path):
     assert load_map("dflash", maps_dir=tmp_path).path == "tensor_maps/dflash.yaml"
 
 
-@pytest.mark.parametrize("arch", ["qwen3", "llama", "gemma3"])
+@pytest.mark.parametrize("arch", ["qwen3", "llama", "gemma3", "qwen2"])
 def test_decoder_maps_read_what_llama_cpp_writes(tmp_path, arch):
-    """What llama.cpp writes for these decoders (Gemma norms as w + 1, llama q/k permuted), written
-    by hand rather than by the map itself."""
+    """What llama.cpp writes for these decoders (Gemma norms as w + 1, llama q/k permuted, Qwen2's
+    q/k/v biases), written by hand rather than by the map itself."""
     names = DECODER + {"qwen3": ["attn_q_norm", "attn_k_norm"], "llama": [],
-                       "gemma3": ["attn_q_norm", "attn_k_norm", "post_attention_norm", "post_ffw_norm"]}[arch]
+                       "gemma3": ["attn_q_norm", "attn_k_norm", "post_attention_norm", "post_ffw_norm"],
+                       "qwen2": ["attn_q.bias", "attn_k.bias", "attn_v.bias"]}[arch]
     rng = np.random.default_rng(1)
     path = tmp_path / f"{arch}.gguf"
     tensors = decoder_tensors(rng, names)
@@ -141,6 +141,9 @@ def test_decoder_maps_read_what_llama_cpp_writes(tmp_path, arch):
     if arch == "gemma3":  # llama.cpp stored Gemma norms as w + 1
         np.testing.assert_array_equal(out["model.layers.1.pre_feedforward_layernorm.weight"],
                                       tensors["blk.1.ffn_norm.weight"].astype(np.float32) - 1)
+    if arch == "qwen2":
+        np.testing.assert_array_equal(out["model.layers.1.self_attn.k_proj.bias"],
+                                      tensors["blk.1.attn_k.bias"].astype(np.float32))
     if arch == "llama":
         q = tensors["blk.0.attn_q.weight"].astype(np.float32)
         np.testing.assert_array_equal(llama_cpp_permute(out["model.layers.0.self_attn.q_proj.weight"], 4), q)

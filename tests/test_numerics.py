@@ -10,9 +10,9 @@ from openvino import opset13 as ops
 
 from gguf2ov import cli
 from gguf2ov.gguf import quants
-from gguf2ov.numerics import DQ_KEY, F32_HINT, compile_exact, core, numerics
 from gguf2ov.gguf.quants import QType as Q
 from gguf2ov.gguf.transcode import grid_weight
+from gguf2ov.numerics import DQ_KEY, F32_HINT, compile_exact, core, numerics
 
 REPO_FIXTURES = cli.__file__.rsplit("/gguf2ov/", 1)[0] + "/fixtures"
 

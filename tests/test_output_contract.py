@@ -201,6 +201,12 @@ def test_run(fixtures_dir, prompts, tmp_path):
     assert f"- verdict: {data['verdict']}" in md and "## drift" in md
 
 
+def test_target(fixtures_dir, tmp_path):
+    code, data, md, _ = quiet_run(["target", fixtures_dir / "target-hf", "-o", tmp_path / "t"], *reports(tmp_path, "t"))
+    assert code == 0 and data["state_variables"] == 8 and data["arch"] == "qwen3"
+    assert md.startswith("## gguf2ov target") and "| paged-attention | pass |" in md
+
+
 @pytest.mark.slow
 def test_widen_target(fixtures_dir, tmp_path):
     hf = fixtures_dir / "target-hf"
@@ -244,6 +250,7 @@ def _commands(fx, tmp):
         "run": (["run", gguf, "--target", target, "-o", tmp / "out"], target / "config.json"),
         "widen-target": (["widen-target", fx / "target-hf", "-o", tmp / "out"], fx / "target-hf" / "config.json"),
         "ovms": (["ovms", "--target", target, "--draft", target, "-o", tmp / "out"], target / "config.json"),
+        "target": (["target", fx / "target-hf", "-o", tmp / "out"], fx / "target-hf" / "config.json"),
     }
 
 

@@ -10,15 +10,15 @@ import os
 import shutil
 
 import pytest
+from dflash_builders import DFLASH_RT_INFO, rt_info_ir
 from google.protobuf import text_format
 from google.protobuf.message import EncodeError
-
-from dflash_builders import DFLASH_RT_INFO, rt_info_ir
-from gguf2ov.stages import ovms
-from gguf2ov.cli import main
-from gguf2ov.stages.ovms import calculator_options, graph_pbtxt, ovms_repository
-from gguf2ov.job import Job, Options
 from ovms_proto import POOL, LLMCalculatorOptions, llm_options, parse_graph
+
+from gguf2ov.cli import main
+from gguf2ov.job import Job, Options
+from gguf2ov.stages import ovms
+from gguf2ov.stages.ovms import calculator_options, graph_pbtxt, ovms_repository
 
 
 @pytest.fixture(scope="module")
@@ -193,8 +193,8 @@ def test_genai_loads_the_repository_from_the_paths_the_graph_names(fixtures_dir,
     The exported fixture draft attaches as DFlash, is accepted, and the text stays the target's."""
     # before export_draft's verify creates the process's one ov.Core (numerics.core()): openvino_tokenizers
     # adds its ops only to a Core made after it is imported, and later tests that tokenize with that Core fail
-    import openvino_tokenizers  # noqa: F401
     import openvino_genai as ov_genai
+    import openvino_tokenizers  # noqa: F401
 
     from gguf2ov.runtime.genai import properties
 

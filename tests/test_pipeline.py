@@ -2,15 +2,14 @@
 
 import json
 
+import dflash_builders as b
 import pytest
 
-import dflash_builders as b
-
 from gguf2ov import cli
-from gguf2ov.runtime.genai import read_prompts
 from gguf2ov.job import Job, Options
 from gguf2ov.maps.load import shipped_maps
 from gguf2ov.run import run
+from gguf2ov.runtime.genai import read_prompts
 
 VARIANTS = ["fp32", "int4_asym_g16", "gguf"]
 
@@ -167,7 +166,7 @@ def test_a_graph_that_computes_another_function_fails_run_at_drift_naming_checkp
     import gguf2ov.model.draft_graph as draft_graph
 
     layers = json.loads((fixtures_dir / "draft-ref" / "config.json").read_text())["num_hidden_layers"]
-    rope, calls = draft_graph._rope, []
+    rope, calls = draft_graph.apply_rope, []
 
     def rope_of_layer_1_reversed(x, cos, sin, half):
         calls.append(1)
@@ -175,7 +174,7 @@ def test_a_graph_that_computes_another_function_fails_run_at_drift_naming_checkp
             return rope(x, cos, draft_graph._ops().negative(sin), half)
         return rope(x, cos, sin, half)
 
-    monkeypatch.setattr(draft_graph, "_rope", rope_of_layer_1_reversed)
+    monkeypatch.setattr(draft_graph, "apply_rope", rope_of_layer_1_reversed)
     code = cli.main(["run", str(fixtures_dir / "draft-Q4_K_M.gguf"), "--target", str(fixtures_dir / "target"),
                      "--variants", "fp32", "--requant", "fp32", "--prompts", str(fixtures_dir / "prompts.txt"),
                      "-o", str(tmp_path / "run"), "--quiet"])

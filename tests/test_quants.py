@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from gguf.constants import GGML_QUANT_SIZES
 
-from gguf2ov.gguf import quants
 from gguf2ov.errors import Gguf2ovError
+from gguf2ov.gguf import quants
 
 Q = gguf.GGMLQuantizationType
 BLOCK_TYPES = [Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K]

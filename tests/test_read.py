@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType
 from gguf.quants import dequantize as gguf_dequantize
+from ggufs import write_gguf
 
 from gguf2ov.cli import main
 from gguf2ov.errors import Gguf2ovError
 from gguf2ov.gguf.read import open_gguf, summarise
-from ggufs import write_gguf
 
 Q = GGMLQuantizationType
 V = GGUFValueType
@@ -190,8 +190,9 @@ def test_invalid_utf8_in_a_large_string_array_is_a_corrupt_file(tmp_path):
 
 
 def test_a_large_array_read_by_a_config_rule_is_plain_python(tmp_path):
-    from gguf2ov.maps.load import load_map
     from ggufs import write_dflash
+
+    from gguf2ov.maps.load import load_map
 
     path = tmp_path / "draft.gguf"
     pattern = [i % 2 == 0 for i in range(100)]

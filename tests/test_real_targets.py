@@ -6,13 +6,13 @@ float32, and every command that takes a target works on each form."""
 import json
 
 import numpy as np
+import optimum_targets as ot
 import pytest
 
-import optimum_targets as ot
 from gguf2ov import cli
+from gguf2ov.checks.taps import CLEAR_MARGIN, FITS
 from gguf2ov.errors import Gguf2ovError
 from gguf2ov.runtime.target import Target
-from gguf2ov.checks.taps import CLEAR_MARGIN, FITS
 
 LABELS = list(ot.FORMATS)
 

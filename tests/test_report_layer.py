@@ -10,9 +10,9 @@ import math
 
 import pytest
 
-from gguf2ov.stages.accept import AcceptResult, PromptAcceptance
-from gguf2ov.report import Table, fmt_cell, render, to_jsonable
 from gguf2ov.job import Job, Options
+from gguf2ov.report import Table, fmt_cell, render, to_jsonable
+from gguf2ov.stages.accept import AcceptResult, PromptAcceptance
 
 
 def _no_constant(name):
@@ -199,6 +199,17 @@ def _tap_scan(verdict="fits"):
     return TapScan("draft", "target", [1, 2], sets, "configured", [1, 2], 0, 0.375, 0.0, verdict, 16, 7, 2, 1.5)
 
 
+@pytest.mark.slow
+def test_target_result(fixtures_dir, tmp_path):
+    from gguf2ov.stages.target import export_target
+
+    result = export_target(fixtures_dir / "target-hf", tmp_path / "t", progress=False)
+    text, data, md = three_forms(result)
+    assert data["locators"]["0"] == "__module.model.layers.0/aten::add/Add_1"
+    assert "| runtime_options/KV_CACHE_PRECISION | f16 |" in md
+    in_all("target checks: 6/6 pass", text, md)
+
+
 def test_tap_scan():
     scan = _tap_scan()
     text, data, md = three_forms(scan)
@@ -219,8 +230,8 @@ def test_offset_decision():
 
 
 def test_drift_result_with_the_dflash2_selector():
-    from gguf2ov.stages.drift import DriftResult, VariantDrift
     from gguf2ov.checks.selector import SelectorGain
+    from gguf2ov.stages.drift import DriftResult, VariantDrift
 
     v = VariantDrift("int4_sym_g16", "out/int4_sym_g16", 1_500_000, 0.0625, 0.998, None, None, 0.875, 0.01, 0.99,
                      True, [])

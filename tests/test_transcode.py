@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from gguf.constants import GGML_QUANT_SIZES
 
-from gguf2ov.gguf import quants, transcode
 from gguf2ov.errors import Gguf2ovError
-from gguf2ov.numerics import compile_exact
+from gguf2ov.gguf import quants, transcode
 from gguf2ov.gguf.quants import QType as Q
+from gguf2ov.numerics import compile_exact
 
 TYPES = [Q.Q8_0, Q.Q4_0, Q.Q5_0, Q.Q4_1, Q.Q5_1, Q.Q4_K, Q.Q5_K, Q.Q6_K]
 # Same f32 operations on the same operands as quants.dequantize: bit for bit.
@@ -217,3 +217,36 @@ def test_real_q4_k_m_file():
             assert np.array_equal(w, ref), name
         else:
             assert np.linalg.norm(w - ref) / np.linalg.norm(ref) < 1e-6, name
+
+
+def _gather_model(table, rows):
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    ids = ops.parameter([-1], ov.Type.i64, name="ids")
+    return ov.Model([ops.result(ops.gather(table, ops.convert(ids, "i32"), ops.constant(np.int64(0))))], [ids])
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda q: q.name)
+def test_the_gather_form_holds_the_same_values_and_runs_compressed(qtype, tmp_path):
+    """An embedding table in the form a Gather keeps compressed on the CPU: the values of the MatMul
+    form exactly, made while the IR is saved (postponed), and a u4/u8/i8 Gather once compiled."""
+    import openvino as ov
+    from openvino.utils import make_postponed_constant
+
+    from gguf2ov.model.irweights import evaluate
+
+    rows, n = 24, 512
+    raw = valid_blocks(qtype, rows, n, np.random.default_rng(4)).reshape(rows, -1)
+    matmul_form = evaluate(transcode.grid_weight(raw, qtype, (rows, n)))
+
+    def postpone(kind, dims, make):
+        return make_postponed_constant(getattr(ov.Type, kind), ov.Shape(dims), make)
+
+    table = transcode.grid_weight(lambda: raw, qtype, (rows, n), gather=True, postpone=postpone)
+    ov.save_model(_gather_model(table, rows), str(tmp_path / "g.xml"), compress_to_fp16=False)
+    compiled = compile_exact(tmp_path / "g.xml")
+    np.testing.assert_array_equal(compiled(np.arange(rows))[0], matmul_form)
+    precisions = [op.get_rt_info()["runtimePrecision"].astype(str) for op in compiled.get_runtime_model().get_ordered_ops()
+                  if op.get_rt_info()["layerType"].astype(str) == "Gather"]
+    assert precisions == ["i8" if qtype == Q.Q8_0 else "u4" if qtype in (Q.Q4_0, Q.Q4_1, Q.Q4_K) else "u8"]

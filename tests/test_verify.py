@@ -2,13 +2,13 @@
 
 import json
 
+import dflash_builders as b
 import pytest
 
-import dflash_builders as b
 from gguf2ov import cli
+from gguf2ov.model.source import open_draft
 from gguf2ov.report import render
 from gguf2ov.stages.verify import verify_draft
-from gguf2ov.model.source import open_draft
 
 pytestmark = pytest.mark.slow
 

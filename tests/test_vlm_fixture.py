@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from dflash_builders import draft_model
+
 from gguf2ov.model.source import open_draft
 
 REPO = Path(__file__).resolve().parents[1]

@@ -7,16 +7,15 @@ import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import dflash_builders as b
 import numpy as np
 import pytest
 
-import dflash_builders as b
-
-from gguf2ov.stages.accept import run_acceptance
+from gguf2ov.job import Job, Options
 from gguf2ov.runtime.genai import read_prompts
 from gguf2ov.runtime.target import Target
+from gguf2ov.stages.accept import run_acceptance
 from gguf2ov.stages.verify import verify_draft
-from gguf2ov.job import Job, Options
 
 VLM = Path(__file__).resolve().parents[1] / "fixtures" / "tiny-vlm"
 

@@ -16,7 +16,6 @@ import json
 from pathlib import Path
 
 from gguf import GGUFValueType, TokenType
-
 from ggufs import write_gguf
 
 REPO = Path(__file__).resolve().parents[1]

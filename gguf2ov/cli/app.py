@@ -27,6 +27,7 @@ COMMANDS = [
     ("convert", "convert"),
     ("check", "check"),
     ("export", "export"),
+    ("target", "target"),
     ("verify", "verify"),
     ("drift", "drift"),
     ("accept", "accept"),

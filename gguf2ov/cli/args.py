@@ -40,10 +40,12 @@ def prompt_arguments(parser) -> None:
                         help=f"add an image prompt ({IMAGE_PROMPT_TEXT!r}) for a VLM target; repeatable")
 
 
-def weight_format_arguments(parser, default_group_size: int) -> None:
+def weight_format_arguments(parser, default_group_size: int, default: str | None = "fp32",
+                            default_text: str = "fp32") -> None:
     """optimum-cli's weight options, as it names them."""
-    parser.add_argument("--weight-format", choices=tuple(FORMATS), default="fp32",
-                        help="; ".join(f"{name}: {fmt.stores}" for name, fmt in FORMATS.items()))
+    parser.add_argument("--weight-format", choices=tuple(FORMATS), default=default,
+                        help="; ".join(f"{name}: {fmt.stores}" for name, fmt in FORMATS.items())
+                        + f" (default: {default_text})")
     parser.add_argument("--group-size", type=int,
                         help=f"int4 group size (default {default_group_size})")
     sym = parser.add_mutually_exclusive_group()

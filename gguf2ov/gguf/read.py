@@ -139,6 +139,21 @@ class GgufFile:
             raise Gguf2ovError(f"{self.path}: tensor {_clip(name)}: {e.message}", hint=e.hint) from e
         return np.asarray(values, dtype=np.float32).reshape(info.shape)
 
+    def load_rows(self, name: str, start: int, stop: int) -> np.ndarray:
+        """Rows start..stop (along the first PyTorch axis) as float32: only their blocks are read.
+        A block never spans two rows (quantization runs along ne[0])."""
+        from .quants import dequantize
+
+        info = self.info(name)
+        if info.qtype in _INTEGER_TYPES or len(info.shape) < 2:
+            return self.load(name)[start:stop]
+        rows = self.raw(name)[start:stop]
+        try:
+            values = dequantize(rows, info.qtype)
+        except Gguf2ovError as e:
+            raise Gguf2ovError(f"{self.path}: tensor {_clip(name)}: {e.message}", hint=e.hint) from e
+        return np.asarray(values, dtype=np.float32).reshape(rows.shape[0], *info.shape[1:])
+
 
 def is_gguf_file(path) -> bool:
     """Whether `path` is a regular file that starts with the GGUF magic (a folder, a missing path: no)."""

@@ -42,9 +42,19 @@ scale is zero holds -dmin*m (or m) whatever its codes and has no finite zero poi
 stored as 0 and its scale factor (and a zero d) as 1, which gives back that constant (exactly
 when d is 0, to float32 rounding when only sc is).
 
+An embedding table (a target's, read by a Gather) takes another form, because the CPU plugin's
+ConvertGatherToGatherCompressed pass, unlike the FullyConnected one, neither folds scale subgraphs
+nor takes u6 codes (`grid_weight(..., gather=True)`): u6 codes stored as u8, and where the scale or
+zero point is computed from several fields (K-quants, Q6_K, Q4_1/Q5_1) both stored folded as f32
+per group. Every type then runs as a u4/u8/i8 Gather (a 32768 x 4096 table: +40-56 MB compiled
+instead of +534 MB as f32). Gemma 3 270M's Q8_0 table keeps its own form: the whole target IR is
+1.032x the file's tensor bytes. A Q4_K table costs 6 bits a weight instead of 4.5 (an 8B target's
+151936 x 4096 table: +117 MB, 2.5% of its Q4_K_M file).
+
 Memory: the builder decodes the memory-mapped bytes in ~1 MB row chunks straight into the buffers
 of the final Constants (uint8/uint32 bit arithmetic, four codes per word): no float arrays, and
-a 4096x12288 Q4_K tensor takes ~0.25 s.
+a 4096x12288 Q4_K tensor takes ~0.25 s. With `postpone`, that happens while OpenVINO writes the
+.bin, one tensor at a time.
 """
 
 from __future__ import annotations
@@ -76,11 +86,14 @@ _F16_ONE = np.float16(1.0)
 
 
 def _u6_quads(low: np.ndarray, high: np.ndarray, out: np.ndarray) -> None:
-    """Four 6-bit values per uint32 word -> their 3 u6 bytes.
+    """Four 6-bit values per uint32 word -> their 3 u6 bytes, or 4 u8 bytes when `out` holds u8 codes.
 
     `low` holds the low 4 bits of element r in byte r of each word, `high` the top 2 bits the same
-    way; `out` is uint8 (..., 3) with one row per word.
+    way; `out` is uint8 (..., 3) or (..., 4) with one row per word.
     """
+    if out.shape[-1] == 4:  # u8 codes (the Gather form): byte r = element r
+        out[...] = (low | (high << 4)).astype("<u4", copy=False).view(np.uint8).reshape(*low.shape, 4)
+        return
     b0 = ((low << 4) & 0xF0) | ((low >> 8) & 0x0F)
     b1 = ((low >> 12) & 0xF0) | ((low >> 24) & 0x0F)
     b2 = ((high << 6) & 0xC0) | ((high >> 4) & 0x30) | ((high >> 14) & 0x0C) | ((high >> 24) & 0x03)
@@ -93,9 +106,9 @@ def _words(data: np.ndarray) -> np.ndarray:
 
 
 def _pack_u6(values: np.ndarray, out: np.ndarray) -> None:
-    """values uint8 (n, 4k) < 64 -> out uint8 (n, 3k)."""
+    """values uint8 (n, 4k) < 64 -> out uint8 (n, 3k), or (n, 4k) as they are."""
     words = _words(values)
-    _u6_quads(words & _NIBBLES, (words >> 4) & np.uint32(0x03030303), out.reshape(*words.shape, 3))
+    _u6_quads(words & _NIBBLES, (words >> 4) & np.uint32(0x03030303), out.reshape(*words.shape, -1))
 
 
 def _legacy_nibbles(qs: np.ndarray, out: np.ndarray) -> None:
@@ -116,22 +129,23 @@ def _k_nibbles(qs: np.ndarray, out: np.ndarray) -> None:
 
 
 def _legacy_q5_codes(qs: np.ndarray, qh: np.ndarray, out: np.ndarray) -> None:
-    """Q5_0/Q5_1 -> u6 (n, 24). qs as in Q4_0; bit j of qh (a little-endian uint32) is bit 4 of element j."""
+    """Q5_0/Q5_1 -> u6 (n, 24) or u8 (n, 32). qs as in Q4_0; bit j of qh (a little-endian uint32) is bit 4 of
+    element j."""
     nibbles = _words(qs)                                            # (n, 4): elements 4k.. low nibbles
     low = np.concatenate([nibbles & _NIBBLES, (nibbles >> 4) & _NIBBLES], axis=1)
     # 4 bits b3..b0 -> bytes 3..0 of a word: the shifted copies (0, 7, 14, 21) never overlap.
     four = (_words(qh) >> np.arange(0, 32, 4, dtype=np.uint32)) & np.uint32(0x0F)
     high = (four * np.uint32(0x00204081)) & np.uint32(0x01010101)  # (n, 8)
-    _u6_quads(low, high, out.reshape(-1, 8, 3))
+    _u6_quads(low, high, out.reshape(-1, 8, out.shape[-1] // 8))
 
 
 def _k5_codes(qs: np.ndarray, qh: np.ndarray, out: np.ndarray) -> None:
-    """Q5_K -> u6 (n, 192). Element 32k+l: low nibble as in Q4_K, bit 4 = bit k of qh[l]."""
+    """Q5_K -> u6 (n, 192) or u8 (n, 256). Element 32k+l: low nibble as in Q4_K, bit 4 = bit k of qh[l]."""
     n = qs.shape[0]
     nibbles = _words(qs).reshape(n, 4, 1, 8) >> np.array([0, 4], dtype=np.uint32).reshape(1, 1, 2, 1)
     low = (nibbles & _NIBBLES).reshape(n, 8, 8)                       # (n, group, quad)
     high = (_words(qh).reshape(n, 1, 8) >> np.arange(8, dtype=np.uint32).reshape(1, 8, 1)) & np.uint32(0x01010101)
-    _u6_quads(low, high, out.reshape(n, 8, 8, 3))
+    _u6_quads(low, high, out.reshape(n, 8, 8, -1))
 
 
 def _f16(blocks: np.ndarray, offset: int) -> np.ndarray:
@@ -193,7 +207,7 @@ def _fill_q6_k(b, o):
     # nibble for q < 2, high nibble otherwise) and its top 2 bits in qh[32h + l], bits 2q..2q+1.
     ql = _words(b[:, 0:128]).reshape(n, 2, 2, 8)
     qh = _words(b[:, 128:192]).reshape(n, 2, 8)
-    out = o["codes"].reshape(n, 2, 4, 8, 3)
+    out = o["codes"].reshape(n, 2, 4, 8, -1)
     for q in range(4):
         low = (ql[:, :, q % 2] >> np.uint32(4 * (q // 2))) & _NIBBLES
         high = (qh >> np.uint32(2 * q)) & np.uint32(0x03030303)
@@ -245,14 +259,26 @@ def grid_bits(qtype) -> float:
 # the builder
 # ---------------------------------------------------------------------------------------------
 
-def grid_weight(raw: np.ndarray, qtype, shape):
+def grid_weight(raw, qtype, shape, gather: bool = False, postpone=None):
     """The f32 [out, in] output of a decompression subgraph holding the GGUF tensor's own grid.
 
     `raw` is the tensor's stored bytes as `GgufFile.raw` returns them (torch-order rows, last axis
-    in bytes); the result is meant as the second input of `MatMul(x, W, transpose_b=True)`.
-    """
-    import openvino as ov
+    in bytes), or a callable returning them; the result is meant as the second input of
+    `MatMul(x, W, transpose_b=True)`, or with `gather` as the table of an embedding Gather.
 
+    `gather`: the form the CPU plugin keeps compressed under a Gather. Its ConvertGatherToGather-
+    Compressed pass needs the scale and zero point as Constants and takes u4/u8/i8 codes, not u6
+    (measured, 32768 x 4096 table, openvino 2026.4.1: a Q4_K table with its scale subgraph stops
+    compilation with "constant != nullptr"; Q5_0/Q5_K/Q6_K with u6 codes compile to an f32 Gather,
+    +534 MB; in this form each is a u4 or u8 Gather, +40-56 MB). So scale and zero point are
+    stored as f32 per group, computed in numpy with the same f32 operations the subgraph does
+    (identical values), and 5- and 6-bit codes as u8: a Q4_K table costs 6 bits per weight
+    instead of 4.5, a Q6_K table 10 instead of 6.56.
+
+    `postpone(type, shape, make, name)`: builds the Constants as PostponedConstants whose values
+    `make()` returns only while OpenVINO writes the .bin (requantize.WeightForms passes it); the
+    tensor is then decoded once, then, not held in memory until the model is saved.
+    """
     try:
         qtype = QType(qtype)
     except ValueError:
@@ -264,74 +290,171 @@ def grid_weight(raw: np.ndarray, qtype, shape):
     if len(shape) != 2:
         raise Gguf2ovError(f"a GGUF grid weight must be 2-D [out, in], not {shape}")
     layout = _LAYOUTS[qtype]
+    block = GGML_QUANT_SIZES[qtype][0]
+    if shape[1] % block:
+        raise Gguf2ovError(f"{qtype.name} rows of {shape[1]} elements are not whole {block}-element blocks")
+    kinds = _constant_kinds(qtype, layout, shape, gather)
+    if postpone is None:
+        tensors = _decode(raw, qtype, layout, shape, kinds, gather)
+        constants = {name: _constant(tensor) for name, tensor in tensors.items()}
+    else:
+        constants = _postponed_constants(raw, qtype, layout, shape, kinds, gather, postpone)
+    if gather and _folds(layout):
+        return _gather_decompression(layout, constants, shape)
+    return _decompression(layout, constants, shape, u6=layout.codes == "u6" and not gather)
+
+
+def _constant_kinds(qtype, layout: _Layout, shape, gather: bool) -> dict[str, tuple[str, list[int]]]:
+    """{constant: (OpenVINO type, shape)} of the weight's Constants."""
+    rows, n = shape
+    groups, blocks_per_row = n // layout.group, n // GGML_QUANT_SIZES[qtype][0]
+    codes = "u8" if gather and layout.codes == "u6" else layout.codes
+    kinds = {"codes": (codes, [rows, groups, layout.group])}
+    if gather and _folds(layout):
+        kinds["scale"] = ("f32", [rows, groups, 1])
+        if layout.zero_point in ("min", "k"):
+            kinds["zero_point"] = ("f32", [rows, groups, 1])
+        return kinds
+    for name, kind, items in layout.params:
+        kinds[name] = (kind, [rows, blocks_per_row, items])
+    return kinds
+
+
+def _folds(layout: _Layout) -> bool:
+    """Whether the Gather form stores the scale (and zero point) folded: they are computed from several
+    stored fields (K-quants, Q6_K, Q4_1/Q5_1). A type whose scale is one f16 per group (Q8_0, Q4_0,
+    Q5_0) keeps it: the plugin takes that Convert as it is (a Q8_0 table compiled to an i8 Gather)."""
+    return layout.zero_point in ("min", "k") or any(name == "scales" for name, _, _ in layout.params)
+
+
+def _decode(raw, qtype, layout: _Layout, shape, kinds: dict, gather: bool) -> dict:
+    """The weight's Constants' data as ov.Tensors, decoded from the stored bytes chunk by chunk."""
+    import openvino as ov
+
     block, type_size = GGML_QUANT_SIZES[qtype]
     rows, n = shape
-    if n % block:
-        raise Gguf2ovError(f"{qtype.name} rows of {n} elements are not whole {block}-element blocks")
     row_bytes = n // block * type_size
-    data = np.asarray(raw).view(np.uint8)
+    data = np.asarray(raw() if callable(raw) else raw).view(np.uint8)
     if data.size != rows * row_bytes:
         raise Gguf2ovError(f"{qtype.name} data of {data.size} bytes does not hold a {shape} tensor "
                            f"({rows * row_bytes} bytes)")
     data = data.reshape(rows, row_bytes)
     blocks_per_row = n // block
     n_blocks = rows * blocks_per_row
-    groups = n // layout.group
 
     # Every Constant is allocated at its final size and filled block by block in place.
-    tensors, views = {}, {}
-    tensors["codes"] = ov.Tensor(getattr(ov.Type, layout.codes), ov.Shape([rows, groups, layout.group]))
-    for name, kind, items in layout.params:
-        tensors[name] = ov.Tensor(getattr(ov.Type, kind), ov.Shape([rows, blocks_per_row, items]))
-    for name, t in tensors.items():
-        views[name] = t.data.reshape(n_blocks, -1)
-
+    tensors = {name: ov.Tensor(getattr(ov.Type, kind), ov.Shape(dims)) for name, (kind, dims) in kinds.items()}
+    views = {name: t.data.reshape(n_blocks, -1) for name, t in tensors.items()}
     step = max(1, _CHUNK_BYTES // row_bytes)
     with np.errstate(invalid="ignore", over="ignore"):
         for r0 in range(0, rows, step):
             r1 = min(rows, r0 + step)
             chunk = np.ascontiguousarray(data[r0:r1]).reshape(-1, type_size)
             b0, b1 = r0 * blocks_per_row, r1 * blocks_per_row
-            layout.fill(chunk, {k: v[b0:b1] for k, v in views.items()})
-    return _decompression(layout, tensors, rows, n, groups)
+            out = {k: v[b0:b1] for k, v in views.items()}
+            if gather and _folds(layout):
+                # the file's own parameters for this chunk, as numbers (u6 kept one per byte), then folded
+                params = {name: np.empty((b1 - b0, items), _NUMPY[kind]) for name, kind, items in layout.params}
+                layout.fill(chunk, {"codes": out["codes"], **params})
+                _fold(layout, params, out)
+            else:
+                layout.fill(chunk, out)
+    return tensors
 
 
-def _decompression(layout: _Layout, tensors: dict, rows: int, n: int, groups: int):
+_NUMPY = {"f16": np.float16, "i8": np.int8, "u6": np.uint8}
+
+
+def _fold(layout: _Layout, params: dict, out: dict) -> None:
+    """scale and zero point per group from a chunk's parameters: the f32 operations of `_decompression`."""
+    f32 = np.float32
+    d = params["d"].astype(f32)
+    if layout.zero_point in ("none", "const"):
+        out["scale"][...] = d * params["scales"].astype(f32) if "scales" in params else d
+        return
+    if layout.zero_point == "min":
+        out["scale"][...] = d
+        out["zero_point"][...] = -params["m"].astype(f32) / d
+        return
+    scale = d * params["scales"].astype(f32)
+    out["scale"][...] = scale
+    out["zero_point"][...] = params["dmin"].astype(f32) * params["mins"].astype(f32) / scale
+
+
+def _constant(tensor):
     import openvino as ov
+
+    return ov.op.Constant(tensor, shared_memory=True)
+
+
+def _postponed_constants(raw, qtype, layout, shape, kinds: dict, gather: bool, postpone) -> dict:
+    """PostponedConstants of the weight: the first one OpenVINO writes decodes the tensor, each
+    hands out its own part, and the last one drops what is left."""
+    pending: dict = {}
+
+    def part(name):
+        def make():
+            if not pending:
+                pending.update(_decode(raw, qtype, layout, shape, kinds, gather))
+            return pending.pop(name)
+        return make
+
+    return {name: postpone(kind, dims, part(name)) for name, (kind, dims) in kinds.items()}
+
+
+def _per_group(node, rows: int, groups: int):
     from openvino import opset13 as ops
 
-    def constant(name):
-        return ov.op.Constant(tensors[name], shared_memory=True)
+    return ops.reshape(node, ops.constant(np.array([rows, groups, 1], dtype=np.int64)), False)
 
-    def f32(node):
-        return ops.convert(node, "f32")
 
-    def per_group(node):
-        return ops.reshape(node, ops.constant(np.array([rows, groups, 1], dtype=np.int64)), False)
+def _codes_f32(codes, u6: bool):
+    from openvino import opset13 as ops
 
-    if layout.codes == "u6":
+    if u6:
         # u6 is no type the plugin decompresses: this Convert folds into u8 codes when compiled.
-        codes = ops.convert(constant("codes"), "u8")
-    else:
-        codes = constant("codes")
+        codes = ops.convert(codes, "u8")
+    return ops.convert(codes, "f32")
+
+
+def _decompression(layout: _Layout, constants: dict, shape, u6: bool):
+    from openvino import opset13 as ops
+
+    rows, n = shape
+    groups = n // layout.group
+
+    def f32(name):
+        return ops.convert(constants[name], "f32")
 
     zero_point = None
     if layout.zero_point in ("none", "const"):
-        scale = f32(constant("d"))
-        if "scales" in tensors:  # Q6_K: d per 256 times an int8 scale per 16
-            scale = per_group(ops.multiply(scale, f32(constant("scales"))))
+        scale = f32("d")
+        if "scales" in constants:  # Q6_K: d per 256 times an int8 scale per 16
+            scale = _per_group(ops.multiply(scale, f32("scales")), rows, groups)
         if layout.zero_point == "const":
             zero_point = ops.constant(np.float32(layout.center))
     elif layout.zero_point == "min":
-        scale = f32(constant("d"))
-        zero_point = ops.divide(ops.negative(f32(constant("m"))), scale)
+        scale = f32("d")
+        zero_point = ops.divide(ops.negative(f32("m")), scale)
     else:
-        scale = per_group(ops.multiply(f32(constant("d")), f32(constant("scales"))))
-        minimum = per_group(ops.multiply(f32(constant("dmin")), f32(constant("mins"))))
+        scale = _per_group(ops.multiply(f32("d"), f32("scales")), rows, groups)
+        minimum = _per_group(ops.multiply(f32("dmin"), f32("mins")), rows, groups)
         zero_point = ops.divide(minimum, scale)
+    return _affine(_codes_f32(constants["codes"], u6), zero_point, scale, shape)
 
-    w = f32(codes)
-    if zero_point is not None:
-        w = ops.subtract(w, zero_point)
+
+def _gather_decompression(layout: _Layout, constants: dict, shape):
+    from openvino import opset13 as ops
+
+    zero_point = constants.get("zero_point")
+    if zero_point is None and layout.zero_point == "const":
+        zero_point = ops.constant(np.float32(layout.center))
+    return _affine(_codes_f32(constants["codes"], False), zero_point, constants["scale"], shape)
+
+
+def _affine(codes, zero_point, scale, shape):
+    from openvino import opset13 as ops
+
+    w = codes if zero_point is None else ops.subtract(codes, zero_point)
     w = ops.multiply(w, scale)
-    return ops.reshape(w, ops.constant(np.array([rows, n], dtype=np.int64)), False).output(0)
+    return ops.reshape(w, ops.constant(np.array(list(shape), dtype=np.int64)), False).output(0)

@@ -87,6 +87,11 @@ class Checkpoint:
         t = self._files[self._where[name]].get_tensor(name)
         return t.float().numpy() if t.is_floating_point() else t.numpy()
 
+    def load_rows(self, name: str, start: int, stop: int) -> np.ndarray:
+        """Rows start..stop (along the first axis) as float32: only those rows are read."""
+        t = self._files[self._where[name]].get_slice(name)[start:stop]
+        return t.float().numpy() if t.is_floating_point() else t.numpy()
+
     def provenance(self) -> dict:
         """What the converter recorded in gguf2ov.json (empty for a checkpoint it did not write)."""
         try:

@@ -66,12 +66,18 @@ class Op:
     check: Callable[[object], bool]   # whether a map's argument is valid
     takes: str                # the argument, in words, for messages
     examples: tuple = ()      # valid arguments (with a config where "n" is a head count of 4), for tests
+    rows_only: bool = False   # moves whole rows and changes no value: it applies to stored quantized rows too
 
 
 OPS = {
     "add": Op(_add, _check_add, "a number, e.g. add: -1.0", (-1.0, 0.5)),
-    "unpermute_qk": Op(_unpermute_qk, _check_heads, "{heads: <config key>}", ({"heads": "n"},)),
+    "unpermute_qk": Op(_unpermute_qk, _check_heads, "{heads: <config key>}", ({"heads": "n"},), rows_only=True),
 }
+
+
+def moves_rows_only(ops) -> bool:
+    """Whether every op only moves whole rows (so it can move a quantized tensor's stored rows)."""
+    return all(OPS[name].rows_only for name, _ in ops)
 
 
 def apply_ops(ops, x, config, reverse=False):

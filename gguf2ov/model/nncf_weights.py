@@ -50,6 +50,13 @@ would have given it, so this module splits that pass in two:
   `nncf_rt_info` / `write_nncf_rt_info` restore the `nncf.weight_compression` parameters that
   the whole-model run writes into the model's rt_info.
 
+* A target adds an embedding table (a Gather's weight): `plan_modes` keeps it in the backup int8
+  in int4 modes unless all_layers, and knows that a tied lm_head re-uses it (then no MatMul is
+  kept back as "the last layer"); `compress_weight(..., gather=True)` compresses it in a micro
+  model with a Gather. `streamed_compression` compresses a weight in row chunks while the IR is
+  written (per-channel and per-group quantization treat every row on its own, so the chunks give
+  the whole weight's codes), and `streamed_sensitivity` scores it the same way.
+
 Memory: the micro model wraps `w` without a copy (shared Constant) and NNCF reads it without a
 copy; what is added is the quantization kernel's working memory (measured for a 4096 x 12288
 weight: about 1.3x the f32 size for int8, 1.6x for int4 g16, the same as inside a whole-model
@@ -115,25 +122,45 @@ def sensitivity(w: np.ndarray) -> float:
     `DataFreeCriterion._calc_weight_sensitivity` (mixed_precision.py l. 161-177) on the weight as
     the OpenVINO backend reads it (an openvino.Tensor, openvino_backend.py l. 428-432).
     """
+    return 1 / (_quantization_error(w) + _EPS)
+
+
+def streamed_sensitivity(rows_of, shape, elements: int | None = None) -> float:
+    """`sensitivity` of a [rows, width] weight read in row chunks: NNCF's error is the largest of the
+    rows' mean squared errors (weight_lowering.get_integer_quantization_error, "max_mean"), so the
+    largest over the chunks is the whole weight's."""
+    rows, width = shape
+    error = max(_quantization_error(rows_of(r0, r1)) for r0, r1 in row_chunks(rows, width, elements))
+    return 1 / (error + _EPS)
+
+
+# fns.finfo(weight).eps of a float32 weight, as DataFreeCriterion adds it
+_EPS = float(np.finfo(np.float32).eps)
+
+
+def _quantization_error(w: np.ndarray) -> float:
     import openvino as ov
     from nncf.quantization.algorithms.weight_compression.config import WeightCompressionConfig
     from nncf.quantization.algorithms.weight_compression.weight_lowering import get_integer_quantization_error
     from nncf.tensor import Tensor
-    from nncf.tensor import functions as fns
 
     w = _as_f32_2d(w)
     weight = Tensor(ov.Tensor(w, w.shape, ov.Type.f32))
-    int_error = get_integer_quantization_error(weight, (1,), WeightCompressionConfig(), reduction="max_mean")
-    eps = fns.finfo(weight).eps
-    return 1 / (int_error + eps)
+    return get_integer_quantization_error(weight, (1,), WeightCompressionConfig(), reduction="max_mean")
 
 
-def plan_modes(variant, weights, values=None, scores: dict | None = None) -> dict[str, WeightSpec]:
+def plan_modes(variant, weights, values=None, scores: dict | None = None, embeddings=(),
+               last_shared: bool = False) -> dict[str, WeightSpec]:
     """{name: WeightSpec}: what whole-model `nncf.compress_weights` does to each weight for `variant`.
 
-    `weights`: (name, shape) of every Linear weight, shape [out, in] (consumed with transpose_b),
-    in NNCF's topological order of the graph (`nncf_weight_order` reads it from a model); only
-    the last entry's position matters unless ratio < 1 (then it breaks ties of equal scores).
+    `weights`: (name, shape) of every weight NNCF compresses, shape [out, in] for a Linear (consumed
+    with transpose_b) and [rows, width] for an embedding table, in NNCF's topological order of the
+    graph (`nncf_weight_order` reads it from a model); only the last MatMul's position matters
+    unless ratio < 1 (then it breaks ties of equal scores). `embeddings` names the tables an
+    embedding Gather reads: NNCF never counts them as ratio-defining without all_layers
+    (algorithm.py l. 563-574), so in int4 modes they stay in the backup int8. `last_shared`: the
+    model's last weighted MatMul re-uses an earlier weight (a target whose lm_head is tied to its
+    embedding), so NNCF keeps no MatMul back as "the last layer" (l. 1002-1007, 556).
     `values(name) -> f32 [out, in] array` is called once per ratio-defining weight when
     ratio < 1 (the data-free sensitivity pass); `scores` ({name: score}, from `sensitivity`) may
     be given instead, e.g. computed while the weights were first streamed.
@@ -152,11 +179,15 @@ def plan_modes(variant, weights, values=None, scores: dict | None = None) -> dic
         # NNCF itself would refuse one), all_layers=True makes NNCF refuse the call
         if variant.all_layers:
             raise Gguf2ovError(f"variant {variant.name!r}: NNCF's int8 modes take no all_layers option")
-        return {name: WeightSpec(mode, -1, "primary") for name in names}
+        return {name: WeightSpec(mode, -1, "primary") for name in names}  # embeddings too (l. 549-550)
 
     backup = WeightSpec(INT8_ASYM, -1, "backup: last MatMul")
-    plan = {name: backup for name in names}
-    ratio_defining = weights if variant.all_layers else weights[:-1]
+    embeddings = set(embeddings)
+    plan = {name: WeightSpec(INT8_ASYM, -1, "backup: embedding") if name in embeddings else backup for name in names}
+    matmuls = [(name, shape) for name, shape in weights if name not in embeddings]
+    ratio_defining = matmuls if variant.all_layers or last_shared else matmuls[:-1]
+    if variant.all_layers:  # _get_ratio_defining_params appends the embeddings after the MatMuls
+        ratio_defining += [(name, shape) for name, shape in weights if name in embeddings]
     ratio = variant.ratio if variant.ratio is not None else 1.0
     primary = list(ratio_defining)
     if ratio < 1 and ratio_defining:
@@ -214,22 +245,30 @@ def _nncf_silenced():
         nncf.set_log_level(level)
 
 
-def compress_weight(w, spec: WeightSpec, name: str = "weight"):
+def compress_weight(w, spec: WeightSpec, name: str = "weight", gather: bool = False):
     """The decompression subgraph's output (f32 [out, in]) of `w` compressed as NNCF would per `spec`.
 
     `w`: f32 [out, in]; `name` becomes the compressed constant's friendly name (NNCF names the
     scale / zero point after it), as the weight's Constant name does in a whole-model run.
+    `gather`: `w` is an embedding table, compressed as NNCF compresses the table of a Gather (one
+    scale per row, or per group along the row; its subgraph named after input port 0).
     """
     import nncf
     import openvino as ov
     from openvino import opset13 as ops
 
     w = _as_f32_2d(w)
-    x = ops.parameter([1, w.shape[1]], ov.Type.f32, name="x")
     # ov.Tensor(array, shape, type) wraps the array without a copy, read-only arrays included
     const = ops.constant(ov.Tensor(w, w.shape, ov.Type.f32), name=name, shared_memory=True)
-    matmul = ops.matmul(x, const, transpose_a=False, transpose_b=True)
-    micro = ov.Model([ops.result(matmul)], [x], "one_weight")
+    if gather:
+        x = ops.parameter([-1], ov.Type.i64, name="ids")
+        consumer = ops.gather(const, ops.convert(x, "i32"), ops.constant(np.int64(0)))
+        port = 0
+    else:
+        x = ops.parameter([1, w.shape[1]], ov.Type.f32, name="x")
+        consumer = ops.matmul(x, const, transpose_a=False, transpose_b=True)
+        port = 1
+    micro = ov.Model([ops.result(consumer)], [x], "one_weight")
     del const
     kwargs = {"mode": spec.nncf_mode}
     if spec.bits == 4:
@@ -245,13 +284,122 @@ def compress_weight(w, spec: WeightSpec, name: str = "weight"):
             micro = compress_weights(micro, **kwargs)
     except Exception as e:  # NNCF's own exception types for bad group sizes and shapes
         raise Gguf2ovError(f"NNCF could not compress {name} as {spec.mode} g{spec.group_size}: {e}") from e
-    out = matmul.input_value(1)
+    out = consumer.input_value(port)
     if out.get_node().get_type_name() == "Constant":
         raise Gguf2ovError(f"NNCF left {name} uncompressed ({spec.mode} g{spec.group_size})")
     # Detach the subgraph from the micro model so that nothing else keeps it alive.
-    matmul.input(1).replace_source_output(ops.constant(np.zeros((1, 1), np.float32)).output(0))
-    del micro, matmul, x
+    consumer.input(port).replace_source_output(ops.constant(np.zeros((1, 1), np.float32)).output(0))
+    del micro, consumer, x
     return out
+
+
+# --- a large weight compressed in row chunks, its constants made while the .bin is written ---------
+
+# Rows of a weight compressed at once: ~64 MB of float32, so that an 8B target's 151936 x 4096
+# embedding (2.5 GB in float32) never is in memory whole. Per-channel and per-group quantization
+# treat every row on its own, so the chunks give the whole weight's codes and scales.
+CHUNK_ELEMENTS = 1 << 24
+
+
+def row_chunks(rows: int, width: int, elements: int | None = None) -> list[tuple[int, int]]:
+    """(start, stop) of balanced row chunks of ~`elements` values each. Each chunk starts on a multiple
+    of 8 rows, so that a chunk of 4-bit codes or zero points (half a byte a value) starts on a byte."""
+    elements = elements or CHUNK_ELEMENTS
+    count = max(1, -(-rows * width // elements))
+    size = -(-max(8, -(-rows // count)) // 8) * 8
+    return [(r0, min(rows, r0 + size)) for r0 in range(0, rows, size)]
+
+
+def streamed_compression(rows_of, shape, spec: WeightSpec, postpone, name: str = "weight", gather: bool = False,
+                         elements: int | None = None):
+    """`compress_weight` of a [rows, width] weight read as `rows_of(start, stop)`, as PostponedConstants.
+
+    The subgraph is NNCF's for the first chunk of rows, widened to all rows; `postpone(type, shape,
+    make, name)` makes each of its Constants that hold rows (codes, scales, zero points) a
+    PostponedConstant. When OpenVINO writes the first of them, the weight is compressed again chunk
+    by chunk into full-size buffers, which the Constants then take one by one: the float32 weight
+    is never whole in memory, and its compressed form only until it is written.
+    """
+    import openvino as ov
+
+    rows, width = (int(d) for d in shape)
+    chunks = row_chunks(rows, width, elements)
+    first = chunks[0][1]
+    out = compress_weight(rows_of(0, first), spec, name, gather)
+    constants = _constants(out)
+    held = {i: (c.get_output_element_type(0), [rows, *list(c.get_output_shape(0))[1:]])
+            for i, c in enumerate(constants) if _rows_of(c) == first}
+    pending: dict = {}
+
+    def fill():
+        buffers = {i: ov.Tensor(kind, ov.Shape(dims)) for i, (kind, dims) in held.items()}
+        for r0, r1 in chunks:
+            parts = _constants(compress_weight(rows_of(r0, r1), spec, name, gather))
+            for i, buffer in buffers.items():
+                kind, dims = held[i]
+                data = _bytes(parts[i].get_tensor_view())
+                start = r0 * int(np.prod(dims[1:], dtype=np.int64)) * kind.bitwidth // 8
+                _bytes(buffer)[start:start + data.size] = data
+        pending.update(buffers)
+
+    def part(i):
+        def make():
+            if not pending:
+                fill()
+            return pending.pop(i)
+        return make
+
+    for i, (kind, dims) in held.items():
+        node = constants[i]
+        replacement = postpone(kind, dims, part(i), node.get_friendly_name())
+        for target in list(node.output(0).get_target_inputs()):
+            target.replace_source_output(replacement.output(0))
+    if first != rows:
+        _widen(out, first, rows)
+    return out
+
+
+def _constants(output) -> list:
+    """The Constants of a weight's subgraph, each once, in a fixed depth-first order."""
+    return [node for node in _subgraph(output) if node.get_type_name() == "Constant"]
+
+
+def _subgraph(output) -> list:
+    """Every node of a constant subgraph, inputs before the nodes that read them (depth first)."""
+    order, seen = [], set()
+
+    def visit(node):
+        if node.get_name() in seen:
+            return
+        seen.add(node.get_name())
+        for value in node.input_values():
+            visit(value.get_node())
+        order.append(node)
+
+    visit(output.get_node())
+    return order
+
+
+def _rows_of(constant) -> int | None:
+    shape = list(constant.get_output_shape(0))
+    return shape[0] if len(shape) >= 2 else None
+
+
+def _bytes(tensor) -> np.ndarray:
+    return np.asarray(tensor.data).reshape(-1).view(np.uint8)
+
+
+def _widen(output, first: int, rows: int) -> None:
+    """The first chunk's subgraph made the whole weight's: a Reshape whose target shape starts with
+    the chunk's row count takes the weight's, and every node infers its shape again."""
+    from openvino import opset13 as ops
+
+    for node in _subgraph(output):
+        if node.get_type_name() == "Reshape" and node.input_value(1).get_node().get_type_name() == "Constant":
+            dims = np.array(node.input_value(1).get_node().get_data()).reshape(-1)
+            if dims.size and dims[0] == first:
+                node.input(1).replace_source_output(ops.constant(np.array([rows, *dims[1:]], dims.dtype)).output(0))
+        node.validate_and_infer_types()
 
 
 def nncf_weight_order(model) -> list[tuple[str, tuple]]:

@@ -47,13 +47,7 @@ def check_keys(expected: dict, found: dict, where, kept: dict | None = None) -> 
             hint="a DFlash 2 config sets dflash_config.conv_kernel_size and conv_group_size "
                  "(GGUF: dflash.conv_kernel_size, dflash.conv_group_size)")
     prefix = _common_prefix(unexpected, missing)
-    parts = []
-    if missing:
-        parts.append(f"{len(missing)} missing ({_some(missing)})")
-    if unexpected:
-        parts.append(f"{len(unexpected)} unexpected ({_some(unexpected)})")
-    if shapes:
-        parts.append("shape mismatch (" + _some([f"{k} {tuple(found[k])} != {tuple(known[k])}" for k in shapes]) + ")")
+    parts = _mismatch_parts(missing, unexpected, [f"{k} {tuple(found[k])} != {tuple(known[k])}" for k in shapes])
     if prefix:
         # The silent failure: strict=False ignores these and keeps random weights.
         raise Gguf2ovError(
@@ -67,6 +61,27 @@ def check_keys(expected: dict, found: dict, where, kept: dict | None = None) -> 
     if "fc.weight" in shapes:
         hint = "fc.weight must be [hidden_size, len(target_layer_ids) * hidden_size]: check target_layer_ids"
     raise Gguf2ovError(f"{where}: checkpoint tensors do not match the draft model: " + "; ".join(parts), hint=hint)
+
+
+def tensor_mismatch(expected: dict, found: dict) -> str:
+    """The missing, unexpected and mis-shaped tensors of `found` against `expected` (name -> shape),
+    as one phrase; empty when they agree exactly."""
+    missing = sorted(set(expected) - set(found))
+    unexpected = sorted(set(found) - set(expected))
+    shapes = [f"{k} {tuple(found[k])} != {tuple(expected[k])}" for k in sorted(set(expected) & set(found))
+              if not _fits(found[k], expected[k])]
+    return "; ".join(_mismatch_parts(missing, unexpected, shapes))
+
+
+def _mismatch_parts(missing: list[str], unexpected: list[str], shapes: list[str]) -> list[str]:
+    parts = []
+    if missing:
+        parts.append(f"{len(missing)} missing ({_some(missing)})")
+    if unexpected:
+        parts.append(f"{len(unexpected)} unexpected ({_some(unexpected)})")
+    if shapes:
+        parts.append("shape mismatch (" + _some(shapes) + ")")
+    return parts
 
 
 def _fits(shape, expected) -> bool:
@@ -107,29 +122,23 @@ def draft_layout(config: DraftConfig) -> tuple[dict[str, tuple], dict[str, tuple
     return {n: shapes[n] for n in order}, kept
 
 
-class DraftSource:
-    """A validated draft whose weights are read one tensor at a time.
+class TensorSource:
+    """A model's tensors read one at a time, from a GGUF through its map or from a checkpoint folder.
 
-    `kind` is "gguf" or "checkpoint"; `config` the DraftConfig; `expected` the tensors the draft
-    model uses (name -> shape, in the graph's order); `ignored` the tensors present but unused
-    (embedding, lm_head, d2t, a DFlash 2 selector). For a GGUF, `target_layer_offset` is the offset
-    its target layer ids were read with and `offset_decision` the tap scan that chose it, if one did.
+    `kind` is "gguf" or "checkpoint". Subclasses (DraftSource, target_source.TargetSource) add the
+    config and `expected`, the tensors their graph reads. The last tensor read is kept: drift's
+    weight meter reads the tensor a variant has just made from it (one tensor held at most).
     """
 
-    def __init__(self, path: Path, kind: str, config: DraftConfig, found: dict, mapped=None, checkpoint=None,
-                 target_layer_offset: int | None = None, offset_decision=None):
-        self.path, self.kind, self.config = path, kind, config
-        self.expected, kept = draft_layout(config)
-        self.ignored = check_keys(self.expected, found, path, kept=kept)
-        self.target_layer_offset, self.offset_decision = target_layer_offset, offset_decision
+    embeddings: tuple[str, ...] = ()  # the tables an embedding Gather reads
+    last_matmul_shared: bool = False  # the last MatMul re-uses an earlier weight (a tied lm_head)
+
+    def __init__(self, path: Path, kind: str, mapped=None, checkpoint=None):
+        self.path, self.kind = path, kind
         self._mapped = mapped
         self._checkpoint = checkpoint
-        self._last = None
         self._entries = {e.hf_name: e for e in mapped.plan if e.hf_name} if mapped is not None else {}
-
-    @property
-    def names(self) -> list[str]:
-        return list(self.expected)
+        self._last = None
 
     @property
     def gguf(self):
@@ -149,20 +158,8 @@ class DraftSource:
 
         return sha256_path(self.path)
 
-    def record(self) -> dict:
-        """What provenance keeps of how the draft was read: its kind, map and target layer offset."""
-        record = {"source_kind": self.kind, "target_layer_offset": self.target_layer_offset}
-        if self._mapped is not None:
-            record["map"] = str(self._mapped.amap.path)
-        if self.offset_decision is not None:
-            record["target_layer_offset_measured"] = self.offset_decision.record()
-        return record
-
     def f32(self, name: str) -> np.ndarray:
-        """The tensor as float32 in PyTorch shape: dequantized with the map's ops, or read from safetensors.
-
-        The last tensor read is kept: drift's weight meter reads the tensor the variant has just made
-        from it (one tensor held, the largest of the draft at most)."""
+        """The tensor as float32 in PyTorch shape: dequantized with the map's ops, or read from safetensors."""
         if self._last is not None and self._last[0] == name:
             return self._last[1]
         if self._mapped is not None:
@@ -177,15 +174,67 @@ class DraftSource:
         self._last = (name, x)
         return x
 
+    def f32_rows(self, name: str, start: int, stop: int) -> np.ndarray:
+        """Rows start..stop of the tensor as float32: only those rows are read (dequantized), unless
+        a map op rearranges the whole tensor."""
+        if self._mapped is not None:
+            entry = self._entries[name]
+            if entry.ops:
+                return self.f32(name)[start:stop]
+            return self._mapped.gguf.load_rows(entry.gguf_name, start, stop)
+        return self._checkpoint.load_rows(name, start, stop)
+
     def quantized(self, name: str):
         """(raw memory-mapped bytes, GGML type) of a GGUF tensor the file stores block-quantized, else None.
 
-        A tensor the map changes after dequantizing (an op) has no grid that matches its values.
+        A tensor the map changes after dequantizing has no grid that matches its values, unless the
+        map's ops only move whole rows (llama's q/k un-permutation): a row's blocks are its own, so
+        the same op moves the stored rows. Those are returned as a callable that makes the moved
+        copy when it is called.
         """
+        from ..maps.rules import apply_ops, moves_rows_only
+
         entry = self._entries.get(name)
-        if entry is None or entry.ops:
+        if entry is None:
             return None
-        return self._mapped.gguf.raw(entry.gguf_name), entry.qtype
+        raw = self._mapped.gguf.raw(entry.gguf_name)
+        if not entry.ops:
+            return raw, entry.qtype
+        if not moves_rows_only(entry.ops):
+            return None
+        config = self._mapped.config
+        return (lambda: apply_ops(entry.ops, raw, config)), entry.qtype
+
+
+class DraftSource(TensorSource):
+    """A validated draft whose weights are read one tensor at a time.
+
+    `config` is the DraftConfig; `expected` the tensors the draft model uses (name -> shape, in the
+    graph's order); `ignored` the tensors present but unused (embedding, lm_head, d2t, a DFlash 2
+    selector). For a GGUF, `target_layer_offset` is the offset its target layer ids were read with
+    and `offset_decision` the tap scan that chose it, if one did.
+    """
+
+    def __init__(self, path: Path, kind: str, config: DraftConfig, found: dict, mapped=None, checkpoint=None,
+                 target_layer_offset: int | None = None, offset_decision=None):
+        super().__init__(path, kind, mapped, checkpoint)
+        self.config = config
+        self.expected, kept = draft_layout(config)
+        self.ignored = check_keys(self.expected, found, path, kept=kept)
+        self.target_layer_offset, self.offset_decision = target_layer_offset, offset_decision
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.expected)
+
+    def record(self) -> dict:
+        """What provenance keeps of how the draft was read: its kind, map and target layer offset."""
+        record = {"source_kind": self.kind, "target_layer_offset": self.target_layer_offset}
+        if self._mapped is not None:
+            record["map"] = str(self._mapped.amap.path)
+        if self.offset_decision is not None:
+            record["target_layer_offset_measured"] = self.offset_decision.record()
+        return record
 
     def describe(self) -> str:
         c = self.config

@@ -15,6 +15,10 @@ from dataclasses import dataclass
 from ..errors import Gguf2ovError
 
 DEFAULT_GROUP_SIZE = 16  # a Q4_K sub-block is 32 wide: 16 divides it, so no group straddles two grids
+# A target's int4 default: optimum-cli's for a model it has no preset for (_DEFAULT_4BIT_WQ_CONFIG:
+# asymmetric, group 128, ratio 1.0), so that `gguf2ov target --weight-format int4` is what users get
+# from optimum-cli.
+TARGET_GROUP_SIZE = 128
 DEFAULT_DRIFT_VARIANTS = (
     "fp32", "int8",
     "int4_sym_g16", "int4_asym_g16", "int4_sym_g32", "int4_asym_g32", "int4_sym_g128", "int4_asym_g128",
@@ -25,8 +29,9 @@ _NNCF_NAME = re.compile(r"^int(?P<bits>[48])(?:_(?P<sym>sym|asym))?(?:_g(?P<g>\d
 
 # --- how each format makes a weight ------------------------------------------------------------------
 # `forms` is the WeightForms of the IR being built (model/weights.py): its `source` hands out the
-# tensors, `postponed(name, dtype)` makes a constant OpenVINO fills while it writes the .bin, `plan`
-# holds NNCF's per-weight decisions. Each returns (the weight's output, the source values it read or None).
+# tensors, `postponed(name, dtype)` makes a constant OpenVINO fills while it writes the .bin
+# (`postponing` one of any content: a target's weights are all made so), `plan` holds NNCF's
+# per-weight decisions. Each returns (the weight's output, the source values it read or None).
 
 def _float_weight(dtype: str):
     def make(forms, name):
@@ -41,15 +46,21 @@ def _grid_weight(forms, name):
     stored = forms.source.quantized(name)
     if stored is not None and has_grid(stored[1]):
         forms.transcoded.append(name)
-        return grid_weight(stored[0], stored[1], forms.source.expected[name]), None
+        raw, qtype = stored
+        postpone = forms.postponing(name) if forms.streamed else None
+        return grid_weight(raw, qtype, forms.source.expected[name], gather=forms.gather(name), postpone=postpone), None
     return forms.postponed(name, "f32"), None  # a float tensor in the file: its values, exactly
 
 
 def _nncf_weight(forms, name):
-    from .nncf_weights import compress_weight
+    from .nncf_weights import compress_weight, streamed_compression
 
+    spec, constant = forms.plan[name], f"self.{name}"
+    if forms.streamed:  # a target's: compressed in row chunks while the .bin is written
+        return streamed_compression(forms.rows(name), forms.source.expected[name], spec, forms.postponing(name),
+                                    constant, forms.gather(name)), None
     values = forms.source.f32(name)
-    return compress_weight(values, forms.plan[name], name=name), values
+    return compress_weight(values, spec, name=constant, gather=forms.gather(name)), values
 
 
 def _nncf_rt_info(model, variant) -> None:
@@ -89,14 +100,16 @@ class Format:
     # None: compressed integer weights are not held to a tolerance (`drift` measures them).
     tolerance: float | None
     needs_gguf: bool = False       # the file's own grid: only a GGUF source has one
+    compressed: bool = True        # integer codes in the IR (optimum then leaves the KV cache in f32)
     nncf_bits: int | None = None   # NNCF's weight compression at this width
     after_save: Callable | None = None   # (xml path) -> None, once the IR is written
     annotate: Callable | None = None     # (ov.Model, Variant) -> None, the rt_info the format adds
 
 
 FORMATS = {f.name: f for f in [
-    Format("fp32", "float32 constants", _float_weight("f32"), tolerance=1e-4),
+    Format("fp32", "float32 constants", _float_weight("f32"), tolerance=1e-4, compressed=False),
     Format("fp16", "float16 constants (decompressed by the plugin)", _float_weight("f16"), tolerance=1e-2,
+           compressed=False,
            after_save=lambda xml: mark_decompression(xml)),  # NNCF's own f16 Converts stay as NNCF wrote them
     Format("int8", "NNCF int8 per channel", _nncf_weight, tolerance=None, nncf_bits=8, annotate=_nncf_rt_info),
     Format("int4", "NNCF int4 per group (int8 where NNCF keeps a backup)", _nncf_weight, tolerance=None,

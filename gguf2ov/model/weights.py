@@ -1,19 +1,35 @@
-"""How each weight of an IR variant is made, one at a time, as the graph asks for it.
+"""How each weight of an IR variant (a draft's or a target's) is made, one at a time, as the graph
+asks for it.
 
 The variant's format (`variants.FORMATS`) says how: a postponed fp32/fp16 constant, NNCF's
-compression of the one weight, or the GGUF's own codes. The source is anything that hands out
-tensors by name: `expected` (name -> PyTorch shape, in the graph's order), `f32(name)`,
-`quantized(name)` (the stored GGUF blocks, or None) and `kind` ("gguf" or "checkpoint"); a draft's
-`DraftSource` is one.
+compression of the one weight, or the GGUF's own codes. The source is a `WeightSource`: an opened
+draft (`source.DraftSource`) or target (`target_source.TargetSource`).
 """
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
 from ..errors import Gguf2ovError
 from .variants import Variant, require_source_for
+
+
+class WeightSource(Protocol):
+    """What the weights of a graph are read from: an opened draft (source.DraftSource) or target
+    (target_source.TargetSource)."""
+
+    kind: str                             # "gguf" | "checkpoint"
+    expected: dict[str, tuple[int, ...]]  # every tensor the graph reads, in the graph's order
+    embeddings: tuple[str, ...]           # the tables an embedding Gather reads (a draft has none)
+    last_matmul_shared: bool              # the last MatMul re-uses an earlier weight (a tied lm_head)
+
+    def f32(self, name: str) -> np.ndarray: ...
+
+    def f32_rows(self, name: str, start: int, stop: int) -> np.ndarray: ...
+
+    def quantized(self, name: str): ...
 
 
 @dataclass
@@ -23,32 +39,53 @@ class WeightForms:
     fp32/fp16 weights are PostponedConstants: OpenVINO asks for their values only while it writes
     the .bin, one tensor at a time, so exporting holds no copy of the model (1 GB written with a
     200 MB peak, measured). `gguf` carries the file's codes (gguf/transcode.py); int8/int4 compress
-    each weight with NNCF as the whole-model pass would (nncf_weights.py). `observe(name, output,
-    values)` is called for every weight made, so `drift` can measure it while it streams; `values` is
-    the source's float32 tensor when making the weight already read it (NNCF), else None.
+    each weight with NNCF as the whole-model pass would (nncf_weights.py). An embedding table (a
+    target's) takes the form the CPU plugin keeps compressed under a Gather.
+
+    `streamed` (a target's export): the grid and NNCF weights are PostponedConstants too, made
+    while the .bin is written, NNCF's in row chunks, so that exporting holds one weight at a time
+    whatever the variant (an 8B target's int4 form alone is ~5 GB). Without it (a draft's export)
+    they are built in memory, where `observe(name, output, values)` sees each weight as it is made,
+    so `drift` can measure it while it streams; `values` is the source's float32 tensor when making
+    the weight already read it (NNCF), else None.
     """
 
-    source: object
+    source: WeightSource
     variant: Variant
     observe: Callable[[str, object, np.ndarray], None] | None = None
+    streamed: bool = False
     transcoded: list = field(default_factory=list)
     plan: dict = field(default_factory=dict)
     failure: BaseException | None = None  # what stopped a postponed weight while OpenVINO was saving
 
     def __post_init__(self):
         require_source_for(self.variant, self.source.kind)
+        if self.streamed and self.observe is not None:
+            raise Gguf2ovError("streamed weights are made while the IR is saved: they cannot be observed as they are built")
         if self.variant.nncf:
             from .nncf_weights import plan_modes
 
             try:
-                self.plan = plan_modes(self.variant, self.linear_weights(), values=self.source.f32)
+                self.plan = plan_modes(self.variant, self.compressed_weights(), values=self.source.f32,
+                                       scores=self._scores(), embeddings=self.source.embeddings,
+                                       last_shared=self.source.last_matmul_shared)
             except Gguf2ovError as e:
-                raise Gguf2ovError(f"NNCF cannot compress the draft as {self.variant.name}: {e.message}",
+                raise Gguf2ovError(f"NNCF cannot compress the model as {self.variant.name}: {e.message}",
                                    hint=e.hint) from e
 
-    def linear_weights(self) -> list[tuple[str, tuple]]:
-        """Every Linear weight in the graph's order (the order NNCF walks the model in)."""
+    def compressed_weights(self) -> list[tuple[str, tuple]]:
+        """Every weight NNCF compresses (the 2-D tensors: Linear weights and embedding tables), in the
+        graph's order (the order NNCF walks the model in)."""
         return [(n, s) for n, s in self.source.expected.items() if len(s) == 2]
+
+    def _scores(self) -> dict | None:
+        """NNCF's data-free scores, read in row chunks, when a ratio < 1 needs them and weights stream."""
+        variant = self.variant
+        if not self.streamed or variant.bits != 4 or (variant.ratio or 1.0) >= 1:
+            return None
+        from .nncf_weights import streamed_sensitivity
+
+        return {name: streamed_sensitivity(self.rows(name), shape) for name, shape in self.compressed_weights()}
 
     def weight(self, name: str):
         output, values = self.variant.format.make(self, name)
@@ -59,28 +96,80 @@ class WeightForms:
     def vector(self, name: str) -> np.ndarray:
         return self.source.f32(name)
 
-    def postponed(self, name: str, dtype: str):
-        """A constant whose values OpenVINO asks for while it writes the .bin ("f32" or "f16")."""
+    def gather(self, name: str) -> bool:
+        """Whether `name` is an embedding table (read by a Gather, not multiplied by a MatMul)."""
+        return name in self.source.embeddings
+
+    def rows(self, name: str):
+        """rows(start, stop): rows of the source tensor as float32, read only as far as asked."""
+        return lambda start, stop: self.source.f32_rows(name, start, stop)
+
+    def postponing(self, weight: str):
+        """postpone(type, shape, make, name=None) -> a PostponedConstant whose failure stops the save
+        with its own error (see `failure`)."""
         import openvino as ov
-        from openvino import opset13 as ops
         from openvino.utils import make_postponed_constant
 
-        source, shape = self.source, self.source.expected[name]
+        def postpone(kind, dims, make, name=None):
+            def values():
+                try:
+                    return make()
+                except BaseException as e:  # OpenVINO's serializer would turn it into its own exception
+                    self.failure = e
+                    raise
+
+            kind = kind if isinstance(kind, ov.Type) else getattr(ov.Type, kind)
+            return make_postponed_constant(kind, ov.Shape(list(dims)), values, name=name or f"self.{weight}")
+
+        return postpone
+
+    def postponed(self, name: str, dtype: str):
+        """A constant of the source's values that OpenVINO asks for while it writes the .bin ("f32"
+        or "f16"), filled in row chunks: a float32 copy of a whole embedding table is never made."""
+        import openvino as ov
+        from openvino import opset13 as ops
+
+        from .nncf_weights import row_chunks
+
+        shape = self.source.expected[name]
+        kind = ov.Type.f16 if dtype == "f16" else ov.Type.f32
 
         def values():
-            try:
-                x = source.f32(name)
-                return ov.Tensor(np.ascontiguousarray(x.astype(np.float16) if dtype == "f16" else x))
-            except BaseException as e:  # OpenVINO's serializer would turn it into its own exception
-                self.failure = e
-                raise
+            out = ov.Tensor(kind, ov.Shape(list(shape)))
+            rows = out.data.reshape(shape[0], -1)
+            for start, stop in row_chunks(shape[0], int(np.prod(shape[1:], dtype=np.int64))):
+                rows[start:stop] = self.source.f32_rows(name, start, stop).reshape(stop - start, -1)
+            return out
 
-        const = make_postponed_constant(ov.Type.f16 if dtype == "f16" else ov.Type.f32, ov.Shape(list(shape)), values,
-                                        name=f"self.{name}")
+        const = self.postponing(name)(kind, shape, values, f"self.{name}")
         if dtype == "f32":
             return const.output(0)
         # marked as decompression when saved (mark_decompression), so the CPU plugin keeps it f16
         return ops.convert(const.output(0), "f32").output(0)
+
+
+def save_ir(ov_model, out_dir, forms: WeightForms | None = None) -> None:
+    """Save the IR as openvino_model.xml/.bin; postponed weights are made one at a time while the
+    .bin is written, and the format's own step runs on the saved IR.
+
+    A weight that fails to load while OpenVINO writes (a corrupt tensor, Ctrl-C) stops the save
+    with its own error, not OpenVINO's rewording of it.
+    """
+    from pathlib import Path
+
+    import openvino as ov
+
+    from ..names import IR_XML
+
+    xml = Path(out_dir) / IR_XML
+    try:
+        ov.save_model(ov_model, str(xml), compress_to_fp16=False)
+    except BaseException:
+        if forms is not None and forms.failure is not None:
+            raise forms.failure from None
+        raise
+    if forms is not None and forms.variant.format.after_save is not None:
+        forms.variant.format.after_save(xml)
 
 
 def ir_size(path) -> int:

@@ -30,13 +30,12 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import Gguf2ovError
-from ..names import (DETOKENIZER_IR, IR_XML, TOKENIZER_IR, VLM_LANGUAGE_MODEL, VLM_PER_LAYER_EMBEDDINGS,
+from ..names import (DETOKENIZER_IR, IR_XML, LOCATORS_KEY, TOKENIZER_IR, VLM_LANGUAGE_MODEL, VLM_PER_LAYER_EMBEDDINGS,
                      VLM_TEXT_EMBEDDINGS)
 from ..numerics import compile_exact, compile_plain, core
 from ..work import count
 from .genai import target_kind
 
-LOCATORS_KEY = "hidden_states_decoder_layers"
 # Between the logits output and the head's MatMul, what GenAI's find_llm_matmul steps over.
 _HEAD_WRAPPERS = ("Add", "Transpose", "Convert")
 # Rows per head sub-model call: bounds the [rows, vocab] float32 logits (152k-token vocabulary:

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..checks.findings import Finding
 from ..checks.taps import TapScan
 from ..errors import Gguf2ovError, library_message
 from ..model.irweights import constant_values, weight_matmuls
@@ -30,14 +31,6 @@ DRAFT_INPUTS = ("inputs_embeds", "hidden_states", "position_ids", "attention_mas
 INIT_STD_MARGIN = 0.25
 # Rows read per projection weight for its standard deviation.
 SAMPLE_ROWS = 64
-
-
-@dataclass(frozen=True)
-class Finding:
-    name: str
-    group: str  # interface | behaviour | target
-    status: str  # pass | fail | warn | skip
-    reason: str
 
 
 @dataclass(frozen=True)

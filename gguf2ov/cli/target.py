@@ -1,0 +1,31 @@
+"""`gguf2ov target SOURCE -o DIR`: a DFlash-ready OpenVINO target built from a GGUF or a Hugging
+Face checkpoint, weight by weight."""
+
+from ..model.variants import TARGET_GROUP_SIZE
+from ..sources import resolve
+from ..stages.target import export_target
+from . import args as a
+from .output import add_output_arguments, emit
+
+HELP = "build a DFlash-ready OpenVINO target from a GGUF or a checkpoint, weight by weight"
+
+
+def configure_parser(parser) -> None:
+    parser.add_argument("source", help="a target GGUF (qwen3, llama, qwen2, gemma3), " + a.HUB_NAME + ", or a Hugging "
+                                       "Face checkpoint folder")
+    parser.add_argument("-o", "--output", required=True, help="output folder for the OpenVINO target")
+    a.weight_format_arguments(parser, TARGET_GROUP_SIZE, default=None,
+                              default_text="gguf for a GGUF source, fp32 for a checkpoint")
+    parser.add_argument("--tokenizer", metavar="DIR",
+                        help="the model's Hugging Face tokenizer folder (default: the checkpoint's own, or the "
+                             "GGUF's vocabulary)")
+    a.map_arguments(parser, offset=False)
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
+    add_output_arguments(parser, inputs=("source", "map", "tokenizer"), outputs=("output",))
+
+
+def main(args) -> int:
+    result = export_target(resolve(args.source), args.output, weight_format=args.weight_format, group_size=args.group_size,
+                           sym=args.sym, ratio=args.ratio, all_layers=args.all_layers, tokenizer_dir=args.tokenizer,
+                           map_path=args.map, overwrite=args.overwrite, progress=not args.quiet)
+    return emit(result, args, title="gguf2ov target")
