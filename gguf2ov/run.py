@@ -75,11 +75,13 @@ class RunResult:
 
 
 def run(job, out_dir, reference_dir=None, requant: str = DEFAULT_REQUANT, variants=None,
-        overwrite: bool = False) -> RunResult:
-    """The whole job on `job` (its source a draft GGUF, its target a target folder) into `out_dir`."""
+        overwrite: bool = False, target_format: str | None = None) -> RunResult:
+    """The whole job on `job` into `out_dir`: its source a draft GGUF, its target a target folder, or a
+    GGUF or Hugging Face checkpoint that the `target` stage builds one from first, into OUT/target,
+    with `target_format` weights (stages.target.export_target's default when None)."""
     from .model.variants import DEFAULT_DRIFT_VARIANTS, parse_variant
     from .outputs import atomic_dir, relocated, require_output_dir
-    from .sources import resolve
+    from .sources import resolve, target_to_build
     from .stages.accept import require_options
     from .work import counts
 
@@ -92,7 +94,12 @@ def run(job, out_dir, reference_dir=None, requant: str = DEFAULT_REQUANT, varian
     if not gguf_path.is_file():
         raise Gguf2ovError(f"{gguf_path} does not exist")
     require_options(o.max_new_tokens, o.num_assistant_tokens, o.repeats, o.precision)
-    target_dir = job.target_dir  # opened and checked before any work
+    build = target_to_build(job.target_spec)
+    if build is None and target_format is not None:
+        raise Gguf2ovError(f"--target-format {target_format} applies to a target the run builds; "
+                           f"{job.target_spec} is an OpenVINO folder already",
+                           hint="leave --target-format out, or pass the GGUF or checkpoint to build the target from")
+    target_dir = Path(build) if build is not None else job.target_dir  # a folder: opened and checked before any work
     if reference_dir is not None and not Path(reference_dir, "config.json").is_file():
         raise Gguf2ovError(f"reference folder {reference_dir} has no config.json",
                            hint="pass the Hugging Face checkpoint folder the GGUF was made from")
@@ -103,14 +110,17 @@ def run(job, out_dir, reference_dir=None, requant: str = DEFAULT_REQUANT, varian
     start = time.monotonic()
     with atomic_dir(out_dir, overwrite=overwrite, inputs=inputs) as tmp:
         stages = _Stages(o.progress)
-        verdict = _run_stages(job, stages, tmp, reference_dir, requant, names)
+        verdict = _run_stages(job, stages, tmp, reference_dir, requant, names, (build, target_format))
         options = {**o.record(), "reference": str(reference_dir) if reference_dir else None, "requant": requant,
                    "variants": names, "prompts": len(job.prompts())}
-        if job.offset_decision is not None:
-            options["target_layer_offset"] = job.offset_decision.offset
-            options["target_layer_offset_measured"] = job.offset_decision.record()
+        decision = job.__dict__.get("offset_decision")  # only what the stages measured: never measured here
+        if decision is not None:
+            options["target_layer_offset"] = decision.offset
+            options["target_layer_offset_measured"] = decision.record()
         from .provenance import provenance, target_record
 
+        if build is not None:
+            target_dir = Path(job.target_spec)  # the folder built (or, when building failed, what it was built from)
         result = RunResult(str(gguf_path), str(target_dir), str(tmp), verdict, stages.outcomes, stages.results,
                            provenance({"gguf": job.gguf or gguf_path, "target": target_record(target_dir)}, options),
                            _since(before, counts()) | {"wall seconds": round(time.monotonic() - start, 1)})
@@ -119,15 +129,29 @@ def run(job, out_dir, reference_dir=None, requant: str = DEFAULT_REQUANT, varian
     return result
 
 
-def _run_stages(job, stages: "_Stages", out: Path, reference_dir, requant: str, names: list[str]) -> str:
-    """Run the stages in order into `out`; the verdict (PASS, or the verdict or stage that stopped the run)."""
+def _run_stages(job, stages: "_Stages", out: Path, reference_dir, requant: str, names: list[str],
+                build=(None, None)) -> str:
+    """Run the stages in order into `out`; the verdict (PASS, or the verdict or stage that stopped the run).
+    `build`: the GGUF or checkpoint the target is built from into OUT/target (None: the target is a
+    folder already) and the format of its weights."""
     from .stages.check import check
     from .stages.convert import convert
     from .stages.drift import drift
+    from .stages.target import export_target
     from .stages.verify import with_tap_scan
 
     o = job.options
     try:
+        source, target_format = build
+        if source is not None:
+            built = stages.run("target", lambda: export_target(source, out / "target", target_format,
+                                                               progress=o.progress),
+                               lambda r: (all(c.status == "pass" for c in r.checks), f"{Path(r.source).name} ({r.source_kind}, {r.arch}) as "
+                                                f"{r.weight_format} into target/: {r.num_layers} layers, "
+                                                f"{sum(c.status == 'pass' for c in r.checks)}/{len(r.checks)} "
+                                                f"target checks pass"))
+            job.target_spec = Path(built.out_dir)  # every later stage opens the folder built
+            job.__dict__.pop("target", None)
         if job.ambiguous():
             # a GGUF that cannot tell how its target layer ids were written: measured against the target
             stages.run("layer-offset", lambda: job.offset_decision, lambda r: (True, " ".join(r.summary())))
@@ -141,8 +165,7 @@ def _run_stages(job, stages: "_Stages", out: Path, reference_dir, requant: str, 
         else:
             stages.skip("check", "no --reference given")
         d = stages.run("drift", lambda: drift(job.draft, out / "drafts", variants=names, target=job.target,
-                                              prompts=job.prompts(), verify=job.verify, progress=o.progress,
-                                              hold_target=True),  # the tap scan below runs the target again
+                                              prompts=job.prompts(), verify=job.verify, progress=o.progress),
                        lambda r: (all(v.verified for v in r.variants), _drift_reason(r, requant)))
         drafts = {v.name: v for v in d.variants}
         # the variants' own verify results (checkpoint-match against the GGUF, the target checks), and

@@ -44,6 +44,26 @@ def open_gguf_source(spec):
     return open_gguf(resolve(spec))
 
 
+def target_to_build(spec):
+    """What a target argument names when it is not an OpenVINO folder but a model to build one from
+    (`gguf2ov target`): the resolved GGUF (or hub name's file) or checkpoint folder; None for a folder
+    that is a target already (or that holds nothing: `open_target` says what it lacks)."""
+    from .gguf.read import is_gguf_file
+    from .names import CONFIG_FILE
+    from .runtime.genai import target_kind
+
+    if spec is None:
+        return None
+    resolved = resolve(spec)
+    path = Path(resolved)
+    if is_gguf_file(path):
+        return resolved
+    if path.is_dir() and target_kind(path) is None and (path / CONFIG_FILE).is_file() and \
+            any(p.suffix == ".safetensors" for p in path.iterdir()):
+        return path
+    return None
+
+
 def open_target(spec):
     """A target folder checked for what GenAI needs (the IR and its tokenizers) and opened."""
     from .runtime.target import Target, require_target_dir

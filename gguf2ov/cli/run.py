@@ -1,6 +1,7 @@
 """`gguf2ov run DRAFT.gguf --target DIR -o OUT`: the whole job, with one report."""
 
 from ..job import Job
+from ..model.variants import FORMATS
 from ..report import render
 from ..run import DEFAULT_REQUANT, markdown_report, run
 from . import args as a
@@ -11,7 +12,11 @@ HELP = "the whole job: convert, check, drift (every variant exported), verify, a
 
 def configure_parser(p) -> None:
     a.source_argument(p, "gguf", checkpoint=False, what="the draft GGUF")
-    a.target_argument(p, required=True)
+    a.target_argument(p, required=True, help="the target: its OpenVINO folder, or a GGUF, hub name or Hugging Face "
+                                             "checkpoint folder that the run builds one from first (OUT/target)")
+    p.add_argument("--target-format", choices=tuple(FORMATS), metavar="FORMAT",
+                   help="the weights of a target the run builds: " + ", ".join(FORMATS)
+                        + " (default as `gguf2ov target`: gguf for a GGUF, fp32 for a checkpoint)")
     p.add_argument("-o", "--output", required=True, help="output folder: checkpoint/, drafts/, report.md, report.json")
     p.add_argument("--reference", help="reference HF checkpoint of the draft, for the correlation check")
     p.add_argument("--requant", default=DEFAULT_REQUANT, help=f"the requantized draft to accept (default {DEFAULT_REQUANT})")
@@ -27,7 +32,8 @@ def configure_parser(p) -> None:
 def main(args) -> int:
     job = Job.from_args(args, "gguf")
     result = run(job, args.output, reference_dir=args.reference, requant=args.requant,
-                 variants=a.parse_list(args.variants), overwrite=args.overwrite)
+                 variants=a.parse_list(args.variants), overwrite=args.overwrite,
+                 target_format=args.target_format)
     text = render(result.results["drift"], "text") + "\n" if "drift" in result.results else ""
     text += render(result, "text", title="gguf2ov run") + "\n"
     return emit(result, args, title="gguf2ov run", text=text, markdown=markdown_report(result),

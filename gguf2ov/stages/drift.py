@@ -269,15 +269,15 @@ def plot_drift(variants: list[VariantDrift], path) -> str | None:
 
 
 def drift(draft, out_dir, variants=None, target=None, prompts=None, verify=None, accept=None,
-          overwrite: bool = False, progress: bool = True, hold_target: bool = False) -> DriftResult:
+          overwrite: bool = False, progress: bool = True) -> DriftResult:
     """Build every variant of `draft` (a model.source.DraftSource, opened once: every variant streams
     from it) under `out_dir`, and measure its drift.
 
     `target` (a runtime.target.Target): contexts from its hidden states, proposals through its
     lm_head. `verify(folder) -> VerifyResult` checks each variant (the job's: against the source and
     the target); `accept(folder) -> AcceptResult` runs each on the target in GenAI. The target's
-    compiled model is released once its blocks are made, unless `hold_target` (the caller uses it
-    again): the CPU plugin holds ~2.2x the target IR while it is compiled.
+    compiled model is released once its blocks are made, before any draft is compiled: the CPU
+    plugin holds ~2.2x the target IR while it is compiled (a later use compiles it again).
     """
     from ..model.draft_graph import write_draft_ir
     from ..model.variants import DEFAULT_DRIFT_VARIANTS, parse_variant
@@ -302,7 +302,7 @@ def drift(draft, out_dir, variants=None, target=None, prompts=None, verify=None,
         block = draft.config.block_size
         if target is not None:
             blocks = target_blocks(target, draft.config, prompts or DEFAULT_PROMPTS, block)
-            if not hold_target and not _measures_selector(draft, target):
+            if not _measures_selector(draft, target):
                 target.release()
         else:
             blocks = synthetic_blocks(draft.config, block)
@@ -332,8 +332,7 @@ def drift(draft, out_dir, variants=None, target=None, prompts=None, verify=None,
                 from ..checks.selector import selector_gain
 
                 selector = selector_gain(draft, vdir, target, prompts or DEFAULT_PROMPTS)
-                if not hold_target:
-                    target.release()
+                target.release()
         plot = plot_drift(results, tmp / "drift.png")
         record = provenance({"source": draft}, {"variants": [v.name for v in parsed],
                                                 "target": str(target.path) if target is not None else None})
