@@ -182,6 +182,15 @@ def test_inspect_by_hub_name(cache, draft, capsys):
     assert f"from the hub: {REPO} -> draft-Q4_K_M.gguf (revision {COMMIT[:12]})" in capsys.readouterr().out
 
 
+def test_an_export_by_hub_name_records_the_repository_revision_and_file(cache, draft, tmp_path):
+    populate(cache, REPO, {"draft-Q4_K_M.gguf": draft})
+    out = tmp_path / "draft"
+    assert main(["export", f"{REPO}:Q4_K_M", "-o", str(out), "--quiet"]) == 0
+    record = json.loads((out / "gguf2ov.json").read_text())["sources"]["source"]
+    assert record["hub"] == {"repo": REPO, "revision": COMMIT, "file": "draft-Q4_K_M.gguf"}
+    assert record["sha256"] == sha256_file(draft)
+
+
 @pytest.mark.parametrize("home", [False, True])
 def test_the_command_reads_huggingface_hubs_environment(draft, tmp_path, home):
     """In a fresh process, as a user runs it: HF_HUB_CACHE, or HF_HOME/hub, and HF_HUB_OFFLINE=1."""
