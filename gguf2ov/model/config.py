@@ -14,6 +14,7 @@ import numpy as np
 from ..errors import Gguf2ovError
 from ..maps.rules import is_int
 from ..names import CONFIG_FILE
+from .rope import rope_table
 
 # What only a DFlash 2 draft has: per-layer convolutions and a candidate selector.
 DFLASH2_KEY_MARKERS = ("candidate_selector.", ".attention_conv.", ".mlp_conv.")
@@ -31,7 +32,7 @@ DRAFT_ARCH = "dflash"
 
 # transformers' Qwen3Config defaults for keys a draft config may leave out
 QWEN3_DEFAULTS = {"num_key_value_heads": 32, "head_dim": 128, "rms_norm_eps": 1e-6, "sliding_window": 4096,
-                  "max_window_layers": 28, "rope_theta": 10000.0}
+                  "max_window_layers": 28, "rope_theta": 10000.0, "max_position_embeddings": 32768}
 
 
 @dataclass(frozen=True)
@@ -128,21 +129,9 @@ class DraftConfig:
         return [bool(stated)] * self.num_layers
 
     def rope(self) -> tuple[np.ndarray, float]:
-        """RoPE's inverse frequencies and attention scaling, as transformers' Qwen3RotaryEmbedding makes them.
-
-        The default RoPE (every DFlash draft so far) is computed here; another type asks transformers,
-        whose import costs 10 s and 400 MB that an export otherwise does without.
-        """
-        params = dict(self.raw.get("rope_parameters") or {})
-        scaling = self.raw.get("rope_scaling")
-        if params.get("rope_type", "default") == "default" and not scaling and params.get("partial_rotary_factor", 1.0) == 1.0:
-            base = float(params.get("rope_theta", self.raw.get("rope_theta", QWEN3_DEFAULTS["rope_theta"])))
-            exponents = np.arange(0, self.head_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(self.head_dim)
-            return (np.float32(1.0) / (np.float32(base) ** exponents)).astype(np.float32), 1.0
-        from transformers.models.qwen3.modeling_qwen3 import Qwen3RotaryEmbedding
-
-        rotary = Qwen3RotaryEmbedding(hf_config(self))
-        return rotary.inv_freq.numpy().astype(np.float32), float(rotary.attention_scaling)
+        """RoPE's inverse frequencies and attention scaling, as transformers' Qwen3RotaryEmbedding makes them
+        from Qwen3Config (its defaults for the keys the config leaves out), computed in NumPy (`rope.py`)."""
+        return rope_table({**QWEN3_DEFAULTS, **self.raw, "head_dim": self.head_dim}, where="the draft config")
 
 
 def draft_config(raw: dict, where) -> DraftConfig:

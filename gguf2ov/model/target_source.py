@@ -8,7 +8,8 @@ raw quantized bytes. Nothing holds the model in memory whole.
 
 Supported: the decoder-only LMs of the shipped maps `qwen3`, `llama`, `qwen2` and `gemma3` (text),
 with transformers 5.5.4's forward for each (`_FORWARD`). transformers is imported for its config
-classes and RoPE tables only; no model is built and no remote code is run.
+classes only (the RoPE tables are computed from them in NumPy, `rope.py`); no model is built and no
+remote code is run.
 """
 
 import dataclasses
@@ -20,6 +21,7 @@ import numpy as np
 from ..errors import Gguf2ovError
 from ..maps.rules import is_int
 from ..names import CONFIG_FILE
+from .rope import rope_table
 from .source import TensorSource, tensor_mismatch
 
 # The maps whose models `target_graph` builds, and what each forward does beyond Llama's decoder
@@ -34,12 +36,6 @@ _FORWARD = {
     "gemma3": {"qk_norm": True, "sandwich_norms": True, "norm_offset": 1.0, "scaled_embedding": True},
 }
 TARGET_ARCHES = tuple(_FORWARD)
-# transformers' rotary embedding of each model type: its inverse frequencies and attention scaling
-_ROTARY = {"llama": ("llama", "LlamaRotaryEmbedding"), "qwen2": ("qwen2", "Qwen2RotaryEmbedding"),
-           "qwen3": ("qwen3", "Qwen3RotaryEmbedding"), "gemma3": ("gemma3", "Gemma3RotaryEmbedding")}
-# RoPE types whose tables are fixed when the model is built. `dynamic` and `longrope` change them
-# with the sequence length, which a static graph would have to trace (optimum patches longrope).
-STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
 LAYER_TYPES = ("full_attention", "sliding_attention")
 
@@ -135,7 +131,7 @@ def target_config(raw: dict, where, arch: str | None = None, complete: bool = Fa
         raw=hf.to_dict() if complete else raw, arch=arch, hidden_size=hf.hidden_size, num_layers=layers, num_heads=heads, num_kv_heads=kv_heads,
         head_dim=head_dim, intermediate_size=hf.intermediate_size, vocab_size=hf.vocab_size,
         rms_norm_eps=float(hf.rms_norm_eps), tie_word_embeddings=bool(getattr(hf, "tie_word_embeddings", False)),
-        layer_types=layer_types, sliding_window=window, rope=_rope(hf, arch, layer_types, head_dim, where),
+        layer_types=layer_types, sliding_window=window, rope=_rope(hf, layer_types, head_dim, where),
         attention_scale=float((scalar or head_dim) ** -0.5), activation=ACTIVATIONS[activation],
         attention_bias=bool(getattr(hf, "attention_bias", False)), qkv_bias=forward.get("qkv_bias", False),
         mlp_bias=bool(getattr(hf, "mlp_bias", False)), qk_norm=forward.get("qk_norm", False),
@@ -172,30 +168,15 @@ def _hf_config(raw: dict, where):
             from e
 
 
-def _rope(hf, arch: str, layer_types, head_dim: int, where) -> dict:
-    """{layer type: (inverse frequencies, attention scaling)} from transformers' rotary embedding."""
-    import importlib
-
-    params = getattr(hf, "rope_parameters", None) or {}
-    for layer_type in set(layer_types):
-        p = params.get(layer_type, params) if isinstance(params.get(layer_type), dict) else params
-        kind = p.get("rope_type", "default")
-        if kind not in STATIC_ROPE_TYPES:
-            raise Gguf2ovError(f"{where}: RoPE type {kind!r} is not supported", hint=f"supported: "
-                               f"{', '.join(STATIC_ROPE_TYPES)} ({kind} changes with the sequence length)")
-    package, name = _ROTARY[arch]
-    rotary = getattr(importlib.import_module(f"transformers.models.{package}.modeling_{package}"), name)(hf)
+def _rope(hf, layer_types, head_dim: int, where) -> dict:
+    """{layer type: (inverse frequencies, attention scaling)}, as transformers' rotary embedding makes them."""
     tables = {}
-    for layer_type in set(layer_types):
-        inv_freq = getattr(rotary, f"{layer_type}_inv_freq", None)  # Gemma 3: one table per layer type
-        scaling = getattr(rotary, f"{layer_type}_attention_scaling", None)
-        inv_freq = rotary.inv_freq if inv_freq is None else inv_freq
-        scaling = rotary.attention_scaling if scaling is None else scaling
-        inv_freq = inv_freq.float().numpy().astype(np.float32)
+    for layer_type in sorted(set(layer_types)):
+        inv_freq, scaling = rope_table(hf, layer_type, where)
         if 2 * inv_freq.size != head_dim:
             raise Gguf2ovError(f"{where}: RoPE rotates {2 * inv_freq.size} of {head_dim} head dimensions: "
                                "partial rotary embeddings are not supported")
-        tables[layer_type] = (inv_freq, float(scaling))
+        tables[layer_type] = (inv_freq, scaling)
     return tables
 
 
