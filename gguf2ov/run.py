@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .errors import Gguf2ovError
 from .progress import step
-from .report import Table, render
+from .report import Table, human_bytes, render
 
 DEFAULT_REQUANT = "int4_asym_g16"
 
@@ -35,6 +35,7 @@ class StageOutcome:
     status: str       # pass | fail | skip
     seconds: float
     reason: str = ""
+    peak_rss: int = 0  # bytes: the process's peak resident set once the stage ended (the OS's figure)
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,10 @@ class RunResult:
         return self.verdict == "PASS"
 
     def tables(self) -> list[Table]:
-        rows = [[s.name, s.status.upper(), f"{s.seconds:.1f} s", s.reason] for s in self.stages]
-        tables = [Table("Pipeline stages", ["stage", "status", "time", "result"], rows)]
+        rows = [[s.name, s.status.upper(), f"{s.seconds:.1f} s", human_bytes(s.peak_rss) if s.peak_rss else "",
+                 s.reason] for s in self.stages]
+        tables = [Table("Pipeline stages", ["stage", "status", "time", "peak RSS", "result"], rows,
+                        note="peak RSS: the process's peak so far, as the OS counts it (mapped files included)")]
         runs = {name.split(":", 1)[1]: r for name, r in self.results.items() if name.startswith("accept")}
         accept_rows = [[label, r.verdict, r.overall.identity, f"{r.overall.accepted_tokens}/{r.overall.generated_tokens}",
                         r.overall.acceptance_rate, r.overall.mean_acceptance_length, r.overall.tok_s_target,
@@ -222,17 +225,24 @@ class _Stages:
         try:
             r = fn()
         except Gguf2ovError as e:
-            self.outcomes.append(StageOutcome(name, "fail", time.monotonic() - start, e.message))
+            self.outcomes.append(StageOutcome(name, "fail", time.monotonic() - start, e.message, _peak_rss()))
             raise _Stop(f"{name} failed") from e
         passed, reason = judge(r)
         self.results[name] = r
-        self.outcomes.append(StageOutcome(name, "pass" if passed else "fail", time.monotonic() - start, reason))
+        self.outcomes.append(StageOutcome(name, "pass" if passed else "fail", time.monotonic() - start, reason,
+                                          _peak_rss()))
         if not passed:
             raise _Stop(f"{name} failed")
         return r
 
     def skip(self, name: str, reason: str) -> None:
         self.outcomes.append(StageOutcome(name, "skip", 0.0, reason))
+
+
+def _peak_rss() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
 
 def _since(before: dict, after: dict) -> dict:

@@ -197,7 +197,7 @@ def test_run(fixtures_dir, prompts, tmp_path):
     # the reports next to the outputs are written as before; --json / --markdown hold the same
     assert json_path.read_text() == (folder / "report.json").read_text()
     assert md_path.read_text() == (folder / "report.md").read_text()
-    assert md.startswith("## gguf2ov run") and "| stage | status | time | result |" in md
+    assert md.startswith("## gguf2ov run") and "| stage | status | time | peak RSS | result |" in md
     assert f"- verdict: {data['verdict']}" in md and "## drift" in md
 
 

@@ -167,13 +167,14 @@ def test_accept_result_gives_each_reason_a_line():
 def test_run_result():
     from gguf2ov.run import RunResult, StageOutcome
 
-    stages = [StageOutcome("convert", "pass", 1.5, "25 tensors"), StageOutcome("check", "skip", 0.0, "no --reference"),
-              StageOutcome("accept:fp32", "pass", 3.0, "PASS")]
+    stages = [StageOutcome("convert", "pass", 1.5, "25 tensors", 3 << 20), StageOutcome("check", "skip", 0.0, "no --reference"),
+              StageOutcome("accept:fp32", "pass", 3.0, "PASS", 5 << 30)]
     result = RunResult("draft.gguf", "target", "out", "PASS", stages, {"accept:fp32": _accept_result()})
     text, data, md = three_forms(result, "gguf2ov run")
     assert [s["status"] for s in data["stages"]] == ["pass", "skip", "pass"]
     assert data["results"]["accept:fp32"]["speedup"] == 2.5  # a stage's result, with its flat view
-    assert "| convert | PASS | 1.5 s | 25 tensors |" in md
+    assert "| convert | PASS | 1.5 s | 3.0 MiB | 25 tensors |" in md and "| accept:fp32 | PASS | 3.0 s | 5.0 GiB |" in md
+    assert data["stages"][2]["peak_rss"] == 5 << 30
     assert "| fp32 | PASS | yes | 80/100 |" in md
     in_all("verdict: PASS", text, md)
 

@@ -109,7 +109,8 @@ class AcceptResult:
         tables = [Table("Acceptance: target alone vs target + DFlash draft", headers, rows, note)]
         if self.per_position_acceptance:
             tables.append(Table("Acceptance per draft position", ["position", "accepted when proposed"],
-                                [[i + 1, p] for i, p in enumerate(self.per_position_acceptance)]))
+                                [[i + 1, p if p == p else "never proposed"]  # nan: no step proposed that many
+                                 for i, p in enumerate(self.per_position_acceptance)]))
         return tables
 
     def summary(self) -> list[str]:
