@@ -151,8 +151,8 @@ def _accept_result(verdict="PASS", reasons=()) -> AcceptResult:
 def test_accept_result():
     text, data, md = three_forms(_accept_result())
     assert data["verdict"] == "PASS" and data["speedup"] == 2.5 and data["accepted_tokens"] == 80
-    assert data["per_position_acceptance"] == [0.9, 0.8, None]  # NaN: null in JSON, "nan" on screen
-    assert "| 3 | nan |" in md
+    assert data["per_position_acceptance"] == [0.9, 0.8, None]  # NaN: null in JSON
+    assert "| 3 | never proposed |" in md
     assert "| all | yes | 100 | 80 | 90 | 20 | 0.8889 | 0.8000 | 5.0000 | 100.00 | 250.00 | 2.5000 |" in md
     in_all("speedup 2.50x", text, md)
 
