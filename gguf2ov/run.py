@@ -5,13 +5,15 @@ The job (`job.Job`) opens the GGUF and the target once; the stages of `run`, in 
   --target-layer-offset): the offset is measured against the target (the tap scan);
 - convert: the HF checkpoint, OUT/checkpoint;
 - check: against the reference weights (skipped without --reference);
-- drift: fp32, the drift variants and the requantized draft (--requant, int4_asym_g16 by default),
-  each exported under OUT/drafts, measured, and verified against the GGUF's own function
-  (checkpoint-match) and the target;
-- verify:fp32 (those checks, with the tap scan: once, the variants read the same layers) and
+- drift: fp32, the drift variants, the GGUF's own grid and the requantized draft (--requant,
+  int4_asym_g16 by default), each exported under OUT/drafts, measured, and verified against the
+  GGUF's own function (checkpoint-match) and the target;
+- verify:gguf (those checks, with the tap scan: once, the variants read the same layers) and
   verify:REQUANT;
-- accept:fp32 and accept:REQUANT, each draft on the target in OpenVINO GenAI, against one
-  target-alone baseline;
+- accept:gguf and accept:REQUANT, each draft on the target in OpenVINO GenAI, against one
+  target-alone baseline. The draft accepted as converted is the `gguf` variant: the file's own
+  function as fp32 computes it (checkpoint-match holds both to it), at the file's size rather than
+  6-7x that (4.2 GB for a 1 B draft's fp32, held by GenAI beside the target);
 then OUT/report.md and OUT/report.json, also when a stage failed. A stage that fails stops the run:
 the report says which one and why, and the exit code is 1. The whole folder is put in place when
 the report is written: an interrupted run, or one that fails unexpectedly, leaves the previous
@@ -27,6 +29,7 @@ from .progress import step
 from .report import Table, human_bytes, render
 
 DEFAULT_REQUANT = "int4_asym_g16"
+LOSSLESS = "gguf"  # the converted draft that is verified with the tap scan and accepted in GenAI
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,7 @@ def run(job, out_dir, reference_dir=None, requant: str = DEFAULT_REQUANT, varian
 
     o = job.options
     requant = parse_variant(requant).name
-    names = list(dict.fromkeys(["fp32", *(variants or DEFAULT_DRIFT_VARIANTS), requant]))
+    names = list(dict.fromkeys(["fp32", *(variants or DEFAULT_DRIFT_VARIANTS), LOSSLESS, requant]))
     for name in names:
         parse_variant(name)
     gguf_path = Path(resolve(job.source))
@@ -172,13 +175,13 @@ def _run_stages(job, stages: "_Stages", out: Path, reference_dir, requant: str, 
                        lambda r: (all(v.verified for v in r.variants), _drift_reason(r, requant)))
         drafts = {v.name: v for v in d.variants}
         # the variants' own verify results (checkpoint-match against the GGUF, the target checks), and
-        # the tap scan once, on the fp32 draft: the variants read the same layers
-        stages.run("verify:fp32", lambda: with_tap_scan(drafts["fp32"].verify, job.target, job.prompts()),
+        # the tap scan once, on the GGUF's own grid: the variants read the same layers
+        stages.run(f"verify:{LOSSLESS}", lambda: with_tap_scan(drafts[LOSSLESS].verify, job.target, job.prompts()),
                    _verify_judgement)
-        if requant != "fp32":
+        if requant != LOSSLESS:
             stages.run(f"verify:{requant}", lambda: drafts[requant].verify, _verify_judgement)
         job.release_target()  # GenAI compiles its own copy of the target
-        for name in dict.fromkeys(("fp32", requant)):
+        for name in dict.fromkeys((LOSSLESS, requant)):
             verified = stages.results[f"verify:{name}"]
             stages.run(f"accept:{name}", lambda: job.accept(drafts[name].path, verified=verified), _accept_judgement)
         return "PASS"
@@ -192,7 +195,7 @@ def _run_stages(job, stages: "_Stages", out: Path, reference_dir, requant: str, 
 def _drift_reason(r, requant: str) -> str:
     return f"{len(r.variants)} variants; " + ", ".join(
         f"{v.name} {'verified' if v.verified else 'FAILED verify: ' + ', '.join(v.verify_failures)}"
-        for v in r.variants if v.name in ("fp32", requant))
+        for v in r.variants if v.name in dict.fromkeys(("fp32", LOSSLESS, requant)))
 
 
 def _verify_judgement(r) -> tuple[bool, str]:

@@ -193,7 +193,7 @@ def test_run(fixtures_dir, prompts, tmp_path):
     assert code == (0 if data["verdict"] == "PASS" else 1)
     assert code == 0 or f"verdict: {data['verdict']}" in out
     assert [s["name"] for s in data["stages"]][:3] == ["convert", "check", "drift"]
-    assert {"verify:fp32", "verify:fp16"} <= {s["name"] for s in data["stages"]}
+    assert {"verify:gguf", "verify:fp16"} <= {s["name"] for s in data["stages"]}
     # the reports next to the outputs are written as before; --json / --markdown hold the same
     assert json_path.read_text() == (folder / "report.json").read_text()
     assert md_path.read_text() == (folder / "report.md").read_text()

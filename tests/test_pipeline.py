@@ -34,9 +34,9 @@ def test_run_on_the_fixtures_passes_for_both_drafts(fixtures_dir, heavy_target, 
     assert code == 0, report["stages"]
     assert report["verdict"] == "PASS"
     stages = {s["name"]: s["status"] for s in report["stages"]}
-    assert stages == {"convert": "pass", "check": "pass", "drift": "pass", "verify:fp32": "pass",
-                      "verify:int4_asym_g16": "pass", "accept:fp32": "pass", "accept:int4_asym_g16": "pass"}
-    for name in ("accept:fp32", "accept:int4_asym_g16"):
+    assert stages == {"convert": "pass", "check": "pass", "drift": "pass", "verify:gguf": "pass",
+                      "verify:int4_asym_g16": "pass", "accept:gguf": "pass", "accept:int4_asym_g16": "pass"}
+    for name in ("accept:gguf", "accept:int4_asym_g16"):
         acc = report["results"][name]
         assert acc["verdict"] == "PASS" and acc["identical"] and acc["speedup"] > 1
         assert acc["accepted_tokens"] >= 0.6 * acc["overall"]["generated_tokens"]
@@ -45,7 +45,7 @@ def test_run_on_the_fixtures_passes_for_both_drafts(fixtures_dir, heavy_target, 
     assert (out / "drafts" / "drift.png").is_file() and (out / "checkpoint" / "model.safetensors").is_file()
     assert report["provenance"]["sources"]["gguf"]["sha256"]
     # every draft the run reports was compared with the GGUF's own function
-    for name in ("verify:fp32", "verify:int4_asym_g16"):
+    for name in ("verify:gguf", "verify:int4_asym_g16"):
         match = next(c for c in report["results"][name]["checks"] if c["name"] == "checkpoint-match")
         assert match["status"] == "pass", match
     # each piece of work once: the target compiled by gguf2ov for drift's contexts and again for the tap
@@ -56,7 +56,7 @@ def test_run_on_the_fixtures_passes_for_both_drafts(fixtures_dir, heavy_target, 
     assert work["target compiles (GenAI pipelines)"] == 3 and work["verify runs"] == len(VARIANTS)
     assert work.get("map loads", 0) <= len(shipped_maps())  # none when an earlier run in this process read them
     # acceptance as users run it, drift's output figures exact: both name the CPU and the setting
-    accept, drift = report["results"]["accept:fp32"]["numerics"], report["results"]["drift"]["numerics"]
+    accept, drift = report["results"]["accept:gguf"]["numerics"], report["results"]["drift"]["numerics"]
     assert accept["device_name"] == drift["device_name"] and accept["device_name"] in md
     assert accept["dynamic_quantization_group_size"] == accept["dynamic_quantization_default"]
     assert drift["dynamic_quantization_group_size"] == 0
@@ -75,8 +75,8 @@ def test_run_calls_a_random_draft_broken(fixtures_dir, heavy_target, tmp_path):
     assert result.verdict == "BROKEN"
     assert [s.status for s in result.stages][-1] == "fail"
     # the tap scan does not blame the layers of a draft that predicts nothing at any of them
-    assert result.results["verify:fp32"].finding("layer-fit").status == "warn"
-    assert result.results["verify:fp32"].taps.verdict == "no-fit"
+    assert result.results["verify:gguf"].finding("layer-fit").status == "warn"
+    assert result.results["verify:gguf"].taps.verdict == "no-fit"
     assert json.loads((tmp_path / "run" / "report.json").read_text())["verdict"] == "BROKEN"
 
 
@@ -89,12 +89,12 @@ def test_a_failing_stage_stops_the_run_with_its_name(fixtures_dir, tmp_path, cap
                      "-o", str(tmp_path / "run"), "--quiet"])
     assert code == 1
     report = json.loads((tmp_path / "run" / "report.json").read_text())
-    assert report["verdict"] == "FAILED at verify:fp32"
-    assert [s["name"] for s in report["stages"]] == ["convert", "check", "drift", "verify:fp32"]
+    assert report["verdict"] == "FAILED at verify:gguf"
+    assert [s["name"] for s in report["stages"]] == ["convert", "check", "drift", "verify:gguf"]
     assert "layer-fit" in report["stages"][-1]["reason"]
-    scan = report["results"]["verify:fp32"]["taps"]
+    scan = report["results"]["verify:gguf"]["taps"]
     assert scan["verdict"] == "misfit" and scan["best_ids"] == [1, 2]
-    assert "FAILED at verify:fp32" in capsys.readouterr().out
+    assert "FAILED at verify:gguf" in capsys.readouterr().out
 
 
 @pytest.mark.slow
@@ -109,11 +109,11 @@ def test_an_ambiguous_file_is_settled_by_the_tap_scan(fixtures_dir, tmp_path):
     assert stages["layer-offset"]["status"] == "pass"
     assert "--target-layer-offset 0 -> target_layer_ids [1, 2]" in stages["layer-offset"]["reason"]
     assert "[1, 2]" in stages["convert"]["reason"]
-    assert stages["verify:fp32"]["status"] == "pass" and "layer-fit pass" in stages["verify:fp32"]["reason"]
+    assert stages["verify:gguf"]["status"] == "pass" and "layer-fit pass" in stages["verify:gguf"]["reason"]
     measured = report["provenance"]["options"]["target_layer_offset_measured"]
     assert measured["offset"] == 0 and measured["sets"]["offset 0"]["lowest_share"] >= 0.65
     assert "Target layer offset, measured" in (tmp_path / "run" / "report.md").read_text()
-    assert code in (0, 1) and "accept:fp32" in stages  # the tiny target may be faster alone (SLOW)
+    assert code in (0, 1) and "accept:gguf" in stages  # the tiny target may be faster alone (SLOW)
 
 
 def test_bad_input_is_one_error_line_and_no_output(fixtures_dir, tmp_path, capsys):

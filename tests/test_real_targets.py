@@ -98,12 +98,12 @@ def test_run_passes_on_every_form(widened_targets, fixtures_dir, label, tmp_path
                      "--prompts", str(fixtures_dir / "prompts.txt"), "--variants", "fp32", "-o", str(out), "--quiet"])
     report = json.loads((out / "report.json").read_text())
     assert code == 0 and report["verdict"] == "PASS", report["stages"]
-    for name in ("accept:fp32", "accept:int4_asym_g16"):
+    for name in ("accept:gguf", "accept:int4_asym_g16"):
         acc = report["results"][name]
         # identical, or parted only where the CPU plugin quantizes activations on the fly, and identical
         # once rerun with that off (measured on an AMX CPU with the int4 export: 1 of 5 prompts)
         assert acc["identical"] or (acc["identical_exact"] and acc["numerics"]["dynamic_quantization_group_size"]), acc
-    scan = report["results"]["verify:fp32"]["taps"]
+    scan = report["results"]["verify:gguf"]["taps"]
     assert scan["verdict"] == FITS and scan["margin"] >= CLEAR_MARGIN
 
 

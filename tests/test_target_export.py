@@ -385,7 +385,7 @@ def test_run_builds_its_target_from_a_gguf_first(tmp_path, q4_k_m, fixtures_dir)
     assert json.loads((out / "target" / "gguf2ov.json").read_text())["options"]["variant"] == "gguf"
     assert report["target"] == str(out / "target")  # where it is once the run has finished, not its partial folder
     assert report["provenance"]["sources"]["target"]["path"] == str(out / "target")
-    accept = report["results"]["accept:fp32"]["overall"]
+    accept = report["results"]["accept:gguf"]["overall"]
     assert accept["identical"] and accept["accepted_tokens"] > 0
 
 

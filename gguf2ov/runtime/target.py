@@ -204,11 +204,16 @@ class Target:
         """The lm_head MatMul, whose weight GenAI grafts onto the draft."""
         return logits_matmul(self.model, self.model_path)
 
+    # everything that holds the IR's mapping or a compiled copy of its weights
+    _HOLDING_THE_IR = ("_request", "_embed_request", "_head_request", "_id_models", "embedding", "head",
+                       "_embedding_model", "model")
+
     def release(self) -> None:
-        """Drop the compiled target and the model read for it: the CPU plugin holds the mapped IR and
-        its repacked weights, ~2.2x the IR (4.6 GiB for a 2.1 GiB int4 4B target, measured), and GenAI
-        compiles a copy of its own. The next use compiles again."""
-        for name in ("_request", "model"):
+        """Drop the compiled target, its sub-models and the model read for them: the CPU plugin holds
+        the IR's mapped pages and its repacked weights, ~2.2x the IR (4.6 GiB for a 2.1 GiB int4 4B
+        target, measured), and the pages stay counted while any node of the model is alive, twice
+        once GenAI maps the file too. The next use reads and compiles again."""
+        for name in self._HOLDING_THE_IR:
             self.__dict__.pop(name, None)
 
     def require_attach_points(self) -> "Target":
