@@ -61,10 +61,14 @@ $pip install --upgrade "pip>=24" >/dev/null
 if .venv/bin/python -m pip --disable-pip-version-check show -q optimum-intel >/dev/null 2>&1; then
   $pip uninstall -y optimum-intel
 fi
+# setuptools says, as information, that an editable install (a finder mapping gguf2ov.tensor_maps
+# to tensor_maps/) lets a folder named like the package in the working directory take precedence:
+# here that folder is the package itself.
+editable() { PYTHONWARNINGS="ignore:Editable installation.:UserWarning" $pip install -e "$@"; }
 if [ "$mode" = core ]; then
-  $pip install -e .
+  editable .
 else
-  $pip install -e ".[test]"
+  editable ".[test]"
   torch_index=()
   [ -n "${GGUF2OV_TORCH_INDEX:-}" ] && torch_index=(--index-url "$GGUF2OV_TORCH_INDEX")
   $pip install "${torch_index[@]}" $(pins torch)
