@@ -1,18 +1,25 @@
-# The two set-up commands of the README. Both create .venv first (scripts/install.sh, idempotent).
+# The two set-up commands of the README. Both create .venv first (scripts/install.sh, idempotent):
+# the demo with the core alone, the tests with everything.
 FIX := fixtures/tiny-dflash
 OUT ?= out/demo
 PYTEST_ARGS ?=
 
-.PHONY: demo test install fixtures bench
+.PHONY: demo test install install-core fixtures bench
 
+# Everything: the core, the CPU build of PyTorch, optimum and optimum-intel (tests, fixtures).
 install:
 	bash scripts/install.sh
+
+# The core alone, no PyTorch: all the demo needs. A .venv that has everything keeps it.
+install-core:
+	bash scripts/install.sh --core
 
 # The main job on the committed fixtures: convert, check, export, verify, requantize, drift,
 # acceptance runs, report.
 # The fixture target is too light for speculation to pay off on a CPU: the demo widens it into a
-# 31M-parameter target that computes the same function (seconds), so the draft still applies.
-demo: install
+# 31M-parameter target that computes the same function (seconds, in NumPy and OpenVINO), so the
+# draft still applies.
+demo: install-core
 	.venv/bin/gguf2ov widen-target $(FIX)/target-hf -o out/heavy-target --overwrite --quiet
 	.venv/bin/gguf2ov run $(FIX)/draft-Q4_K_M.gguf --target out/heavy-target \
 	    --reference $(FIX)/draft-ref --prompts $(FIX)/prompts.txt -o $(OUT) --overwrite

@@ -5,7 +5,7 @@
 
 The fixture target (2.5M parameters) is so light that the speculative pipeline's own overhead
 eats most of the gain. The heavy target is the same function widened with zero-padded MLPs and
-no-op layers (gguf2ov.tools.widen.widen_target), so the same draft applies and accepts the same
+no-op layers (`gguf2ov widen-target`, gguf2ov.cli.widen.widen_target), so the same draft applies and accepts the same
 tokens while a target step costs what a mid-sized model's would. It is built into
 benchmarks/results/heavy-target and reused while its source and sizes are unchanged.
 
@@ -124,7 +124,8 @@ def _parameters(target_dir: Path) -> tuple[int, int, int]:
 
 
 def heavy_target(target_hf: Path, out: Path, extra_layers: int, intermediate_size: int, rebuild: bool) -> Path:
-    from gguf2ov.tools.widen import PROVENANCE_FILE, widen_target
+    from gguf2ov.cli.widen import widen_target
+    from gguf2ov.names import PROVENANCE_FILE
 
     prov = out / PROVENANCE_FILE
     if prov.is_file() and not rebuild:

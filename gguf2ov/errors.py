@@ -5,6 +5,8 @@ expected, and put the next step in `hint`. `cli.main()` prints it as one line (p
 and exits non-zero; anything else is a bug and keeps its traceback under `--debug`.
 """
 
+import contextlib
+
 
 class Gguf2ovError(Exception):
     def __init__(self, message: str, hint: str | None = None):
@@ -36,3 +38,37 @@ def printable(text) -> str:
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+# PyTorch and optimum-intel, the `reference` extra: the fixtures, the PyTorch references and the
+# comparisons with optimum-intel's own exports use them. Nothing a command of the core runs does.
+REFERENCE_MODULES = frozenset({"torch", "torchvision", "optimum"})
+REFERENCE_INSTALL = "pip install 'gguf2ov[reference]'"
+
+
+def is_reference_module(name) -> bool:
+    """Whether a module name (ModuleNotFoundError.name) is part of the reference stack."""
+    return bool(name) and str(name).split(".")[0] in REFERENCE_MODULES
+
+
+def needs_reference(what: str) -> Gguf2ovError:
+    """The one-line error of a code path that needs the reference stack where it is not installed."""
+    return Gguf2ovError(f"{what} needs PyTorch and optimum-intel: {REFERENCE_INSTALL}")
+
+
+@contextlib.contextmanager
+def reference_imports(what: str):
+    """Around imports of torch or optimum: their absence becomes `needs_reference(what)`."""
+    try:
+        yield
+    except ModuleNotFoundError as e:
+        if not is_reference_module(e.name):
+            raise
+        raise needs_reference(what) from e
+
+
+def require_reference(what: str) -> None:
+    """Fail with `needs_reference(what)` unless torch and optimum-intel import."""
+    with reference_imports(what):
+        import torch  # noqa: F401
+        import optimum.exporters.openvino  # noqa: F401  (optimum-intel's exporter)

@@ -3,11 +3,10 @@ each weight format it offers (`optimum-cli export openvino --task text-generatio
 --weight-format ...`), made once per test session (seconds each for these sizes).
 
 `widened_hf` is the fixture target widened into a 31M-parameter Qwen3 checkpoint computing the same
-function (`heavy_target.widen_model`): heavy enough on a CPU for speculation to pay off, so that a
+function (`tools.widen.write_widened_checkpoint`): heavy enough on a CPU for speculation to pay off, so that a
 whole `run` can reach PASS on it.
 """
 
-import shutil
 import sys
 from pathlib import Path
 
@@ -46,17 +45,8 @@ def optimum_target(factory, label: str, hf_dir: Path = FIXTURE_TARGET_HF, name: 
 def widened_hf(factory) -> Path:
     """The fixture target widened (more layers, wider MLPs, the same function) as an HF checkpoint."""
     def build(path: Path):
-        import torch
-        from transformers import AutoTokenizer, Qwen3ForCausalLM
+        from gguf2ov.tools.widen import DEFAULT_EXTRA_LAYERS, DEFAULT_INTERMEDIATE_SIZE, write_widened_checkpoint
 
-        from gguf2ov.tools.widen import DEFAULT_EXTRA_LAYERS, DEFAULT_INTERMEDIATE_SIZE, widen_model
-
-        original = Qwen3ForCausalLM.from_pretrained(str(FIXTURE_TARGET_HF), dtype=torch.float32,
-                                                    use_safetensors=True).eval()
-        wide = widen_model(original, DEFAULT_EXTRA_LAYERS, DEFAULT_INTERMEDIATE_SIZE)
-        wide.config.dtype = torch.float32
-        wide.save_pretrained(str(path / "hf"))
-        AutoTokenizer.from_pretrained(str(FIXTURE_TARGET_HF)).save_pretrained(str(path / "hf"))
-        shutil.copy(FIXTURE_TARGET_HF / "generation_config.json", path / "hf" / "generation_config.json")
+        write_widened_checkpoint(FIXTURE_TARGET_HF, path / "hf", DEFAULT_EXTRA_LAYERS, DEFAULT_INTERMEDIATE_SIZE)
 
     return b.once("widened-hf", factory, build) / "hf"

@@ -1,6 +1,7 @@
 """A widened target computes the original's function, so a draft trained for one serves the other.
 
-Small widening sizes keep the export quick; the benchmark uses the defaults.
+Small widening sizes keep the export quick; the benchmark uses the defaults. The widening itself
+is NumPy; transformers' PyTorch forward is the independent reference it is checked against here.
 """
 
 import json
@@ -16,7 +17,8 @@ PROMPT = "The red fox lives in the forest. It likes to eat"
 NEW_TOKENS = 20
 
 
-def _tiny_qwen3(tied: bool):
+def _tiny_qwen3(path, tied: bool):
+    """A random tiny Qwen3 checkpoint (transformers' own save) whose norms are off 1."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
@@ -28,35 +30,98 @@ def _tiny_qwen3(tied: bool):
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
                 p.add_(0.3 * torch.randn_like(p))
+    model.save_pretrained(str(path))
     return model
 
 
-@pytest.mark.parametrize("tied", [True, False])
-def test_widened_model_computes_the_same_function(tied):
+def _forward(model, ids):
     import torch
 
-    from gguf2ov.tools.widen import TOLERANCE, compare_function, forward_all, widen_model
+    with torch.no_grad():
+        return model(ids, output_hidden_states=True)
 
-    model = _tiny_qwen3(tied)
-    wide = widen_model(model, extra_layers=3, intermediate_size=256)
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_widened_checkpoint_computes_the_same_function_in_transformers(tied, tmp_path):
+    """The NumPy widening checked against transformers' own Qwen3 forward (not gguf2ov's graph)."""
+    import torch
+    from transformers import Qwen3ForCausalLM
+
+    from gguf2ov.tools.widen import TOLERANCE, write_widened_checkpoint
+
+    model = _tiny_qwen3(tmp_path / "orig", tied)
+    written = write_widened_checkpoint(tmp_path / "orig", tmp_path / "wide", extra_layers=3, intermediate_size=256)
+    wide, info = Qwen3ForCausalLM.from_pretrained(str(tmp_path / "wide"), dtype=torch.float32, output_loading_info=True)
+    # from_pretrained keeps random values for a key it does not find: every key must be there
+    assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), info
+    wide.eval()
     assert wide.config.num_hidden_layers == 6 and wide.config.intermediate_size == 256
-    assert len(wide.config.layer_types) == 6
+    assert len(wide.config.layer_types) == 6 and written["config"]["dtype"] == "float32"
     for layer in wide.model.layers[3:]:
         assert not layer.self_attn.o_proj.weight.any() and not layer.mlp.down_proj.weight.any()
         assert torch.all(layer.input_layernorm.weight == 1) and torch.all(layer.self_attn.q_norm.weight == 1)
     assert torch.equal(wide.lm_head.weight, model.lm_head.weight)
+    assert written["parameters"] == (sum(p.numel() for p in model.parameters()),
+                                     sum(p.numel() for p in wide.parameters()))
 
     ids = torch.randint(0, 128, (1, 24), generator=torch.Generator().manual_seed(1))
-    diffs = compare_function(forward_all(model, ids), forward_all(wide, ids), model.config.num_hidden_layers)
-    assert set(diffs) == {"logits", "hidden_states[1]", "hidden_states[2]", "final norm"}
+    a, b = _forward(model, ids), _forward(wide, ids)
+    diffs = {"logits": float((a.logits - b.logits).abs().max()),
+             "final norm": float((a.hidden_states[-1] - b.hidden_states[-1]).abs().max())}
+    for i in range(1, 3):  # decoder-layer outputs: target layer ids 0..N-2
+        diffs[f"layer {i - 1}"] = float((a.hidden_states[i] - b.hidden_states[i]).abs().max())
     assert max(diffs.values()) < TOLERANCE, diffs
+    assert float(a.logits.abs().max()) > 100 * TOLERANCE  # the model computes something to compare
 
 
 def test_widening_only_pads():
-    from gguf2ov.tools.widen import widen_model
+    from gguf2ov.tools.widen import widened_config
 
+    config = json.loads((b.FIXTURES / "target-hf" / "config.json").read_text())
     with pytest.raises(Gguf2ovError, match="can only pad"):
-        widen_model(_tiny_qwen3(True), extra_layers=1, intermediate_size=32)
+        widened_config(config, extra_layers=1, intermediate_size=32)
+    with pytest.raises(Gguf2ovError, match="extra_layers must be >= 0"):
+        widened_config(config, extra_layers=-1, intermediate_size=config["intermediate_size"])
+
+
+def test_only_qwen3_checkpoints_are_widened(tmp_path):
+    from gguf2ov.cli.widen import widen_target
+
+    (tmp_path / "llama").mkdir()
+    (tmp_path / "llama" / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    with pytest.raises(Gguf2ovError, match="only qwen3 targets"):
+        widen_target(tmp_path / "llama", tmp_path / "out", progress=False)
+    with pytest.raises(Gguf2ovError, match="config.json is missing"):
+        widen_target(tmp_path, tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_the_comparison_sees_an_appended_layer_that_is_not_a_no_op(tmp_path_factory):
+    """A widened layer whose attention writes to the residual stream changes the final norm and the
+    logits, and nothing the draft reads before it: the check compares what it should."""
+    from safetensors.numpy import load_file, save_file
+
+    from gguf2ov.stages.target import export_target
+    from gguf2ov.tools.widen import TOLERANCE, same_function, write_widened_checkpoint
+
+    hf = _target_hf(tmp_path_factory)
+    cfg = json.loads((hf / "config.json").read_text())
+    n = cfg["num_hidden_layers"]
+    work = tmp_path_factory.mktemp("not-a-no-op")
+    write_widened_checkpoint(hf, work / "hf", extra_layers=1, intermediate_size=cfg["intermediate_size"])
+    weights = load_file(str(work / "hf" / "model.safetensors"))
+    name = f"model.layers.{n}.self_attn.o_proj.weight"
+    assert not weights[name].any()
+    weights[name] = weights["model.layers.0.self_attn.o_proj.weight"]
+    save_file(weights, str(work / "hf" / "model.safetensors"), metadata={"format": "pt"})
+    export_target(hf, work / "original", weight_format="fp32", progress=False)
+    export_target(work / "hf", work / "wide", weight_format="fp32", progress=False)
+
+    diffs = same_function(work / "original", work / "wide", n, cfg["vocab_size"])
+    assert set(diffs) == {"logits", "final norm", *(f"layer {i}" for i in range(n - 1))}
+    assert diffs["logits"] > TOLERANCE and diffs["final norm"] > TOLERANCE, diffs
+    assert max(diffs[f"layer {i}"] for i in range(n - 1)) == 0.0, diffs
 
 
 def _target_hf(factory):
@@ -72,8 +137,8 @@ def test_widened_target_folder_runs_in_genai_like_the_original(tmp_path_factory)
 
     from gguf2ov.runtime.target import read_locators
     from gguf2ov.stages.accept import run_acceptance
+    from gguf2ov.cli.widen import widen_target
     from gguf2ov.stages.export import export_draft
-    from gguf2ov.tools.widen import widen_target
 
     hf = _target_hf(tmp_path_factory)
     cfg = json.loads((hf / "config.json").read_text())
@@ -87,13 +152,13 @@ def test_widened_target_folder_runs_in_genai_like_the_original(tmp_path_factory)
     assert wide.layers == (n, n + EXTRA_LAYERS) and wide.intermediate_size == (inter, inter + 256)
     assert wide.parameters[1] > wide.parameters[0] == base.parameters[1]
     assert max(wide.max_abs_diff.values()) < 1e-4, wide.max_abs_diff
-    assert "IR taps vs original" in wide.max_abs_diff
+    assert set(wide.max_abs_diff) == {"logits", "final norm", *(f"layer {i}" for i in range(n - 1))}
     assert set(wide.weight_types) <= {"f32", "i64", "i32"}
 
     folder = out / "wide"
     need = {"openvino_model.xml", "openvino_model.bin", "openvino_tokenizer.xml", "openvino_detokenizer.xml",
-            "config.json", "gguf2ov.json"}
-    assert need <= {p.name for p in folder.iterdir()}
+            "config.json", "generation_config.json", "gguf2ov.json"}
+    assert need <= {p.name for p in folder.iterdir()} and not (folder / ".scratch").exists()
     assert not [p.name for p in out.iterdir() if ".partial-" in p.name]
     assert json.loads((folder / "config.json").read_text())["num_hidden_layers"] == n + EXTRA_LAYERS
     prov = json.loads((folder / "gguf2ov.json").read_text())

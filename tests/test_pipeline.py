@@ -17,7 +17,7 @@ VARIANTS = ["fp32", "int4_asym_g16", "gguf"]
 @pytest.fixture(scope="module")
 def heavy_target(fixtures_dir, tmp_path_factory):
     """The fixture target widened into one heavy enough for the draft to pay off (same function)."""
-    from gguf2ov.tools.widen import widen_target
+    from gguf2ov.cli.widen import widen_target
 
     out = tmp_path_factory.mktemp("heavy") / "target"
     widen_target(fixtures_dir / "target-hf", out, progress=False)

@@ -183,11 +183,11 @@ def test_widen_result():
     from gguf2ov.tools.widen import WidenResult
 
     result = WidenResult("wide", "target-hf", (4, 6), (512, 768), (1_000_000, 1_500_000),
-                         {"logits": 2.5e-6, "IR taps vs original": 1.25e-5}, 4, {"f32": 40},
+                         {"logits": 2.5e-6, "final norm": 1.25e-5}, 4, {"f32": 40},
                          {"openvino_model.bin": 6_000_000}, 3.5)
     text, data, md = three_forms(result)
-    assert data["layers"] == [4, 6] and data["max_abs_diff"]["IR taps vs original"] == 1.25e-5
-    assert "| decoder layers | 4 | 6 |" in md and "| IR taps vs original | 1.250e-05 |" in md
+    assert data["layers"] == [4, 6] and data["max_abs_diff"]["final norm"] == 1.25e-5
+    assert "| decoder layers | 4 | 6 |" in md and "| final norm | 1.250e-05 |" in md
     assert "1.250e-05" in text
     in_all("max |diff| 1.25e-05", text, md)
 

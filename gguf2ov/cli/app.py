@@ -15,13 +15,13 @@ import signal
 import sys
 
 from .. import __version__
-from ..errors import Gguf2ovError, printable
+from ..errors import Gguf2ovError, is_reference_module, needs_reference, printable
 from ..outputs import Terminated, signals_unwind
 from ..progress import quiet_third_party, silenced
 from .output import require_report_paths
 
-# (subcommand, module of this package). Modules keep heavy imports (torch, openvino) inside
-# functions so that `gguf2ov inspect` starts fast.
+# (subcommand, module of this package). Modules keep heavy imports (openvino, transformers) inside
+# functions so that `gguf2ov inspect` starts fast. PyTorch is for tests and fixtures only.
 COMMANDS = [
     ("inspect", "inspect"),
     ("convert", "convert"),
@@ -85,6 +85,13 @@ def _main(argv) -> int:
         print(f"error: {printable(e.message)}", file=sys.stderr)
         if e.hint:
             print(f"hint: {printable(e.hint)}", file=sys.stderr)
+        return 1
+    except ModuleNotFoundError as e:
+        # PyTorch or optimum-intel reached from a path that needs them, where they are not installed
+        # (the `reference` extra): one line, not a traceback
+        if debug or not is_reference_module(e.name):
+            raise
+        print(f"error: {printable(needs_reference(f'gguf2ov {args.command}').message)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as e:
         print(f"error: {_stopped(e)}; no partial output was left in place", file=sys.stderr)

@@ -1,9 +1,27 @@
-"""`gguf2ov widen-target TARGET_HF -o DIR`: a heavier copy of a Qwen3 target computing the same function."""
+"""`gguf2ov widen-target TARGET_HF -o DIR`: a heavier copy of a Qwen3 target computing the same function.
 
-from ..tools.widen import DEFAULT_EXTRA_LAYERS, DEFAULT_INTERMEDIATE_SIZE, widen_target
+The widened checkpoint is written in NumPy (tools/widen.py); the target stage builds it, and the
+original, as f32 OpenVINO targets (`stages.target.export_target`), and the two are compared on the
+logits and on every hidden state a draft can read before the folder is put in place.
+"""
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+from ..errors import Gguf2ovError
+from ..names import IR_XML, PROVENANCE_FILE
+from ..outputs import atomic_dir, atomic_write_text, require_output_dir
+from ..progress import step
+from ..provenance import provenance
+from ..stages.target import export_target
+from ..tools.widen import (DEFAULT_EXTRA_LAYERS, DEFAULT_INTERMEDIATE_SIZE, TOLERANCE, WidenResult, ir_summary,
+                           read_qwen3_config, same_function, widened_config, write_widened_checkpoint)
 from .output import add_output_arguments, emit
 
 HELP = "a heavier copy of a Qwen3 target computing the same function, for speed runs"
+WEIGHT_FORMAT = "fp32"  # f32 constants: GenAI's f32 runs of both targets give the same tokens
 
 
 def configure_parser(parser) -> None:
@@ -21,3 +39,58 @@ def main(args) -> int:
     result = widen_target(args.target_hf, args.output, extra_layers=args.extra_layers,
                           intermediate_size=args.intermediate_size, overwrite=args.overwrite, progress=not args.quiet)
     return emit(result, args)
+
+
+def widen_target(
+    target_hf_dir,
+    out_dir,
+    extra_layers: int = DEFAULT_EXTRA_LAYERS,
+    intermediate_size: int = DEFAULT_INTERMEDIATE_SIZE,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> WidenResult:
+    """Widen an HF Qwen3 target, build it for OpenVINO GenAI and check it computes the original's function.
+
+    `out_dir` gets what `gguf2ov target` writes for a checkpoint: openvino_model.xml/.bin (f32, with
+    hidden_states_decoder_layers), the OpenVINO tokenizer and detokenizer with the Hugging Face
+    tokenizer files, config.json (the widened one), generation_config.json and gguf2ov.json.
+    """
+    target_hf_dir, out_dir = Path(target_hf_dir), Path(out_dir)
+    config = read_qwen3_config(target_hf_dir)
+    widened_config(config, extra_layers, intermediate_size)  # a size that cannot pad is refused before any work
+    require_output_dir(out_dir, overwrite, inputs=(target_hf_dir,))
+    n_layers, inter = int(config["num_hidden_layers"]), int(config["intermediate_size"])
+
+    start = time.perf_counter()
+    with atomic_dir(out_dir, overwrite=overwrite, inputs=(target_hf_dir,)) as tmp:
+        scratch = tmp / ".scratch"
+        step(f"widening {target_hf_dir}: +{extra_layers} layers, intermediate {intermediate_size}", progress)
+        written = write_widened_checkpoint(target_hf_dir, scratch / "hf", extra_layers, intermediate_size)
+        step(f"building the original target ({WEIGHT_FORMAT}) to compare with", progress)
+        export_target(target_hf_dir, scratch / "original", weight_format=WEIGHT_FORMAT, progress=False)
+        step(f"building the widened target ({WEIGHT_FORMAT})", progress)
+        built = export_target(scratch / "hf", scratch / "target", weight_format=WEIGHT_FORMAT, progress=False)
+        step("comparing the widened target with the original", progress)
+        diffs = same_function(scratch / "original", scratch / "target", n_layers, int(config["vocab_size"]))
+        if not max(diffs.values()) < TOLERANCE:
+            bad = ", ".join(f"{k} {v:.2e}" for k, v in diffs.items() if not v < TOLERANCE)
+            raise Gguf2ovError(f"the widened target does not compute the original's function: {bad}")
+
+        for f in sorted((scratch / "target").iterdir()):
+            f.rename(tmp / f.name)
+        shutil.rmtree(scratch)
+        n_locators, weight_types = ir_summary(tmp / IR_XML)
+        if set(weight_types) - {"f32", "i64", "i32"}:
+            raise Gguf2ovError(f"the widened target's weights are {weight_types}, not f32",
+                               hint="f32 runs would not be exact")
+        options = {"extra_layers": extra_layers, "intermediate_size": intermediate_size,
+                   "weight_format": built.weight_format, "max_abs_diff": diffs}
+        atomic_write_text(tmp / PROVENANCE_FILE,
+                          json.dumps(provenance({"target_hf": target_hf_dir}, options), indent=2) + "\n")
+        files = {p.name: p.stat().st_size for p in sorted(tmp.iterdir()) if p.is_file()}
+
+    return WidenResult(
+        out_dir=str(out_dir), source=str(target_hf_dir), layers=(n_layers, n_layers + extra_layers),
+        intermediate_size=(inter, intermediate_size), parameters=written["parameters"], max_abs_diff=diffs,
+        locators=n_locators, weight_types=weight_types, files=files, seconds=time.perf_counter() - start,
+    )

@@ -5,6 +5,9 @@ disagree about which weights a folder holds. Only safetensors are read: nothing 
 """
 
 import json
+import mmap
+import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -53,12 +56,76 @@ def safetensors_files(folder) -> list[Path]:
     raise Gguf2ovError(f"no {SAFETENSORS_FILE} in {folder}", hint="only safetensors checkpoints are read (never pickles)")
 
 
+# safetensors dtype -> the NumPy dtype its bytes are read as (BF16 as its bit patterns: NumPy has no
+# bfloat16). Floating tensors are handed out as float32, integer ones as stored.
+_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8", "I32": "<i4", "I16": "<i2",
+           "I8": "i1", "U8": "u1", "U16": "<u2", "U32": "<u4", "U64": "<u8", "BOOL": "?"}
+_FLOATS = ("F64", "F32", "F16", "BF16")
+_MAX_HEADER = 100 << 20  # the safetensors library's own limit
+
+
+@dataclass(frozen=True)
+class _Entry:
+    file: str
+    dtype: str
+    shape: tuple[int, ...]
+    offset: int  # of the tensor's first byte in the file
+
+
+def _read_header(file: Path, size: int) -> dict[str, _Entry]:
+    """The tensors a safetensors file holds, from its header (8-byte length, JSON), checked against its size."""
+    def bad(why):
+        return Gguf2ovError(f"{file}: not a readable safetensors file ({why})")
+
+    with open(file, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise bad("shorter than its header")
+        n = struct.unpack("<Q", head)[0]
+        if n > min(_MAX_HEADER, size - 8):
+            raise bad(f"header of {n} bytes in a file of {size}")
+        try:
+            header = json.loads(f.read(n))
+        except (ValueError, UnicodeDecodeError) as e:
+            raise bad(f"header is not JSON: {e}") from e
+    if not isinstance(header, dict):
+        raise bad("header is not a JSON object")
+    entries, data_start = {}, 8 + n
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype, shape, (begin, end) = info["dtype"], tuple(int(d) for d in info["shape"]), info["data_offsets"]
+        except (TypeError, KeyError, ValueError) as e:
+            raise bad(f"tensor {name!r} has no dtype, shape and data_offsets") from e
+        if dtype not in _DTYPES:
+            raise Gguf2ovError(f"{file}: tensor {name!r} is {dtype}, which this tool does not read",
+                               hint=f"supported: {', '.join(_DTYPES)}")
+        expected = int(np.prod(shape, dtype=np.int64)) * np.dtype(_DTYPES[dtype]).itemsize
+        if not (isinstance(begin, int) and isinstance(end, int) and 0 <= begin <= end
+                and end - begin == expected and data_start + end <= size and min(shape, default=0) >= 0):
+            raise bad(f"tensor {name!r}: offsets {[begin, end]} do not hold {dtype} {list(shape)}")
+        entries[name] = _Entry(file.name, dtype, shape, data_start + begin)
+    return entries
+
+
+def _as_float32(raw: np.ndarray, dtype: str) -> np.ndarray:
+    """A new array of the stored values: float32 for floating tensors, else the stored integer type."""
+    if dtype == "BF16":  # the upper half of a float32's bits: exact
+        return (raw.astype(np.uint32) << np.uint32(16)).view(np.float32)
+    if dtype in _FLOATS:
+        return raw.astype(np.float32)
+    return raw.astype(raw.dtype.newbyteorder("="))
+
+
 class Checkpoint:
-    """A Hugging Face checkpoint folder read lazily: shapes from the headers, one tensor at a time."""
+    """A Hugging Face checkpoint folder read lazily: shapes from the headers, one tensor at a time.
+
+    The files are memory-mapped and read with NumPy (no framework): a tensor's pages are read when
+    it is loaded, and `load_rows` reads only the rows it asks for.
+    """
 
     def __init__(self, path):
-        from safetensors import safe_open
-
         self.path = Path(path)
         if not self.path.is_dir():
             raise Gguf2ovError(f"{self.path}: not a checkpoint folder",
@@ -66,31 +133,37 @@ class Checkpoint:
         files = safetensors_files(self.path)
         index = read_json_object(self.path / SAFETENSORS_INDEX, required=False)
         weight_map = index["weight_map"] if index else None
-        self._files = {}
+        self._maps: dict[str, mmap.mmap] = {}
+        self._entries: dict[str, _Entry] = {}
         self.shapes: dict[str, tuple[int, ...]] = {}
-        self._where: dict[str, str] = {}
         for file in files:
-            name = file.name
-            try:
-                handle = safe_open(str(file), framework="pt")
-            except Exception as e:  # safetensors raises its own SafetensorError
-                raise Gguf2ovError(f"{file}: not a readable safetensors file ({e})") from e
-            self._files[name] = handle
-            for key in handle.keys():
-                if weight_map is None or weight_map.get(key) == name:
-                    self.shapes[key] = tuple(handle.get_slice(key).get_shape())
-                    self._where[key] = name
+            size = file.stat().st_size
+            entries = _read_header(file, size)
+            with open(file, "rb") as f:
+                self._maps[file.name] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            for key, entry in entries.items():
+                if weight_map is None or weight_map.get(key) == file.name:
+                    self._entries[key] = entry
+                    self.shapes[key] = entry.shape
         self.config = read_json_object(self.path / CONFIG_FILE, required=False)
 
+    def _stored(self, name: str) -> np.ndarray:
+        """The tensor as stored (a read-only view of the mapped file, nothing read yet)."""
+        e = self._entries[name]
+        count = int(np.prod(e.shape, dtype=np.int64))
+        return np.frombuffer(self._maps[e.file], dtype=_DTYPES[e.dtype], count=count, offset=e.offset).reshape(e.shape)
+
+    def dtype(self, name: str) -> str:
+        """The safetensors dtype the tensor is stored in (BF16, F16, F32, I64...)."""
+        return self._entries[name].dtype
+
     def load(self, name: str) -> np.ndarray:
-        # Through torch: numpy has no bfloat16, the usual dtype of a reference checkpoint.
-        t = self._files[self._where[name]].get_tensor(name)
-        return t.float().numpy() if t.is_floating_point() else t.numpy()
+        """The tensor as float32 (integer tensors as stored), in a new array."""
+        return _as_float32(self._stored(name), self._entries[name].dtype)
 
     def load_rows(self, name: str, start: int, stop: int) -> np.ndarray:
         """Rows start..stop (along the first axis) as float32: only those rows are read."""
-        t = self._files[self._where[name]].get_slice(name)[start:stop]
-        return t.float().numpy() if t.is_floating_point() else t.numpy()
+        return _as_float32(self._stored(name)[start:stop], self._entries[name].dtype)
 
     def provenance(self) -> dict:
         """What the converter recorded in gguf2ov.json (empty for a checkpoint it did not write)."""

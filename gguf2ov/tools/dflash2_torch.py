@@ -10,18 +10,22 @@ The modules hold the Hugging Face checkpoint names exactly (`layers.N.attention_
 forms, as in optimum: `DFlash2DraftModel` (training form, takes `noise_embedding`, returns every
 row) and `DFlash2ForCausalLM` (export form, takes `inputs_embeds`, drops the seed row; optimum's
 OpenVINO export needs these input names).
+
+Tests and fixtures only: it needs PyTorch and optimum-intel (`pip install 'gguf2ov[reference]'`).
 """
 
 import json
 from pathlib import Path
 
-import torch
-import torch.nn.functional as F
-from optimum.exporters.openvino.model_patcher import (Qwen3DFlashDecoderLayer, Qwen3DFlashDraftModel,
-                                                      Qwen3DFlashForCausalLM)
-from torch import nn
-
+from ..errors import reference_imports
 from ..names import IR_XML
+
+with reference_imports("the DFlash 2 PyTorch reference"):
+    import torch
+    import torch.nn.functional as F
+    from optimum.exporters.openvino.model_patcher import (Qwen3DFlashDecoderLayer, Qwen3DFlashDraftModel,
+                                                          Qwen3DFlashForCausalLM)
+    from torch import nn
 
 ARCHITECTURE = "DFlash2DraftModel"
 DFLASH2_KEYS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")

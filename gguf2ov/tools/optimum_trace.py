@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import Gguf2ovError
+from ..errors import Gguf2ovError, reference_imports
 from ..model.config import hf_config
 
 
@@ -18,10 +18,12 @@ def trace_optimum(draft, xml_path):
     import logging
 
     import openvino as ov
-    import torch
-    from optimum.exporters.openvino.convert import export
-    from optimum.exporters.openvino.model_configs import Qwen3OpenVINOConfig
-    from optimum.exporters.openvino.model_patcher import Qwen3DFlashForCausalLM
+
+    with reference_imports("tracing optimum-intel's export of a draft"):
+        import torch
+        from optimum.exporters.openvino.convert import export
+        from optimum.exporters.openvino.model_configs import Qwen3OpenVINOConfig
+        from optimum.exporters.openvino.model_patcher import Qwen3DFlashForCausalLM
 
     config = hf_config(draft.config)
     model = Qwen3DFlashForCausalLM(config).to(torch.float32)

@@ -13,33 +13,35 @@ still produces the same logits and the same hidden states at the layers the draf
 
 The draft's target layer ids keep pointing at the same tensors: ids 0..N-2 of the original are
 decoder-layer residual outputs, which appended layers do not touch; only the last id (the
-final-norm output) moves, to N'-1, and it holds the same values. The function is checked
-numerically on the Hugging Face models before anything is exported.
+final-norm output) moves, to N'-1, and it holds the same values.
+
+This module works on the checkpoint in NumPy (`write_widened_checkpoint`) and compares two built
+targets (`same_function`); `gguf2ov widen-target` (cli/widen.py) builds both with the target stage.
 """
 
-import json
 import shutil
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from ..errors import Gguf2ovError
-from ..hf.checkpoint import read_json_object
-from ..names import DETOKENIZER_IR, IR_XML, PROVENANCE_FILE, TOKENIZER_IR
-from ..outputs import atomic_dir, atomic_write_text, require_output_dir
-from ..progress import step
-from ..provenance import provenance
+from ..hf.checkpoint import Checkpoint, read_json_object
+from ..names import CONFIG_FILE, PROVENANCE_FILE, SAFETENSORS_FILE, SAFETENSORS_INDEX
 from ..report import Table, human_bytes
 
 # Defaults measured on a 2-core CPU at f32 with the fixture pair (hidden 256, 4 layers -> 12 layers,
-# intermediate 512 -> 3072: 2.5M -> 30.8M parameters, 44 MB, ~10 s to build): ~200 tok/s alone,
-# ~2.7x with the trained draft at K=7. 40M (intermediate 4096) or 16 layers measured the same
-# speedup within noise; smaller targets let the pipeline's overhead eat the gain.
+# intermediate 512 -> 3072: 2.5M -> 30.8M parameters, 124 MB, seconds to build): the trained draft
+# at K=7 makes the pair several times faster than the target alone (benchmarks/bench_speedup.py).
+# 40M (intermediate 4096) or 16 layers measured the same speedup within noise; smaller targets let
+# the pipeline's overhead eat the gain.
 DEFAULT_EXTRA_LAYERS = 8
 DEFAULT_INTERMEDIATE_SIZE = 3072
 
 # f32 on both sides: the only differences left are summation-order rounding (~1e-6).
 TOLERANCE = 1e-4
+CHECK_TOKENS = 48  # random token ids the two targets are compared on
+LAYER_PREFIX = "model.layers."
 
 
 @dataclass(frozen=True)
@@ -49,8 +51,8 @@ class WidenResult:
     layers: tuple[int, int]  # original, widened
     intermediate_size: tuple[int, int]
     parameters: tuple[int, int]
-    # widened vs original: HF "logits", "hidden_states[i]", "final norm"; "IR taps vs original" =
-    # the exported IR at target layer ids 0..N-2 vs the original HF model
+    # widened target vs the original's, both built as f32 OpenVINO IRs: "logits", "layer i" (the
+    # hidden state at target layer id i, i = 0..N-2), "final norm" (id N-1 before, N'-1 after)
     max_abs_diff: dict[str, float]
     locators: int
     weight_types: dict[str, int]  # element type of the IR's weight constants -> count
@@ -82,8 +84,19 @@ class WidenResult:
         ]
 
 
+def read_qwen3_config(target_hf_dir: Path) -> dict:
+    """The config.json of a Qwen3 checkpoint folder, refused for any other model."""
+    if not (target_hf_dir / CONFIG_FILE).is_file():
+        raise Gguf2ovError(f"{target_hf_dir} is not a Hugging Face checkpoint folder: config.json is missing")
+    config = read_json_object(target_hf_dir / CONFIG_FILE)
+    if config.get("model_type") != "qwen3":
+        raise Gguf2ovError(f"{target_hf_dir} is a {config.get('model_type')!r} model; only qwen3 targets "
+                           "can be widened")
+    return config
+
+
 def widened_config(config: dict, extra_layers: int, intermediate_size: int) -> dict:
-    """The HF config of the widened model (plain dict in, plain dict out)."""
+    """The HF config of the widened model (plain dict in, plain dict out), stored as float32."""
     n = int(config["num_hidden_layers"])
     if extra_layers < 0:
         raise Gguf2ovError(f"extra_layers must be >= 0, got {extra_layers}")
@@ -97,106 +110,106 @@ def widened_config(config: dict, extra_layers: int, intermediate_size: int) -> d
     if isinstance(new.get("layer_types"), list):
         types = list(new["layer_types"])
         new["layer_types"] = types + [types[i % n] for i in range(extra_layers)]
+    for key in ("dtype", "torch_dtype"):  # the widened weights are written as float32
+        if key in new:
+            new[key] = "float32"
     return new
 
 
-def widen_state_dict(state: dict, n_layers: int, extra_layers: int, intermediate_size: int) -> dict:
-    """The widened weights: padded MLPs everywhere, appended layers whose output projections are zero."""
-    import torch
-
-    def pad_rows(w, size):  # gate/up: [intermediate, hidden]
-        return torch.cat([w, w.new_zeros(size - w.shape[0], *w.shape[1:])], dim=0)
-
-    def pad_cols(w, size):  # down: [hidden, intermediate]
-        return torch.cat([w, w.new_zeros(w.shape[0], size - w.shape[1])], dim=1)
+def widen_tensors(state: dict[str, np.ndarray], n_layers: int, extra_layers: int,
+                  intermediate_size: int) -> dict[str, np.ndarray]:
+    """The widened weights (float32): padded MLPs everywhere, appended layers whose output projections are zero."""
+    def pad(w, axis):  # gate/up rows [intermediate, hidden] (axis 0), down columns [hidden, intermediate] (axis 1)
+        width = [(0, 0)] * w.ndim
+        width[axis] = (0, intermediate_size - w.shape[axis])
+        return np.pad(w, width)
 
     out = {}
-    layer_prefix = "model.layers."
     for name, value in state.items():
-        if not name.startswith(layer_prefix):
-            out[name] = value.clone()
-            continue
-        rest = name[len(layer_prefix):]
-        if rest.endswith(("mlp.gate_proj.weight", "mlp.up_proj.weight")):
-            value = pad_rows(value, intermediate_size)
-        elif rest.endswith(("mlp.gate_proj.bias", "mlp.up_proj.bias")):
-            value = torch.cat([value, value.new_zeros(intermediate_size - value.shape[0])])
+        value = np.array(value, dtype=np.float32) if np.issubdtype(value.dtype, np.floating) else np.array(value)
+        rest = name[len(LAYER_PREFIX):] if name.startswith(LAYER_PREFIX) else ""
+        if rest.endswith(("mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.gate_proj.bias", "mlp.up_proj.bias")):
+            value = pad(value, 0)
         elif rest.endswith("mlp.down_proj.weight"):
-            value = pad_cols(value, intermediate_size)
-        out[name] = value.contiguous()
+            value = pad(value, 1)
+        out[name] = np.ascontiguousarray(value)
 
     for j in range(extra_layers):
         src, dst = j % n_layers, n_layers + j
-        src_prefix, dst_prefix = f"{layer_prefix}{src}.", f"{layer_prefix}{dst}."
+        src_prefix, dst_prefix = f"{LAYER_PREFIX}{src}.", f"{LAYER_PREFIX}{dst}."
         for name in [k for k in out if k.startswith(src_prefix)]:
             rest = name[len(src_prefix):]
-            value = out[name].clone()
+            value = out[name].copy()
             if rest.startswith(("self_attn.o_proj.", "mlp.down_proj.")):
-                value.zero_()  # the two residual branches: zero output makes the layer a no-op
+                value[...] = 0  # the two residual branches: zero output makes the layer a no-op
             elif rest.endswith("norm.weight"):
-                value.fill_(1.0)
+                value[...] = 1
             out[dst_prefix + rest] = value
     return out
 
 
-def widen_model(model, extra_layers: int, intermediate_size: int):
-    """A new f32 Qwen3ForCausalLM computing the same function as `model`, with more layers and wider MLPs."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    base = model.config.to_dict()
-    config = Qwen3Config.from_dict(widened_config(base, extra_layers, intermediate_size))
-    state = widen_state_dict({k: v.float() for k, v in model.state_dict().items()},
-                             int(base["num_hidden_layers"]), extra_layers, intermediate_size)
-    wide = Qwen3ForCausalLM(config)  # not on "meta": the rotary buffers are not in the state dict
-    # strict: a key the widening missed would otherwise keep the constructor's random values.
-    wide.load_state_dict(state, strict=True)
-    if config.tie_word_embeddings:
-        wide.tie_weights()
-    return wide.float().eval()
+def parameter_count(state: dict[str, np.ndarray], config: dict) -> int:
+    """The model's parameters (a tied lm_head stored beside the embedding counts once)."""
+    tied = config.get("tie_word_embeddings", True)
+    return sum(int(v.size) for k, v in state.items() if not (tied and k == "lm_head.weight"))
 
 
-def forward_all(model, input_ids):
-    import torch
+def write_widened_checkpoint(target_hf_dir, out_dir, extra_layers: int, intermediate_size: int) -> dict:
+    """Write the widened float32 checkpoint of `target_hf_dir` to `out_dir` with the source's other
+    files (tokenizer, generation config); returns {"config", "parameters": (original, widened)}."""
+    from ..hf.write import TensorSpec, write_checkpoint
 
-    with torch.no_grad():
-        return model(input_ids, output_hidden_states=True)
+    target_hf_dir = Path(target_hf_dir)
+    config = read_qwen3_config(target_hf_dir)
+    checkpoint = Checkpoint(target_hf_dir)  # safetensors only: a checkpoint is never unpickled
+    # f32 whatever the checkpoint holds (the fixture's is fp16): fp16 and bf16 -> f32 are exact
+    state = {name: checkpoint.load(name) for name in checkpoint.shapes}
+    if not any(name.startswith(LAYER_PREFIX) for name in state):
+        raise Gguf2ovError(f"{target_hf_dir} holds no {LAYER_PREFIX}* tensors: not a Qwen3 checkpoint")
+    new_config = widened_config(config, extra_layers, intermediate_size)
+    original = parameter_count(state, config)
+    wide = widen_tensors(state, int(config["num_hidden_layers"]), extra_layers, intermediate_size)
+    del state
+    specs = [TensorSpec(name, tuple(v.shape), "F32" if v.dtype == np.float32 else _int_dtype(v)) for name, v in wide.items()]
+    write_checkpoint(out_dir, new_config, specs, iter(wide.items()), progress=False)
+    weights = {SAFETENSORS_FILE, SAFETENSORS_INDEX, CONFIG_FILE, PROVENANCE_FILE}
+    for f in sorted(target_hf_dir.iterdir()):  # tokenizer files, generation_config.json, chat template
+        if f.is_file() and f.name not in weights and not f.name.endswith(".safetensors"):
+            shutil.copy2(f, Path(out_dir) / f.name)
+    return {"config": new_config, "parameters": (original, parameter_count(wide, new_config))}
 
 
-def compare_function(a, b, n_layers: int) -> dict[str, float]:
-    """max |diff| between two HF forward outputs: logits and every hidden state the original has."""
-    diffs = {"logits": float((a.logits - b.logits).abs().max())}
-    # [1..N-1] are decoder-layer residual outputs (target layer ids 0..N-2); the last HF entry is the
-    # final-norm output in both models (id N-1 before, N'-1 after).
-    for i in range(1, n_layers):
-        diffs[f"hidden_states[{i}]"] = float((a.hidden_states[i] - b.hidden_states[i]).abs().max())
-    diffs["final norm"] = float((a.hidden_states[-1] - b.hidden_states[-1]).abs().max())
+def _int_dtype(v: np.ndarray) -> str:
+    from ..hf.write import INT_DTYPES
+
+    if v.dtype not in INT_DTYPES:
+        raise Gguf2ovError(f"a tensor of type {v.dtype} cannot be written to the widened checkpoint")
+    return INT_DTYPES[v.dtype]
+
+
+def same_function(original_dir, widened_dir, n_layers: int, vocab_size: int,
+                  length: int = CHECK_TOKENS) -> dict[str, float]:
+    """max |diff| between two OpenVINO targets on the same random token ids: the logits, the hidden
+    states at target layer ids 0..N-2 of the original (what a draft reads) and the final norm."""
+    from ..runtime.target import Target
+
+    ids = np.random.default_rng(0).integers(0, vocab_size, length, dtype=np.int64)
+    a, b = Target.open(original_dir), Target.open(widened_dir)
+    diffs = {"logits": float(np.abs(a.logits(ids) - b.logits(ids)).max())}
+    shared = list(range(n_layers - 1))
+    last_a, last_b = max(a.tap_layers), max(b.tap_layers)
+    states_a = a.layer_states(ids, shared + [last_a])
+    states_b = b.layer_states(ids, shared + [last_b])
+    for k, i in enumerate(shared):
+        diffs[f"layer {i}"] = float(np.abs(states_a[k] - states_b[k]).max())
+    diffs["final norm"] = float(np.abs(states_a[-1] - states_b[-1]).max())
+    a.release()
+    b.release()
     return diffs
 
 
-def ir_tap_diff(ir_dir: Path, reference, input_ids, n_layers: int) -> float:
-    """max |diff| between the exported IR's taps at ids 0..N-2 and the original HF hidden states.
-
-    These are what the draft reads: the check covers the export and its locators, not only the
-    widening.
-    """
-    import numpy as np
-
-    from ..runtime.target import Target
-
-    ids = list(range(n_layers - 1))
-    taps = Target.open(ir_dir).hidden_states(input_ids[0].numpy().astype(np.int64), ids)
-    ref = np.concatenate([reference.hidden_states[i + 1][0].numpy() for i in ids], axis=-1)
-    return float(np.abs(taps - ref).max())
-
-
-def _check_input_ids(config: dict, length: int = 48):
-    import torch
-
-    g = torch.Generator().manual_seed(0)
-    return torch.randint(0, int(config["vocab_size"]), (1, length), generator=g)
-
-
-def _ir_summary(xml_path: Path) -> tuple[int, dict[str, int]]:
+def ir_summary(xml_path: Path) -> tuple[int, dict[str, int]]:
+    """(hidden-state locators, {element type of the weight constants: count}) of a target IR."""
     import openvino as ov
 
     from ..runtime.target import read_locators
@@ -209,98 +222,3 @@ def _ir_summary(xml_path: Path) -> tuple[int, dict[str, int]]:
             t = op.get_output_element_type(0).get_type_name()
             types[t] = types.get(t, 0) + 1
     return len(locators), types
-
-
-def widen_target(
-    target_hf_dir,
-    out_dir,
-    extra_layers: int = DEFAULT_EXTRA_LAYERS,
-    intermediate_size: int = DEFAULT_INTERMEDIATE_SIZE,
-    overwrite: bool = False,
-    progress: bool = True,
-) -> WidenResult:
-    """Widen an HF Qwen3 target, check it computes the same function, export it for OpenVINO GenAI.
-
-    `out_dir` gets openvino_model.xml/.bin (fp32, with hidden_states_decoder_layers), the OpenVINO
-    tokenizer and detokenizer, config.json and gguf2ov.json (provenance).
-    """
-    target_hf_dir, out_dir = Path(target_hf_dir), Path(out_dir)
-    if not (target_hf_dir / "config.json").is_file():
-        raise Gguf2ovError(f"{target_hf_dir} is not a Hugging Face checkpoint folder: config.json is missing")
-    source_config = read_json_object(target_hf_dir / "config.json")
-    if source_config.get("model_type") != "qwen3":
-        raise Gguf2ovError(f"{target_hf_dir} is a {source_config.get('model_type')!r} model; only qwen3 targets "
-                           "can be widened")
-    require_output_dir(out_dir, overwrite, inputs=(target_hf_dir,))
-
-    import openvino as ov
-    import torch
-    from openvino_tokenizers import convert_tokenizer
-    from optimum.exporters.openvino import main_export
-    from transformers import AutoTokenizer, Qwen3ForCausalLM
-
-    start = time.perf_counter()
-    with atomic_dir(out_dir, overwrite=overwrite) as tmp:
-        step(f"widening {target_hf_dir}: +{extra_layers} layers, intermediate {intermediate_size}", progress)
-        # f32 whatever the checkpoint holds (the fixture's is fp16): fp16 -> f32 is exact, and the
-        # exported IR keeps f32 constants, which GenAI's f32 runs need for byte-identical output.
-        # safetensors only: a checkpoint is never unpickled
-        original = Qwen3ForCausalLM.from_pretrained(str(target_hf_dir), dtype=torch.float32, use_safetensors=True).eval()
-        widened = widen_model(original, extra_layers, intermediate_size)
-        input_ids = _check_input_ids(source_config)
-        reference = forward_all(original, input_ids)
-        n_layers = original.config.num_hidden_layers
-        diffs = compare_function(reference, forward_all(widened, input_ids), n_layers)
-        worst = max(diffs.values())
-        if not worst < TOLERANCE:
-            bad = ", ".join(f"{k} {v:.2e}" for k, v in diffs.items() if not v < TOLERANCE)
-            raise Gguf2ovError(f"the widened target does not compute the original's function: {bad}")
-        params = (sum(p.numel() for p in original.parameters()), sum(p.numel() for p in widened.parameters()))
-        sizes = ((original.config.num_hidden_layers, widened.config.num_hidden_layers),
-                 (original.config.intermediate_size, widened.config.intermediate_size))
-        del original
-
-        scratch = tmp / ".scratch"
-        hf = scratch / "hf"
-        widened.config.dtype = torch.float32  # what main_export loads it as (the source said float16)
-        widened.save_pretrained(str(hf))
-        del widened
-        tokenizer = AutoTokenizer.from_pretrained(str(target_hf_dir))
-        tokenizer.save_pretrained(str(hf))
-        gen_cfg = target_hf_dir / "generation_config.json"
-        if gen_cfg.is_file():
-            shutil.copy(gen_cfg, hf / "generation_config.json")
-
-        step("exporting the widened target with optimum-intel", progress)
-        main_export(str(hf), str(tmp), task="text-generation-with-past")
-        step("converting the tokenizer", progress)
-        tok, detok = convert_tokenizer(tokenizer, with_detokenizer=True)
-        ov.save_model(tok, str(tmp / TOKENIZER_IR))
-        ov.save_model(detok, str(tmp / DETOKENIZER_IR))
-        shutil.copy(hf / "config.json", tmp / "config.json")  # the widened config (main_export writes it too)
-        shutil.rmtree(scratch, ignore_errors=True)
-
-        n_locators, weight_types = _ir_summary(tmp / IR_XML)
-        if n_locators != sizes[0][1]:
-            raise Gguf2ovError(f"the exported target has {n_locators} hidden-state locators for {sizes[0][1]} layers",
-                               hint="optimum-intel could not annotate hidden_states_decoder_layers; the draft "
-                                    "would read a fallback")
-        diffs["IR taps vs original"] = ir_tap_diff(tmp, reference, input_ids, n_layers)
-        if not diffs["IR taps vs original"] < TOLERANCE:
-            raise Gguf2ovError(f"the exported target's hidden states at layer ids 0..{n_layers - 2} differ from the "
-                               f"original's by {diffs['IR taps vs original']:.2e}")
-        if set(weight_types) - {"f32"} - {"i64", "i32"}:
-            raise Gguf2ovError(f"the exported target's weights are {weight_types}, not f32",
-                               hint="optimum-intel compressed the weights; f32 runs would not be exact")
-
-        options = {"extra_layers": extra_layers, "intermediate_size": intermediate_size,
-                   "task": "text-generation-with-past", "max_abs_diff": diffs}
-        atomic_write_text(tmp / PROVENANCE_FILE,
-                          json.dumps(provenance({"target_hf": target_hf_dir}, options), indent=2) + "\n")
-        files = {p.name: p.stat().st_size for p in sorted(tmp.iterdir()) if p.is_file()}
-
-    return WidenResult(
-        out_dir=str(out_dir), source=str(target_hf_dir), layers=sizes[0], intermediate_size=sizes[1],
-        parameters=params, max_abs_diff=diffs, locators=n_locators, weight_types=weight_types, files=files,
-        seconds=time.perf_counter() - start,
-    )
