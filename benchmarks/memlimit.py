@@ -16,7 +16,7 @@ what a machine must have. Each try runs in a fresh process:
   cached checkpoint would not be charged for it;
 - recorded: exit code, seconds, `memory.max_usage_in_bytes`, `memory.failcnt`, the OOM kills of
   `memory.oom_control`, and anonymous memory (`total_rss`) and mapped file pages sampled from
-  `memory.stat` (with a time series for the unlimited run).
+  `memory.stat` each second (a time series), and stderr with each line stamped in seconds.
 
 `smallest_limit` first runs the command without a limit under `/usr/bin/time -f "%e %M"` (wall
 seconds and peak RSS), then tries the limits in `probes` (goals to check), then bisects between
@@ -37,6 +37,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -128,6 +129,19 @@ def folder_bytes(path: Path) -> int | None:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
 
 
+def _stamp_lines(pipe, out, start: float) -> None:
+    """Copy `pipe` to `out`, each line or carriage-return update prefixed with [seconds]."""
+    pending = b""
+    for chunk in iter(lambda: pipe.read1(65536), b""):
+        pending += chunk
+        *lines, pending = pending.replace(b"\r", b"\n").split(b"\n")
+        stamp = f"[{time.monotonic() - start:7.1f}] "
+        out.writelines(stamp + line.decode(errors="replace") + "\n" for line in lines if line.strip())
+        out.flush()
+    if pending.strip():
+        out.write(f"[{time.monotonic() - start:7.1f}] {pending.decode(errors='replace')}\n")
+
+
 def _parse_time(text: str) -> tuple[float | None, int | None]:
     for line in reversed(text.strip().splitlines()):  # "Command terminated by signal 9" comes first
         parts = line.split()
@@ -169,7 +183,11 @@ def run_limited(argv: list[str], limit_gib: float | None, timeout: float | None 
         trace, timed_out, start = [], False, time.monotonic()
         next_trace = 0.0
         try:
-            proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env, cwd=cwd)
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE if log_stem else err,
+                                    stdin=subprocess.DEVNULL, env=env, cwd=cwd)
+            if log_stem:  # stderr lines (and progress updates) stamped with seconds since the start
+                stamper = threading.Thread(target=_stamp_lines, args=(proc.stderr, err, start), daemon=True)
+                stamper.start()
             while proc.poll() is None:
                 stat, now = _read_stat(group), time.monotonic() - start
                 rss, mapped, cache = stat.get("total_rss", 0), stat.get("total_mapped_file", 0), stat.get("total_cache", 0)
@@ -184,6 +202,8 @@ def run_limited(argv: list[str], limit_gib: float | None, timeout: float | None 
                     break
                 time.sleep(period)
             code = proc.wait()
+            if log_stem:
+                stamper.join(timeout=10)
         finally:
             for f in (out, err):
                 if f is not subprocess.DEVNULL:
@@ -255,7 +275,7 @@ def smallest_limit(argv: list[str], *, name: str = "command", probes=(), lo_gib:
     def attempt(limit: float) -> bool:
         nonlocal ok, bad
         say(f"[memlimit] {name}: {limit:g} GiB ...")
-        r = run_limited(argv, limit, timeout, log(f"{limit:g}GiB"), **common)
+        r = run_limited(argv, limit, timeout, log(f"{limit:g}GiB"), trace_period=1.0, **common)
         say(f"[memlimit] {name}: {limit:g} GiB {_describe(r)}")
         result["tries"].append(r)
         if r["completed"]:
