@@ -114,7 +114,7 @@ def measure(name: str, say=print) -> dict:
         for p in c["probes"]:
             tries.append(memlimit.run_limited(c["argv"], p, max(600, 3 * unlimited["seconds"]),
                                               WORK / "logs" / f"{name}-{p:g}GiB", env=env, evict_paths=evict,
-                                              output=c["output"]))
+                                              output=c["output"], trace_period=1.0))
             say(f"[bench] {name}: {p:g} GiB {memlimit._describe(tries[-1])}")
         done = [t["limit_gib"] for t in tries if t["completed"]]
         r = {"name": name, "argv": [str(a) for a in c["argv"]], "unlimited": unlimited, "tries": tries,
