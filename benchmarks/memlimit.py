@@ -11,7 +11,8 @@ what a machine must have. Each try runs in a fresh process:
   the command is moved in before it execs (`/bin/sh -c 'echo $$ > cgroup.procs; exec ...'`);
 - a time limit: under memory pressure a process can re-read file pages for minutes instead of
   being killed, so a timeout counts as a failure (default: 3x the unlimited run, at least 60 s);
-- the page cache of the inputs (`evict`) is dropped first (posix_fadvise DONTNEED): pages already
+- dirty pages are written back (sync) and the page cache of the inputs (`evict`) is dropped
+  (posix_fadvise DONTNEED) first: a try does not pay for an earlier write, and pages already
   cached are charged to whichever group read them first, so without this a try that reads a
   cached checkpoint would not be charged for it;
 - recorded: exit code, seconds, `memory.max_usage_in_bytes`, `memory.failcnt`, the OOM kills of
@@ -160,6 +161,7 @@ def run_limited(argv: list[str], limit_gib: float | None, timeout: float | None 
     global _groups
     if output is not None:
         shutil.rmtree(output, ignore_errors=True)
+    os.sync()  # dirty pages (a checkpoint just written, the last try's output) are neither dropped nor timed
     evict(evict_paths)
     _groups += 1
     group = own_cgroup() / f"memlimit-{os.getpid()}-{_groups}"
