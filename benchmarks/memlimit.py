@@ -167,7 +167,7 @@ def run_limited(argv: list[str], limit_gib: float | None, timeout: float | None 
     group = own_cgroup() / f"memlimit-{os.getpid()}-{_groups}"
     group.mkdir()
     log_stem = Path(log_stem) if log_stem else None
-    time_file = log_stem.with_suffix(".time") if log_stem else Path(tempfile.gettempdir()) / f"memlimit-{os.getpid()}.time"
+    time_file = Path(f"{log_stem}.time") if log_stem else Path(tempfile.gettempdir()) / f"memlimit-{os.getpid()}.time"
     if log_stem:
         log_stem.parent.mkdir(parents=True, exist_ok=True)
     time_file.unlink(missing_ok=True)
@@ -179,8 +179,8 @@ def run_limited(argv: list[str], limit_gib: float | None, timeout: float | None 
                 (group / "memory.memsw.limit_in_bytes").write_text(str(limit))
         cmd = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(group / "cgroup.procs"),
                TIME, "-f", "%e %M", "-o", str(time_file), *map(str, argv)]
-        out = open(log_stem.with_suffix(".stdout"), "w") if log_stem else subprocess.DEVNULL
-        err = open(log_stem.with_suffix(".stderr"), "w") if log_stem else subprocess.DEVNULL
+        out = open(Path(f"{log_stem}.stdout"), "w") if log_stem else subprocess.DEVNULL
+        err = open(Path(f"{log_stem}.stderr"), "w") if log_stem else subprocess.DEVNULL
         peak = {"rss": 0, "rss_mapped": 0, "cache": 0}
         trace, timed_out, start = [], False, time.monotonic()
         next_trace = 0.0
