@@ -335,8 +335,8 @@ def markdown(result: dict) -> str:
 def write_result(result: dict, stem: Path) -> None:
     stem.parent.mkdir(parents=True, exist_ok=True)
     result = {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"), **result}
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-    stem.with_suffix(".md").write_text(markdown(result))
+    Path(f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
+    Path(f"{stem}.md").write_text(markdown(result))
 
 
 def main(argv=None) -> int:
