@@ -227,7 +227,8 @@ def goals(cases: dict) -> dict[str, str]:
         if "unlimited" not in r:
             continue
         kind, _, size = name.rpartition("-")
-        limit, secs = r["smallest_limit_gib"], r["unlimited"]["seconds"]
+        limit = r["smallest_limit_gib"]
+        secs = min(x["seconds"] for x in [r["unlimited"], *r.get("unlimited_reruns", [])])
         if kind in ("gguf", "gguf-vocab"):
             ratio = r["ir_bin_bytes"] / r["source_tensor_bytes"] if r.get("ir_bin_bytes") else None
             ok = limit is not None and limit <= 2 and secs <= 180 and ratio is not None and ratio <= 1.05
@@ -235,7 +236,8 @@ def goals(cases: dict) -> dict[str, str]:
                              f"IR <= 1.05x tensor bytes ({ratio:.3f}x)" if ratio else "no IR")
         elif kind == "int4" and f"optimum-{size}" in cases:
             o = cases[f"optimum-{size}"]
-            olimit, osecs = o["smallest_limit_gib"], o["unlimited"]["seconds"]
+            olimit = o["smallest_limit_gib"]
+            osecs = min(x["seconds"] for x in [o["unlimited"], *o.get("unlimited_reruns", [])])
             ok = None not in (limit, olimit) and limit <= 0.5 * olimit and secs <= osecs
             verdict[name] = (f"{'met' if ok else 'MISSED'}: limit <= 0.5x optimum's ({limit} vs {olimit} GiB), "
                              f"time <= optimum's ({secs:.0f} vs {osecs:.0f} s)")
@@ -249,7 +251,8 @@ def markdown(report: dict) -> str:
     m = report["machine"]
     lines = ["# Building targets at real size", "",
              f"{m['cpu_model']}, {m['usable_cores']} cores, {m['ram_gib']} GiB RAM. Each command in a fresh process; "
-             "wall time and peak RSS from `/usr/bin/time -f \"%e %M\"` without a limit; the smallest cgroup v1 memory "
+             "wall time and peak RSS from `/usr/bin/time -f \"%e %M\"` without a limit (a / b: a second unlimited run; "
+             "goals use the faster); the smallest cgroup v1 memory "
              "limit (memory + swap, page cache included) under which it completes, bisected to 0.5 GiB "
              "(`benchmarks/memlimit.py`), the inputs' and the virtualenv's page cache dropped before each try.", "",
              "| case | command | wall (s) | peak RSS (GiB) | smallest limit (GiB) | largest failing (GiB) | "
@@ -261,7 +264,9 @@ def markdown(report: dict) -> str:
         u = r["unlimited"]
         at = next((t["seconds"] for t in r["tries"] if t["limit_gib"] == r["smallest_limit_gib"]), None)
         cmd = " ".join(Path(a).name if a.startswith("/") else a for a in r["argv"])
-        lines.append(f"| {name} | `{cmd}` | {u['seconds']:.1f} | {(u['peak_rss_kib'] or 0) / 2**20:.2f} | "
+        wall = " / ".join(f"{x['seconds']:.1f}" for x in [u, *r.get("unlimited_reruns", [])])
+        peak = " / ".join(f"{(x['peak_rss_kib'] or 0) / 2**20:.2f}" for x in [u, *r.get("unlimited_reruns", [])])
+        lines.append(f"| {name} | `{cmd}` | {wall} | {peak} | "
                      f"{r['smallest_limit_gib']} | {r['largest_failing_gib']} | {'' if at is None else f'{at:.1f}'} | "
                      f"{_gib(r.get('output_bytes'))} (IR .bin {_gib(r.get('ir_bin_bytes'))}"
                      + (f", {r['ir_bin_bytes'] / r['source_tensor_bytes']:.3f}x the GGUF's tensor bytes"
@@ -284,6 +289,7 @@ def markdown(report: dict) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cases", default="gguf-8b,int4-8b,optimum-8b,decode-1.7b,gguf-vocab-8b,int4-4b,optimum-4b")
+    p.add_argument("--rerun-unlimited", action="store_true", help="only run the cases' unlimited run again")
     p.add_argument("--keep-env-cache", action="store_true", help="do not drop the virtualenv's page cache")
     p.add_argument("--genai-speed", metavar="MODEL", help=argparse.SUPPRESS)
     p.add_argument("--hint", help=argparse.SUPPRESS)
@@ -301,6 +307,15 @@ def main(argv=None) -> int:
     for name in [c for c in args.cases.split(",") if c]:
         if name.startswith("decode-"):
             result = decode(name.removeprefix("decode-"), say)
+        elif args.rerun_unlimited:  # the unlimited run again (e.g. when the first one shared the disk)
+            result = report["cases"][name]
+            c = case(name)
+            evict = [*c["inputs"], *([] if KEEP_ENV_CACHE else [Path(sys.prefix)])]
+            again = memlimit.run_limited(c["argv"], None, None, WORK / "logs" / f"{name}-unlimited-rerun",
+                                         evict_paths=evict, output=c["output"], trace_period=1.0)
+            shutil.rmtree(c["output"], ignore_errors=True)
+            say(f"[bench] {name}: unlimited again {memlimit._describe(again)}")
+            result.setdefault("unlimited_reruns", []).append(again)
         else:
             result = measure(name, say)
         result["measured"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
