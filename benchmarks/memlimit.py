@@ -319,12 +319,13 @@ def markdown(result: dict) -> str:
     lines = [f"# Memory limit: {result['name']}", "", f"`{' '.join(result['argv'])}`", "",
              f"Smallest limit under which it completes: **{result['smallest_limit_gib']} GiB** "
              f"(largest failing: {result['largest_failing_gib']} GiB; resolution {result['resolution_gib']} GiB, "
-             f"timeout per try {result.get('timeout_s', 0):.0f} s). Without a limit: {_describe(u)}."]
-    if u.get("output_bytes") is not None:
+             f"timeout per try {result.get('timeout_s', 0):.0f} s). "
+             + (f"Without a limit: {_describe(u)}." if u else "No run without a limit.")]
+    if u and u.get("output_bytes") is not None:
         lines[-1] += f" Output: {u['output_bytes'] / GIB:.3f} GiB."
     lines += ["", "| limit (GiB) | result | s | max usage (GiB) | anon peak (GiB) | anon+mapped (GiB) | OOM kills |",
               "|---|---|---|---|---|---|---|"]
-    for r in [u, *sorted(result["tries"], key=lambda r: r["limit_gib"])]:
+    for r in [*([u] if u else []), *sorted(result["tries"], key=lambda r: r["limit_gib"])]:
         state = "completed" if r["completed"] else "timeout" if r["timed_out"] else f"exit {r['exit_code']}"
         lines.append(f"| {r['limit_gib'] if r['limit_gib'] is not None else 'none'} | {state} | {r['seconds']:.1f} | "
                      f"{(r['max_usage_bytes'] or 0) / GIB:.2f} | {r['sampled_peak_anon_bytes'] / GIB:.2f} | "
