@@ -10,7 +10,8 @@ of each command, each in a fresh process (`memlimit.py`), and the decode speed o
     run-8b         gguf2ov run DRAFT.gguf --target TARGET.gguf ... (a qwen3-8b-dflash draft against the
                    gguf-8b file, which the run builds a target from); one try under 8 GiB, no bisection
     decode-1.7b    tokens/s (greedy, 128 new tokens, 2 threads) on one Q4_K_M GGUF that llama.cpp made
-                   (convert_hf_to_gguf.py bf16 + llama-quantize Q4_K_M of a random Qwen3-1.7B geometry):
+                   (convert_hf_to_gguf.py bf16 + llama-quantize Q4_K_M of a random Qwen3-1.7B geometry),
+                   the median of three generations:
                    `gguf2ov target` as gguf and int4 in LLMPipeline (default properties, and f32),
                    GenAI's own GGUF reader on the file, and llama-bench -t 2 (tg128)
 
@@ -170,10 +171,11 @@ def genai_speed(model: str, hint: str | None) -> dict:
     cfg = g.GenerationConfig()
     cfg.max_new_tokens, cfg.ignore_eos, cfg.do_sample = 128, True, False
     pipe.generate(PROMPT, cfg)  # warm-up
-    m = pipe.generate([PROMPT], cfg).perf_metrics
+    runs = sorted((pipe.generate([PROMPT], cfg).perf_metrics for _ in range(3)), key=lambda m: m.get_throughput().mean)
+    m = runs[1]  # the median of three (the cores are shared)
     return {"load_s": round(load, 2), "tokens": m.get_num_generated_tokens(),
             "tokens_per_s": round(m.get_throughput().mean, 2), "ttft_ms": round(m.get_ttft().mean, 1),
-            "tpot_ms": round(m.get_tpot().mean, 2)}
+            "tpot_ms": round(m.get_tpot().mean, 2), "tokens_per_s_runs": [round(r.get_throughput().mean, 2) for r in runs]}
 
 
 def decode(size: str, say=print) -> dict:
@@ -275,10 +277,14 @@ def markdown(report: dict) -> str:
         lines += ["", f"## Decode speed: {name}", "",
                   f"`{Path(d['gguf']).name}`: {_gib(d['gguf_bytes'])}, made by llama.cpp's convert_hf_to_gguf.py "
                   f"(bf16) and llama-quantize Q4_K_M. Greedy, 128 new tokens after a short prompt (EOS ignored), "
-                  "one warm-up generation first; GenAI's tokens/s is `perf_metrics.get_throughput()` (1 / TPOT).", "",
+                  "one warm-up generation first; GenAI's tokens/s is `perf_metrics.get_throughput()` (1 / TPOT), the median "
+                  "of three generations (all three in brackets); llama-bench's is its mean of 5 with the standard "
+                  "deviation.", "",
                   "| engine | properties | tokens/s | TPOT (ms) | TTFT (ms) | load (s) |", "|---|---|---|---|---|---|"]
         for row in d["rows"]:
-            lines.append(f"| {row['engine']} | {row['properties']} | {row.get('tokens_per_s', row.get('error', ''))} | "
+            spread = row.get("tokens_per_s_runs") or ([f"+-{row['stddev']}"] if "stddev" in row else [])
+            lines.append(f"| {row['engine']} | {row['properties']} | {row.get('tokens_per_s', row.get('error', ''))} "
+                         f"{'(' + ', '.join(map(str, spread)) + ')' if spread else ''} | "
                          f"{row.get('tpot_ms', '')} | {row.get('ttft_ms', '')} | {row.get('load_s', '')} |")
     return "\n".join(lines) + "\n"
 
