@@ -48,6 +48,7 @@ GIB = 2**30
 SIZES = {"tiny": "tiny", "1.7b": "qwen3-1.7b", "4b": "qwen3-4b", "8b": "qwen3-8b"}
 PROMPT = "The history of the printing press begins"
 KEEP_ENV_CACHE = False
+WAIT_IDLE = 1800  # s to wait, before each try, for other work on the cores to end
 PROMPTS = [PROMPT, "Water boils at a lower temperature on a mountain because"]
 
 
@@ -108,12 +109,13 @@ def measure(name: str, say=print) -> dict:
     env = dict(os.environ)
     if c.get("bisect", True):
         r = memlimit.smallest_limit(c["argv"], name=name, probes=c["probes"], log_dir=WORK / "logs", env=env,
-                                    evict_paths=evict, output=c["output"], say=say)
+                                    evict_paths=evict, output=c["output"], wait_idle=WAIT_IDLE, say=say)
     else:  # the probes only (a run costs tens of minutes): wall time and peak RSS come from under the limit
         tries = []
         for p in c["probes"]:
             tries.append(memlimit.run_limited(c["argv"], p, 3600, WORK / "logs" / f"{name}-{p:g}GiB", env=env,
-                                              evict_paths=evict, output=c["output"], trace_period=1.0))
+                                              evict_paths=evict, output=c["output"], trace_period=1.0,
+                                              wait_idle=WAIT_IDLE))
             say(f"[bench] {name}: {p:g} GiB {memlimit._describe(tries[-1])}")
         done = [t["limit_gib"] for t in tries if t["completed"]]
         r = {"name": name, "argv": [str(a) for a in c["argv"]], "unlimited": None, "tries": tries,
@@ -196,12 +198,14 @@ def decode(size: str, say=print) -> dict:
             for fmt, path in targets.items() for hint in (None, "f32")]
     runs += [("GenAI's GGUF reader", str(gguf), None), ("GenAI's GGUF reader", str(gguf), "f32")]
     for label, model, hint in runs:
+        memlimit.wait_for_idle(WAIT_IDLE, say=say)
         p = subprocess.run([sys.executable, __file__, "--genai-speed", model, *(["--hint", hint] if hint else [])],
                            capture_output=True, text=True)
         row = {"engine": label, "properties": f"INFERENCE_PRECISION_HINT={hint}" if hint else "default"}
         row |= json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else {"error": p.stderr[-500:]}
         say(f"[bench] decode {label} {row['properties']}: {row.get('tokens_per_s')} tok/s")
         result["rows"].append(row)
+    memlimit.wait_for_idle(WAIT_IDLE, say=say)
     p = subprocess.run([str(tool("llama-bench")), "-m", str(gguf), "-t", "2", "-p", "0", "-n", "128", "-o", "json"],
                        capture_output=True, text=True, check=True)
     bench = json.loads(p.stdout)[0]
@@ -315,7 +319,8 @@ def main(argv=None) -> int:
             c = case(name)
             evict = [*c["inputs"], *([] if KEEP_ENV_CACHE else [Path(sys.prefix)])]
             again = memlimit.run_limited(c["argv"], None, None, WORK / "logs" / f"{name}-unlimited-rerun",
-                                         evict_paths=evict, output=c["output"], trace_period=1.0)
+                                         evict_paths=evict, output=c["output"], trace_period=1.0,
+                                         wait_idle=WAIT_IDLE)
             shutil.rmtree(c["output"], ignore_errors=True)
             say(f"[bench] {name}: unlimited again {memlimit._describe(again)}")
             result.setdefault("unlimited_reruns", []).append(again)

@@ -130,6 +130,27 @@ def folder_bytes(path: Path) -> int | None:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
 
 
+def cpu_busy(seconds: float = 3.0) -> float:
+    """Share of all cores busy over the next `seconds` (from /proc/stat)."""
+    def sample():
+        values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        return sum(values), values[3] + values[4]  # idle + iowait
+
+    (t0, i0), _ = sample(), time.sleep(seconds)
+    t1, i1 = sample()
+    return 1 - (i1 - i0) / max(1, t1 - t0)
+
+
+def wait_for_idle(max_wait: float, busy: float = 0.15, say=None) -> dict:
+    """Wait (up to `max_wait` s) until the cores are idle (under `busy`): other work skews the times."""
+    start = time.monotonic()
+    while (load := cpu_busy()) > busy and time.monotonic() - start < max_wait:
+        if say:
+            say(f"[memlimit] cores {load:.0%} busy with other work; waiting")
+        time.sleep(30)
+    return {"cpu_busy_before": round(load, 3), "waited_s": round(time.monotonic() - start, 1)}
+
+
 def _stamp_lines(pipe, out, start: float) -> None:
     """Copy `pipe` to `out`, each line or carriage-return update prefixed with [seconds]."""
     pending = b""
@@ -156,12 +177,16 @@ def _parse_time(text: str) -> tuple[float | None, int | None]:
 
 def run_limited(argv: list[str], limit_gib: float | None, timeout: float | None = None, log_stem: Path | None = None,
                 env: dict | None = None, cwd=None, evict_paths=(), output: Path | None = None,
-                trace_period: float | None = None, period: float = 0.25) -> dict:
-    """One try of `argv` in a fresh child cgroup limited to `limit_gib` (None: no limit)."""
+                trace_period: float | None = None, period: float = 0.25, wait_idle: float | None = None) -> dict:
+    """One try of `argv` in a fresh child cgroup limited to `limit_gib` (None: no limit).
+
+    `wait_idle`: wait up to this many seconds for the cores to be idle first."""
     global _groups
     if output is not None:
         shutil.rmtree(output, ignore_errors=True)
     os.sync()  # dirty pages (a checkpoint just written, the last try's output) are neither dropped nor timed
+    idle = (wait_for_idle(wait_idle, say=lambda m: print(m, file=sys.stderr, flush=True)) if wait_idle
+            else {"cpu_busy_before": round(cpu_busy(1.0), 3)})
     evict(evict_paths)
     _groups += 1
     group = own_cgroup() / f"memlimit-{os.getpid()}-{_groups}"
@@ -220,7 +245,7 @@ def run_limited(argv: list[str], limit_gib: float | None, timeout: float | None 
             "seconds": seconds if seconds is not None else round(wall, 2), "peak_rss_kib": peak_rss_kib,
             "max_usage_bytes": _read_int(group / "memory.max_usage_in_bytes"),
             "sampled_peak_anon_bytes": peak["rss"], "sampled_peak_anon_plus_mapped_bytes": peak["rss_mapped"],
-            "sampled_peak_cache_bytes": peak["cache"],
+            "sampled_peak_cache_bytes": peak["cache"], **idle,
         }
         if output is not None:
             record["output_bytes"] = folder_bytes(output)
@@ -250,7 +275,7 @@ def _grid(x: float, step: float = 0.125) -> float:
 def smallest_limit(argv: list[str], *, name: str = "command", probes=(), lo_gib: float = 0.0,
                    hi_gib: float | None = None, resolution_gib: float = 0.5, timeout: float | None = None,
                    timeout_factor: float = 3.0, log_dir: Path | None = None, env=None, cwd=None, evict_paths=(),
-                   output: Path | None = None, unlimited: dict | None = None,
+                   output: Path | None = None, unlimited: dict | None = None, wait_idle: float | None = None,
                    say=print) -> dict:
     """Bisect the smallest memory limit (GiB) under which `argv` completes, to within `resolution_gib`.
 
@@ -258,7 +283,7 @@ def smallest_limit(argv: list[str], *, name: str = "command", probes=(), lo_gib:
     limits tried before bisecting (a goal to check). `lo_gib`: a limit assumed to fail.
     """
     log = (lambda tag: Path(log_dir) / f"{name}-{tag}") if log_dir else (lambda tag: None)
-    common = dict(env=env, cwd=cwd, evict_paths=evict_paths, output=output)
+    common = dict(env=env, cwd=cwd, evict_paths=evict_paths, output=output, wait_idle=wait_idle)
     if unlimited is None:
         say(f"[memlimit] {name}: unlimited ...")
         unlimited = run_limited(argv, None, None, log("unlimited"), trace_period=1.0, **common)
