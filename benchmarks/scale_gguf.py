@@ -220,45 +220,61 @@ def cache_path(geom: Geometry, cache_dir: Path = CACHE) -> Path:
 
 def write_scale_gguf(geom: Geometry, out_path: Path, seed: int | None = None) -> dict:
     """Write the draft GGUF for `geom` at `out_path` (atomically); returns a build record."""
-    from gguf import GGUFWriter, TokenType
-
-    from gguf2ov.tools.gguf_writer import ARCH, MIXES, QUANT_VERSION, add_value, tensor_type, write_atomically
-    from gguf2ov.maps.load import load_map
+    from gguf2ov.tools.gguf_writer import ARCH
 
     start = time.perf_counter()
-    config = geom.hf_config()
-    amap = load_map(ARCH)
     rng = np.random.default_rng(int(geom.key(), 16) if seed is None else seed)
+    vocab = (geom.vocab, geom.mask_token_id) if geom.vocab else None
+    built = write_random_gguf(out_path, ARCH, geom.name, geom.hf_config(), geom.hf_shapes(), geom.layers, rng, vocab)
+    return {"geometry": asdict(geom), "key": geom.key(), "path": str(out_path), "bytes": Path(out_path).stat().st_size,
+            "parameters": geom.parameters, **built, "build_seconds": round(time.perf_counter() - start, 2),
+            "builder_version": BUILDER_VERSION}
 
-    # Header and metadata exactly as write_dflash_gguf orders them.
-    writer = GGUFWriter(path=None, arch=ARCH)
-    writer.add_name(geom.name)
+
+def write_random_gguf(out_path: Path, arch: str, name: str, config: dict, shapes: dict, n_layers: int, rng,
+                      vocab: tuple[int, int | None] | None = None, types: dict | None = None,
+                      tokenizer_dir: Path | None = None) -> dict:
+    """An `arch` GGUF of random blocks for the HF tensors `shapes` (in that order), metadata from
+    the map of `arch` run backwards on `config`. `vocab` = (size, token that must be in it) writes a
+    synthetic gpt2-style token list, `tokenizer_dir` an HF tokenizer's as llama.cpp does
+    (`gguf_writer`); `types`: GGUF name -> type, overriding the mix. Returns the tensor count, type
+    counts and metadata keys."""
+    from gguf import GGML_QUANT_SIZES, GGUFWriter, TokenType
+
+    from gguf2ov.maps.load import load_map
+    from gguf2ov.tools.gguf_writer import MIXES, QUANT_VERSION, _add_tokenizer, add_value, tensor_type, write_atomically
+
+    amap = load_map(arch)
+    # Header and metadata exactly as write_gguf orders them.
+    writer = GGUFWriter(path=None, arch=arch)
+    writer.add_name(name)
     writer.add_file_type(MIXES[MIX][1])
     writer.add_quantization_version(QUANT_VERSION)
-    if geom.vocab:
-        if not 0 <= geom.mask_token_id < geom.vocab:
-            raise ValueError(f"{geom.name}: mask token {geom.mask_token_id} outside the vocabulary of {geom.vocab}")
+    if vocab:
+        size, needed = vocab
+        if needed is not None and not 0 <= needed < size:
+            raise ValueError(f"{name}: token {needed} outside the vocabulary of {size}")
         writer.add_tokenizer_model("gpt2")
         writer.add_tokenizer_pre("qwen2")
-        writer.add_token_list([f"tok{i}" for i in range(geom.vocab)])
-        writer.add_token_types([TokenType.NORMAL] * geom.vocab)
+        writer.add_token_list([f"tok{i}" for i in range(size)])
+        writer.add_token_types([TokenType.NORMAL] * size)
+    elif tokenizer_dir is not None:
+        _add_tokenizer(writer, Path(tokenizer_dir), config.get("vocab_size"), "qwen2")
     metadata = amap.gguf_metadata(config)
     for key, value in metadata.items():
         add_value(writer, key, value)
 
     plan, counts = [], {}
-    for hf_name, shape in geom.hf_shapes().items():
+    for hf_name, shape in shapes.items():
         gguf_name, ops = amap.gguf_name_for(hf_name)
         if ops:
-            raise RuntimeError(f"{hf_name}: the dflash map has ops now ({ops}); random bytes cannot honour them")
-        qtype = tensor_type(gguf_name, shape, MIX, geom.layers)
+            raise RuntimeError(f"{hf_name}: the {arch} map has ops now ({ops}); random bytes cannot honour them")
+        qtype = (types or {}).get(gguf_name) or tensor_type(gguf_name, shape, MIX, n_layers)
         plan.append((gguf_name, shape, qtype))
         counts[qtype.name] = counts.get(qtype.name, 0) + 1
         if qtype.name == "F32":
             writer.add_tensor_info(gguf_name, shape, np.dtype(np.float32), 4 * math.prod(shape))
         else:
-            from gguf import GGML_QUANT_SIZES
-
             block, size = GGML_QUANT_SIZES[qtype]
             byte_shape = (*shape[:-1], shape[-1] // block * size)
             writer.add_tensor_info(gguf_name, byte_shape, np.dtype(np.uint8), math.prod(byte_shape), raw_dtype=qtype)
@@ -267,12 +283,8 @@ def write_scale_gguf(geom: Geometry, out_path: Path, seed: int | None = None) ->
         for gguf_name, shape, qtype in plan:  # one tensor in memory at a time
             writer.write_tensor_data(random_tensor(rng, qtype, shape))
 
-    out_path = Path(out_path)
-    write_atomically(writer, out_path, write_tensors)
-    return {"geometry": asdict(geom), "key": geom.key(), "path": str(out_path), "bytes": out_path.stat().st_size,
-            "parameters": geom.parameters, "tensors": len(plan), "type_counts": counts,
-            "metadata_keys": sorted(metadata), "build_seconds": round(time.perf_counter() - start, 2),
-            "builder_version": BUILDER_VERSION}
+    write_atomically(writer, Path(out_path), write_tensors)
+    return {"tensors": len(plan), "type_counts": counts, "metadata_keys": sorted(metadata)}
 
 
 def ensure_gguf(geom: Geometry, cache_dir: Path = CACHE, rebuild: bool = False) -> dict:
@@ -284,6 +296,35 @@ def ensure_gguf(geom: Geometry, cache_dir: Path = CACHE, rebuild: bool = False) 
         if record.get("bytes") == path.stat().st_size:
             return record | {"cached": True}
     record = write_scale_gguf(geom, path)
+    sidecar.write_text(json.dumps(record, indent=2) + "\n")
+    return record | {"cached": False}
+
+
+def ensure_target_gguf(geom, cache_dir: Path = CACHE) -> dict:
+    """A random Q4_K_M GGUF of a target geometry (`random_target.TargetGeometry`: its config and
+    tensors, sorted by name, through its architecture's map), cached as
+    target-NAME-KEY-Q4_K_M.gguf. A tied token_embd is Q6_K, as llama.cpp makes the tensor that
+    doubles as the output. The vocabulary is random_target's tokenizer (the fixture's, padded to
+    the geometry's size), written as llama.cpp writes a gpt2-style one."""
+    from gguf import GGMLQuantizationType as Q
+
+    from random_target import write_tokenizer
+
+    path = Path(cache_dir) / f"target-{geom.name}-{geom.key()}-{MIX}.gguf"
+    sidecar = path.with_suffix(".json")
+    if path.is_file() and sidecar.is_file() and json.loads(sidecar.read_text()).get("bytes") == path.stat().st_size:
+        return json.loads(sidecar.read_text()) | {"cached": True}
+    start = time.perf_counter()
+    config = geom.config()
+    rng = np.random.default_rng(int(geom.key(), 16))
+    types = {"token_embd.weight": Q.Q6_K} if geom.tied else None
+    with tempfile.TemporaryDirectory() as tokenizer:
+        write_tokenizer(Path(tokenizer), geom.vocab)
+        built = write_random_gguf(path, config["model_type"], geom.name, config, dict(sorted(geom.shapes().items())),
+                                  geom.layers, rng, types=types, tokenizer_dir=Path(tokenizer))
+    record = {"geometry": asdict(geom), "key": geom.key(), "path": str(path), "bytes": path.stat().st_size,
+              "parameters": geom.parameters, **built, "build_seconds": round(time.perf_counter() - start, 2),
+              "builder_version": BUILDER_VERSION}
     sidecar.write_text(json.dumps(record, indent=2) + "\n")
     return record | {"cached": False}
 
