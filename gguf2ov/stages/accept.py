@@ -216,14 +216,30 @@ def judge(overall: PromptAcceptance, precision: str) -> tuple[str, list[str]]:
     return "PASS", reasons
 
 
-def _run_all(pipe, prompts, cfg, speculative: bool, repeats: int, label: str, show: bool) -> list[list[Generation]]:
-    # Warm-up: the first call compiles kernels and allocates the KV cache.
-    generate(pipe, prompts[0], cfg, speculative)
-    runs: list[list[Generation]] = [[] for _ in prompts]
-    for _ in range(repeats):
-        for i, p in enumerate(progress_bar(prompts, desc=label, enabled=show, unit="prompt")):
-            runs[i].append(generate(pipe, p, cfg, speculative))
-    return runs
+def _pipeline_runs(target_dir, draft_dir, device: str, props: dict, prompts, max_new_tokens: int,
+                   num_assistant_tokens: int | None, apply_chat_template: bool, repeats: int = 1,
+                   warm_up: bool = True, show: bool = False, failed: str = "", hint: str | None = None
+                   ) -> list[list[Generation]]:
+    """Per prompt, its `repeats` greedy generations in one GenAI pipeline (the target alone when
+    `draft_dir` is None), the pipeline dropped before returning. GenAI's errors become one
+    Gguf2ovError: `failed` says what was being run, `hint` what to check."""
+    try:
+        pipe = make_pipeline(target_dir, device, props, draft_dir)
+        cfg = generation_config(pipe, max_new_tokens, num_assistant_tokens, apply_chat_template)
+        speculative = draft_dir is not None
+        if warm_up:  # the first call compiles kernels and allocates the KV cache
+            generate(pipe, prompts[0], cfg, speculative)
+        runs: list[list[Generation]] = [[] for _ in prompts]
+        label = "target+draft" if speculative else "target"
+        for _ in range(repeats):
+            for i, p in enumerate(progress_bar(prompts, desc=label, enabled=show, unit="prompt")):
+                runs[i].append(generate(pipe, p, cfg, speculative))
+        del pipe
+        return runs
+    except Gguf2ovError:
+        raise
+    except Exception as e:  # GenAI reports everything as RuntimeError with a C++ message
+        raise Gguf2ovError(f"OpenVINO GenAI failed {failed}: {library_message(e)}", hint=hint) from e
 
 
 @dataclass(frozen=True)
@@ -254,19 +270,11 @@ def target_alone(target_dir, prompts, max_new_tokens: int = 100, device: str = "
     if kind != "vlm" and any(p.images for p in prompts):
         raise Gguf2ovError(f"image prompts need a VLM target; {target_dir} is a text model",
                            hint="pass a folder exported with optimum-intel's image-text-to-text task")
-    props = properties(precision, device)
-    try:
-        step(f"target alone ({PIPELINES[kind]}): {len(prompts)} prompt(s) x {repeats}", progress)
-        count("target-alone baselines (GenAI)")
-        pipe = make_pipeline(target_dir, device, props)
-        cfg = generation_config(pipe, max_new_tokens, None, apply_chat_template)
-        runs = _run_all(pipe, prompts, cfg, False, repeats, "target", progress)
-        del pipe
-    except Gguf2ovError:
-        raise
-    except Exception as e:  # GenAI reports everything as RuntimeError with a C++ message
-        raise Gguf2ovError(f"OpenVINO GenAI failed on target {target_dir}: {library_message(e)}",
-                           hint="check that the target folder runs on its own (gguf2ov verify --target)") from e
+    step(f"target alone ({PIPELINES[kind]}): {len(prompts)} prompt(s) x {repeats}", progress)
+    count("target-alone baselines (GenAI)")
+    runs = _pipeline_runs(target_dir, None, device, properties(precision, device), prompts, max_new_tokens, None,
+                          apply_chat_template, repeats, show=progress, failed=f"on target {target_dir}",
+                          hint="check that the target folder runs on its own (gguf2ov verify --target)")
     return Baseline(target_dir, prompts, (max_new_tokens, device, precision, repeats, apply_chat_template),
                     tuple(tuple(r) for r in runs))
 
@@ -302,20 +310,12 @@ def run_acceptance(
     props = properties(precision, device)
     base = [list(r) for r in baseline.runs]
 
-    try:
-        step(f"target + draft (K={num_assistant_tokens}): {len(prompts)} prompt(s) x {repeats}", progress)
-        pipe = make_pipeline(target_dir, device, props, draft_dir)
-        cfg = generation_config(pipe, max_new_tokens, num_assistant_tokens, apply_chat_template)
-        spec = _run_all(pipe, prompts, cfg, True, repeats, "target+draft", progress)
-        del pipe
-    except Gguf2ovError:
-        raise
-    except Exception as e:  # GenAI reports everything as RuntimeError with a C++ message
-        raise Gguf2ovError(
-            f"OpenVINO GenAI failed on target {target_dir} with draft {draft_dir}: {library_message(e)}",
-            hint="check that the draft was exported for this target (gguf2ov verify) and that the target "
-                 "IR carries hidden_states_decoder_layers",
-        ) from e
+    step(f"target + draft (K={num_assistant_tokens}): {len(prompts)} prompt(s) x {repeats}", progress)
+    spec = _pipeline_runs(target_dir, draft_dir, device, props, prompts, max_new_tokens, num_assistant_tokens,
+                          apply_chat_template, repeats, show=progress,
+                          failed=f"on target {target_dir} with draft {draft_dir}",
+                          hint="check that the draft was exported for this target (gguf2ov verify) and that the "
+                               "target IR carries hidden_states_decoder_layers")
 
     per_prompt = []
     for p, b_runs, s_runs in zip(prompts, base, spec):
@@ -390,16 +390,10 @@ def _recheck_exactly(per_prompt, prompts, target_dir, draft_dir, device, props, 
     exact = {**props, DQ_KEY: 0}
     subset = [prompts[i] for i in differing]
     step(f"texts part on {len(subset)} prompt(s) under dynamic quantization: rechecking with it off", progress)
-    try:
-        texts = []
-        for draft in (None, draft_dir):
-            pipe = make_pipeline(target_dir, device, exact, draft)
-            cfg = generation_config(pipe, max_new_tokens, num_assistant_tokens if draft else None, apply_chat_template)
-            texts.append([generate(pipe, p, cfg, draft is not None).text for p in subset])
-            del pipe
-    except Exception as e:
-        raise Gguf2ovError(f"OpenVINO GenAI failed rechecking {draft_dir} on {target_dir} with dynamic quantization "
-                           f"off: {library_message(e)}") from e
+    texts = [[runs[0].text for runs in _pipeline_runs(
+        target_dir, draft, device, exact, subset, max_new_tokens, num_assistant_tokens if draft else None,
+        apply_chat_template, warm_up=False,
+        failed=f"rechecking {draft_dir} on {target_dir} with dynamic quantization off")] for draft in (None, draft_dir)]
     out = list(per_prompt)
     for i, alone, drafted in zip(differing, *texts):
         out[i] = dataclasses.replace(out[i], identical_exact=alone == drafted)
