@@ -75,9 +75,9 @@ def test_the_real_file_becomes_a_target_that_generates_transformers_tokens(gemma
     """`gguf2ov target` on the real Q4_K_M file (its Q8_0 table a compressed Gather, its Q5_0 and
     Q6_K weights on their own grid): in GenAI's LLMPipeline, fed llama.cpp's ids of "The capital of
     France is", it generates the tokens transformers' Gemma3 model does with the file's
-    dequantized weights. In float32 with dynamic quantization off (numerics.EXACT): with the
-    plugin's default int8 activations (FACTS.md 12) the 12th token, where the top two logits are
-    0.014 apart, came out different."""
+    dequantized weights. In float32 with dynamic quantization off and a float32 KV cache
+    (numerics.EXACT): with the plugin's default int8 activations (FACTS.md 12), or its default u8
+    KV cache, the 12th token, where the top two logits are 0.014 apart, came out different."""
     import openvino as ov
     import openvino_genai as ov_genai
     import torch

@@ -12,7 +12,7 @@ from gguf2ov import cli
 from gguf2ov.gguf import quants
 from gguf2ov.gguf.quants import QType as Q
 from gguf2ov.gguf.transcode import grid_weight
-from gguf2ov.numerics import DQ_KEY, F32_HINT, compile_exact, core, numerics
+from gguf2ov.numerics import DQ_KEY, EXACT, F32_HINT, compile_exact, core, describe_numerics, numerics
 
 REPO_FIXTURES = cli.__file__.rsplit("/gguf2ov/", 1)[0] + "/fixtures"
 
@@ -86,12 +86,15 @@ def test_gguf_exports_verify_with_dynamic_quantization_requested(dynamic_quantiz
     assert result["verify"]["figures"]["max_abs_diff"] < 1e-5 * result["verify"]["figures"]["reference_max_abs"]
 
 
-def test_numerics_name_the_cpu_and_the_group_size_in_force():
+def test_numerics_name_the_cpu_the_group_size_and_the_kv_cache_in_force():
     runtime = numerics("CPU", F32_HINT)
     assert runtime["device_name"] and runtime["inference_precision"] == "f32"
     assert runtime["dynamic_quantization_group_size"] == runtime["dynamic_quantization_default"]
-    exact = numerics("CPU", {**F32_HINT, DQ_KEY: 0})
+    assert runtime["kv_cache_precision"] == runtime["kv_cache_precision_default"] in ("u8", "f16", "bf16", "f32")
+    exact = numerics("CPU", EXACT)
     assert exact["dynamic_quantization_group_size"] == 0 and exact["activations"] == "float"
+    assert exact["kv_cache_precision"] == "f32" and describe_numerics(exact).endswith("KV cache f32")
+
 
 
 @pytest.mark.slow
