@@ -38,6 +38,17 @@ def _module(*names):
     raise ImportError(f"none of {names} in {root}")
 
 
+def _count_calls(module, name: str, key: str) -> None:
+    """Counts the calls of `module.name` under `key`."""
+    function = getattr(module, name)
+
+    def counted(*args, **kwargs):
+        COUNTS[key] += 1
+        return function(*args, **kwargs)
+
+    setattr(module, name, counted)
+
+
 def instrument(target_xml: Path | None) -> None:
     import openvino as ov
     import openvino_genai as ov_genai
@@ -53,23 +64,8 @@ def instrument(target_xml: Path | None) -> None:
     read.GgufFile.load = counted_load
     COUNTS.tensors_per_file = tensors
 
-    maps = _module("gguf2ov.maps.load", "gguf2ov.maps")
-    build = maps._build
-
-    def counted_build(*args, **kwargs):
-        COUNTS["maps built"] += 1
-        return build(*args, **kwargs)
-
-    maps._build = counted_build
-
-    verify = _module("gguf2ov.stages.verify", "gguf2ov.verify")
-    verify_draft = verify.verify_draft
-
-    def counted_verify(*args, **kwargs):
-        COUNTS["verify runs"] += 1
-        return verify_draft(*args, **kwargs)
-
-    verify.verify_draft = counted_verify
+    _count_calls(_module("gguf2ov.maps.load", "gguf2ov.maps"), "_build", "maps built")
+    _count_calls(_module("gguf2ov.stages.verify", "gguf2ov.verify"), "verify_draft", "verify runs")
 
     target_names = set()
     read_model, compile_model = ov.Core.read_model, ov.Core.compile_model
