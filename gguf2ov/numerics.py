@@ -10,9 +10,10 @@ GenAI's paged cache alike): on the real Gemma 3 270M target it flips a greedy to
 two logits are 0.014 apart, which the IR in float32 gets right.
 So each use says which arithmetic it wants:
 
-- `compile_exact`: float32 everywhere, the KV cache too, and dynamic quantization off. For checks of exactness and for figures
-  that must compare across machines: verify's behaviour checks (the IR against its source), the
-  tap scan, drift's weight and output figures, reading weights back from an IR.
+- `compile_exact`: float32 everywhere, the KV cache too, and dynamic quantization off. For checks
+  of exactness and for figures that must compare across machines: verify's behaviour checks (the
+  IR against its source), the tap scan, drift's weight and output figures, reading weights back
+  from an IR.
 - `runtime_properties`: what a user's pipeline runs with (the f32 hint for byte-identical text, the
   plugin's dynamic quantization and KV cache left as they are). For acceptance runs in GenAI, which
   measure what users get; the report records `numerics()`: the CPU, the group size and the KV
@@ -52,8 +53,9 @@ def compile_plain(model, device: str = "CPU"):
 
 @cache
 def plugin_default(device: str = "CPU") -> dict:
-    """The device's name, its default dynamic-quantization group size (0: off) and KV cache precision, read from a
-    fresh `ov.Core` so that nothing this process set on `core()` hides the default."""
+    """The device's name, its default dynamic-quantization group size (0: off) and KV cache
+    precision, read from a fresh `ov.Core` so that nothing this process set on `core()` hides the
+    default."""
     import openvino as ov
 
     probe = ov.Core()
@@ -90,6 +92,13 @@ def numerics(device: str = "CPU", properties: dict | None = None) -> dict:
             "dynamic_quantization_group_size": group,
             "kv_cache_precision": _type_name(properties.get(KV_KEY, info["kv_cache_precision_default"])),
             "activations": "float" if not group else f"int8 per group of {group} (dynamic quantization)"}
+
+
+def rounds_unlike_exact(info: dict) -> bool:
+    """Whether the arithmetic in force (`numerics()`) differs from `EXACT` in a way that can part
+    greedy texts: activations quantized on the fly, or a KV cache narrower than f32. A device that
+    reports neither (not the CPU) counts as not differing: `EXACT`'s keys are the CPU plugin's."""
+    return bool(info.get("dynamic_quantization_group_size")) or info.get("kv_cache_precision") not in (None, "f32")
 
 
 def describe_numerics(info: dict) -> str:

@@ -12,7 +12,8 @@ from gguf2ov import cli
 from gguf2ov.gguf import quants
 from gguf2ov.gguf.quants import QType as Q
 from gguf2ov.gguf.transcode import grid_weight
-from gguf2ov.numerics import DQ_KEY, EXACT, F32_HINT, compile_exact, core, describe_numerics, numerics
+from gguf2ov.numerics import (DQ_KEY, EXACT, F32_HINT, compile_exact, core, describe_numerics, numerics,
+                              rounds_unlike_exact)
 
 REPO_FIXTURES = cli.__file__.rsplit("/gguf2ov/", 1)[0] + "/fixtures"
 
@@ -94,6 +95,18 @@ def test_numerics_name_the_cpu_the_group_size_and_the_kv_cache_in_force():
     exact = numerics("CPU", EXACT)
     assert exact["dynamic_quantization_group_size"] == 0 and exact["activations"] == "float"
     assert exact["kv_cache_precision"] == "f32" and describe_numerics(exact).endswith("KV cache f32")
+
+
+def test_only_arithmetic_that_differs_from_the_exact_mode_asks_for_a_recheck():
+    """The acceptance recheck runs where the plugin's own arithmetic can part texts, and never with
+    the CPU plugin's keys on a device that reports none of them."""
+    assert not rounds_unlike_exact(numerics("CPU", EXACT))
+    assert rounds_unlike_exact({"dynamic_quantization_group_size": 32, "kv_cache_precision": "f32"})
+    assert rounds_unlike_exact({"dynamic_quantization_group_size": 0, "kv_cache_precision": "u8"})
+    assert not rounds_unlike_exact({"dynamic_quantization_group_size": None, "kv_cache_precision": None})  # a GPU
+    runtime = numerics("CPU", F32_HINT)
+    assert rounds_unlike_exact(runtime) == bool(runtime["dynamic_quantization_group_size"]
+                                                or runtime["kv_cache_precision"] != "f32")
 
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..errors import Gguf2ovError, library_message
 from ..names import IR_XML
-from ..numerics import DQ_KEY, KV_KEY, describe_numerics, numerics
+from ..numerics import EXACT, describe_numerics, numerics, rounds_unlike_exact
 from ..progress import progress as progress_bar
 from ..progress import step
 from ..report import Table
@@ -53,8 +53,9 @@ class PromptAcceptance:
     text_target: str | None = None
     text_draft: str | None = None
     images: tuple[str, ...] = ()
-    # Where the texts part while the CPU plugin quantizes activations on the fly: whether they agree
-    # with that off (None: not rechecked). The multi-token verify pass then rounds like decoding.
+    # Where the texts part under the CPU plugin's own arithmetic (activations quantized on the fly, a
+    # u8 KV cache): whether they agree in exact arithmetic (None: not rechecked). The multi-token
+    # verify pass then rounds like decoding.
     identical_exact: bool | None = None
 
     @property
@@ -200,11 +201,11 @@ def judge(overall: PromptAcceptance, precision: str) -> tuple[str, list[str]]:
     if overall.identical:
         reasons = []
     elif precision == "f32":
-        reasons = ["greedy text with the draft differs from the target alone under the CPU plugin's own arithmetic "
-                   "(its dynamic quantization of activations and its u8 KV cache, the defaults on this CPU); rerun "
-                   f"{EXACT_RECHECK}, the texts are identical: the runtime rounds the multi-token verify pass "
-                   "differently from "
-                   "single-token decoding, the draft proposed nothing the target would not have produced"]
+        reasons = ["greedy text with the draft differs from the target alone under the CPU plugin's own "
+                   "arithmetic (its dynamic quantization of activations and its KV cache precision, as in force on "
+                   f"this CPU); rerun {EXACT_RECHECK}, the texts are identical: the runtime rounds the multi-token "
+                   "verify pass differently from single-token decoding, the draft proposed nothing the target would "
+                   "not have produced"]
     else:
         reasons = ["greedy text differs at the device's default precision (bf16 rounding in the multi-token verify "
                    "pass can do that); rerun with --precision f32 to compare byte for byte"]
@@ -344,7 +345,7 @@ def run_acceptance(
         ))
 
     in_force = numerics(device, props)
-    if precision == "f32" and (in_force["dynamic_quantization_group_size"] or in_force["kv_cache_precision"] != "f32"):
+    if precision == "f32" and rounds_unlike_exact(in_force):
         per_prompt = _recheck_exactly(per_prompt, prompts, target_dir, draft_dir, device, props, max_new_tokens,
                                       num_assistant_tokens, apply_chat_template, progress)
     overall = _total(per_prompt, base, spec)
@@ -374,7 +375,7 @@ def run_acceptance(
         properties=props,
         pipeline=PIPELINES[kind],
         by_kind=by_kind,
-        numerics=numerics(device, props),
+        numerics=in_force,
     )
 
 
@@ -392,7 +393,7 @@ def _recheck_exactly(per_prompt, prompts, target_dir, draft_dir, device, props, 
     differing = [i for i, p in enumerate(per_prompt) if not p.identical]
     if not differing:
         return per_prompt
-    exact = {**props, DQ_KEY: 0, KV_KEY: "f32"}
+    exact = {**props, **EXACT}
     subset = [prompts[i] for i in differing]
     step(f"texts part on {len(subset)} prompt(s) under the plugin's arithmetic: rechecking {EXACT_RECHECK}", progress)
     texts = [[runs[0].text for runs in _pipeline_runs(
