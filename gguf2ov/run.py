@@ -151,11 +151,7 @@ def _run_stages(job, stages: "_Stages", out: Path, reference_dir, requant: str, 
         source, target_format = build
         if source is not None:
             built = stages.run("target", lambda: export_target(source, out / "target", target_format,
-                                                               progress=o.progress),
-                               lambda r: (all(c.status == "pass" for c in r.checks), f"{Path(r.source).name} ({r.source_kind}, {r.arch}) as "
-                                                f"{r.weight_format} into target/: {r.num_layers} layers, "
-                                                f"{sum(c.status == 'pass' for c in r.checks)}/{len(r.checks)} "
-                                                f"target checks pass"))
+                                                               progress=o.progress), _target_judgement)
             job.target_spec = Path(built.out_dir)  # every later stage opens the folder built
             job.__dict__.pop("target", None)
         if job.ambiguous():
@@ -196,6 +192,12 @@ def _drift_reason(r, requant: str) -> str:
     return f"{len(r.variants)} variants; " + ", ".join(
         f"{v.name} {'verified' if v.verified else 'FAILED verify: ' + ', '.join(v.verify_failures)}"
         for v in r.variants if v.name in dict.fromkeys(("fp32", LOSSLESS, requant)))
+
+
+def _target_judgement(r) -> tuple[bool, str]:
+    passed = sum(c.status == "pass" for c in r.checks)
+    return passed == len(r.checks), (f"{Path(r.source).name} ({r.source_kind}, {r.arch}) as {r.weight_format} into "
+                                     f"target/: {r.num_layers} layers, {passed}/{len(r.checks)} target checks pass")
 
 
 def _verify_judgement(r) -> tuple[bool, str]:
