@@ -66,14 +66,20 @@ def test_a_gguf_target_states_its_config_and_generation_ids(tmp_path, q4_k_m, fi
         "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 1}
 
 
-def test_the_gguf_format_carries_the_files_grid_embedding_included(tmp_path, q4_k_m, fixtures_dir):
-    """Every weight equals the dequantized GGUF to float32 rounding, the tied table is a compressed
-    Gather on the CPU, and the IR costs about the file's own bytes."""
+@pytest.mark.parametrize("compact_grid", [False, True], ids=["folded", "compact"])
+def test_the_gguf_format_carries_the_files_grid_embedding_included(tmp_path, q4_k_m, fixtures_dir, compact_grid):
+    """Every weight equals the dequantized GGUF to float32 rounding in either form, the tied table is
+    a compressed Gather on the CPU, and the IR costs the file's own bytes (compact) or what the CPU
+    plugin runs it in (folded: scales multiplied out, 6-bit codes as bytes)."""
     from gguf2ov.gguf.read import open_gguf
     from gguf2ov.model.irweights import ir_weights
     from gguf2ov.numerics import compile_exact
 
-    export_target(q4_k_m, tmp_path / "t", tokenizer_dir=fixtures_dir / "target-hf", progress=False)
+    result = export_target(q4_k_m, tmp_path / "t", tokenizer_dir=fixtures_dir / "target-hf",
+                           compact_grid=compact_grid, progress=False)
+    grid = "compact" if compact_grid else "folded"
+    assert result.grid == grid
+    assert json.loads((tmp_path / "t" / "gguf2ov.json").read_text())["options"]["grid"] == grid
     source = open_target(q4_k_m)
     weights = ir_weights(tmp_path / "t")
     assert set(weights) >= {n for n, s in source.expected.items() if len(s) == 2}
@@ -86,8 +92,10 @@ def test_the_gguf_format_carries_the_files_grid_embedding_included(tmp_path, q4_
                and "embed_tokens" in op.get_friendly_name()]
     assert gathers == ["u4"]
     tensor_bytes = sum(t.n_bytes for t in open_gguf(q4_k_m).tensors.values())
-    # the table's scale and zero point are f32 in the Gather form: 6 bits a weight instead of 4.5
-    assert (tmp_path / "t" / "openvino_model.bin").stat().st_size <= 1.03 * tensor_bytes
+    ratio = (tmp_path / "t" / "openvino_model.bin").stat().st_size / tensor_bytes
+    # compact: the table's scale and zero point are f32 (a Gather needs them folded): 6 bits a weight
+    # instead of 4.5. Folded: so is every Q4_K weight's, and Q6_K's codes take a byte
+    assert ratio <= 1.03 if compact_grid else 1.2 <= ratio <= 1.45
 
 
 @pytest.mark.parametrize("weight_format", ["fp16", "int4"])

@@ -243,10 +243,54 @@ def test_the_gather_form_holds_the_same_values_and_runs_compressed(qtype, tmp_pa
     def postpone(kind, dims, make):
         return make_postponed_constant(getattr(ov.Type, kind), ov.Shape(dims), make)
 
-    table = transcode.grid_weight(lambda: raw, qtype, (rows, n), gather=True, postpone=postpone)
+    table = transcode.grid_weight(lambda: raw, qtype, (rows, n), folded=True, postpone=postpone)
     ov.save_model(_gather_model(table, rows), str(tmp_path / "g.xml"), compress_to_fp16=False)
     compiled = compile_exact(tmp_path / "g.xml")
     np.testing.assert_array_equal(compiled(np.arange(rows))[0], matmul_form)
     precisions = [op.get_rt_info()["runtimePrecision"].astype(str) for op in compiled.get_runtime_model().get_ordered_ops()
                   if op.get_rt_info()["layerType"].astype(str) == "Gather"]
     assert precisions == ["i8" if qtype == Q.Q8_0 else "u4" if qtype in (Q.Q4_0, Q.Q4_1, Q.Q4_K) else "u8"]
+
+
+def _weight_ops(output) -> list:
+    """The ops of a weight's decompression subgraph, from its Constants to its last Reshape."""
+    seen, stack = {}, [output.get_node()]
+    while stack:
+        node = stack.pop()
+        if id(node) not in seen:
+            seen[id(node)] = node
+            stack.extend(v.get_node() for v in node.input_values())
+    return list(seen.values())
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda q: q.name)
+def test_the_folded_form_leaves_the_plugin_nothing_to_fold(qtype, tmp_path):
+    """A target's MatMul weight in the folded form: the compact form's values exactly, one affine step
+    over stored Constants (no scale arithmetic the plugin would fold into private copies, no u6
+    codes), and a compressed FullyConnected once compiled."""
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    from gguf2ov.model.irweights import evaluate
+
+    rows, n = 24, 512
+    raw = valid_blocks(qtype, rows, n, np.random.default_rng(5)).reshape(rows, -1)
+    compact, folded = (transcode.grid_weight(raw, qtype, (rows, n), folded=f) for f in (False, True))
+    np.testing.assert_array_equal(evaluate(folded), evaluate(compact))
+
+    kinds = [op.get_type_name() for op in _weight_ops(folded)]
+    assert set(kinds) <= {"Constant", "Convert", "Subtract", "Multiply", "Reshape"}, kinds
+    assert kinds.count("Multiply") == 1 and kinds.count("Subtract") <= 1
+    types = {str(op.get_element_type()) for op in _weight_ops(folded) if op.get_type_name() == "Constant"}
+    assert "u6" not in types
+
+    x = ops.parameter([-1, n], ov.Type.f32, name="x")
+    ov.save_model(ov.Model([ops.result(ops.matmul(x, folded, False, True))], [x]), str(tmp_path / "m.xml"),
+                  compress_to_fp16=False)
+    compiled = compile_exact(tmp_path / "m.xml")
+    inputs = np.random.default_rng(6).standard_normal((3, n)).astype(np.float32)
+    expected = inputs @ evaluate(compact).T
+    assert np.abs(compiled(inputs)[0] - expected).max() <= 1e-5 * np.abs(expected).max()
+    fc = [op.get_rt_info()["runtimePrecision"].astype(str) for op in compiled.get_runtime_model().get_ordered_ops()
+          if op.get_rt_info()["layerType"].astype(str) == "FullyConnected"]
+    assert fc == ["i8" if qtype == Q.Q8_0 else "u4" if qtype in (Q.Q4_0, Q.Q4_1, Q.Q4_K) else "u8"]

@@ -13,12 +13,15 @@ in the file's own bit widths, and compilation multiplies it out:
 - Q8_0: int8 codes times f16 d. Q4_0 / Q5_0: f16 d, zero point 8 / 16.
 - Q4_1 / Q5_1 (y = d*q + m): f16 d and m per 32, zero point -m/d.
 
-Bits per weight, IR / GGUF (`grid_bits`; tests/test_transcode.py): Q4_K 4.5 / 4.5, Q6_K 6.5625 /
+This compact form is a draft's; a target's weights take the folded form (`grid_weight(...,
+folded=True)`, "Run-time memory" below). Bits per weight of the compact form, IR / GGUF
+(`grid_bits`; tests/test_transcode.py): Q4_K 4.5 / 4.5, Q6_K 6.5625 /
 6.5625, Q8_0 8.5 / 8.5, Q4_0 4.5 / 4.5, Q4_1 5 / 5, Q5_0 6.5 / 5.5, Q5_1 7 / 6, Q5_K 6.5 / 5.5.
 A Q4_K_M file (Q4_K and Q6_K) is carried at 1.00x its tensor bytes plus ~50 bytes of shape
 constants per tensor (the tiny test draft's whole IR .bin: 1.0009x its GGUF tensor bytes; Gemma 3
-270M's 2-D weights: 1.032x, as its Q5_0 fallbacks cost their extra bit). The earlier form, f32 scale and zero point per group, cost 2
-bits/weight more per 32-group and 4 per 16-group: 1.38x on a Q4_K_M draft.
+270M's 2-D weights: 1.032x, as its Q5_0 fallbacks cost their extra bit). The folded form, f32
+scale and zero point per group and 5/6-bit codes in bytes, costs 2 bits/weight more per 32-group
+and 4 per 16-group, and a Q6_K's codes 2 more: 1.38x on a Q4_K_M file.
 
 What the CPU plugin keeps compressed was measured (openvino 2026.4.1, x86 AVX2, f32 hint), as it
 decides these choices:
@@ -35,6 +38,25 @@ decides these choices:
 Compiling 1.07 GB of f32-equivalent Q4_K weights peaked at 0.41 GB RSS (the same weights as f32
 Constants: 2.2 GB), and inference matches x @ dequantized W^T to ~4e-7.
 
+Run-time memory: the plugin's folding makes private copies, the folded form does not. Measured
+(openvino 2026.4.1, this Xeon with AMX): 8 weights of 12288 x 4096 saved to an IR, compiled from
+disk, anonymous memory after the first inference, where the FullyConnected repacks its codes in
+every form:
+
+| type | compact form: IR, run time | folded form: IR, run time | per token |
+|---|---|---|---|
+| Q4_K | 216 MiB, 407 MiB | 288 MiB, 310 MiB | 28 ms in both |
+| Q6_K | 315 MiB, 989 MiB | 480 MiB, 496 MiB | 41-46 ms in both |
+
+The compact form's folded scale subgraph (and a Q6_K's u8 codes) stay referenced beside the
+repacked weights: a weight runs at ~1.9x (Q4_K) and ~3x (Q6_K) its stored size, where the folded
+form runs at its stored size and its file pages can be dropped once repacked. An 8B Q4_K_M target
+in LLMPipeline needs a 9.75 GiB memory limit in the compact form and 6.5 GiB in the folded one
+(benchmarks/bench_target_build.py). So a target is built folded (IR ~1.38x its GGUF's tensor
+bytes; `gguf2ov target --compact-grid` keeps the compact form) and a draft compact, where the IR's
+size is the figure users compare (a folded 8B draft, 803 MB against 591, saved 0.34 GiB of the
+pair's 9.3 GiB in GenAI).
+
 Values: Q8_0, Q4_0, Q5_0 and Q6_K evaluate bit for bit to `quants.dequantize` (the same f32
 operations on the same operands). Where the file stores a minimum the zero point is a quotient:
 float32 rounding, ~1e-7 relative per tensor (6.5e-8 at worst on Gemma's Q4_K). A group whose
@@ -44,7 +66,7 @@ when d is 0, to float32 rounding when only sc is).
 
 An embedding table (a target's, read by a Gather) takes another form, because the CPU plugin's
 ConvertGatherToGatherCompressed pass, unlike the FullyConnected one, neither folds scale subgraphs
-nor takes u6 codes (`grid_weight(..., gather=True)`): u6 codes stored as u8, and where the scale or
+nor takes u6 codes (`grid_weight(..., folded=True)`): u6 codes stored as u8, and where the scale or
 zero point is computed from several fields (K-quants, Q6_K, Q4_1/Q5_1) both stored folded as f32
 per group. Every type then runs as a u4/u8/i8 Gather (a 32768 x 4096 table: +40-56 MB compiled
 instead of +534 MB as f32). Gemma 3 270M's Q8_0 table keeps its own form: the whole target IR is
@@ -259,21 +281,23 @@ def grid_bits(qtype) -> float:
 # the builder
 # ---------------------------------------------------------------------------------------------
 
-def grid_weight(raw, qtype, shape, gather: bool = False, postpone=None):
+def grid_weight(raw, qtype, shape, folded: bool = False, postpone=None):
     """The f32 [out, in] output of a decompression subgraph holding the GGUF tensor's own grid.
 
     `raw` is the tensor's stored bytes as `GgufFile.raw` returns them (torch-order rows, last axis
     in bytes), or a callable returning them; the result is meant as the second input of
-    `MatMul(x, W, transpose_b=True)`, or with `gather` as the table of an embedding Gather.
+    `MatMul(x, W, transpose_b=True)` or the table of an embedding Gather.
 
-    `gather`: the form the CPU plugin keeps compressed under a Gather. Its ConvertGatherToGather-
-    Compressed pass needs the scale and zero point as Constants and takes u4/u8/i8 codes, not u6
-    (measured, 32768 x 4096 table, openvino 2026.4.1: a Q4_K table with its scale subgraph stops
-    compilation with "constant != nullptr"; Q5_0/Q5_K/Q6_K with u6 codes compile to an f32 Gather,
-    +534 MB; in this form each is a u4 or u8 Gather, +40-56 MB). So scale and zero point are
-    stored as f32 per group, computed in numpy with the same f32 operations the subgraph does
-    (identical values), and 5- and 6-bit codes as u8: a Q4_K table costs 6 bits per weight
-    instead of 4.5, a Q6_K table 10 instead of 6.56.
+    `folded`: the form the CPU plugin runs from as it is stored, with nothing to fold when it
+    compiles: scale and zero point stored as f32 per group wherever the file computes them from
+    several fields, computed in numpy with the same f32 operations the subgraph does (identical
+    values), and 5- and 6-bit codes as u8. A Q4_K weight costs 6 bits instead of 4.5, a Q6_K one
+    10 instead of 6.56. An embedding Gather needs it: ConvertGatherToGatherCompressed needs the
+    scale and zero point as Constants and takes u4/u8/i8 codes, not u6 (measured, 32768 x 4096
+    table, openvino 2026.4.1: a Q4_K table with its scale subgraph stops compilation with
+    "constant != nullptr"; Q5_0/Q5_K/Q6_K with u6 codes compile to an f32 Gather, +534 MB; in
+    this form each is a u4 or u8 Gather, +40-56 MB). A target's MatMuls take it too (see "Run-time
+    memory" above).
 
     `postpone(type, shape, make, name)`: builds the Constants as PostponedConstants whose values
     `make()` returns only while OpenVINO writes the .bin (requantize.WeightForms passes it); the
@@ -293,24 +317,24 @@ def grid_weight(raw, qtype, shape, gather: bool = False, postpone=None):
     block = GGML_QUANT_SIZES[qtype][0]
     if shape[1] % block:
         raise Gguf2ovError(f"{qtype.name} rows of {shape[1]} elements are not whole {block}-element blocks")
-    kinds = _constant_kinds(qtype, layout, shape, gather)
+    kinds = _constant_kinds(qtype, layout, shape, folded)
     if postpone is None:
-        tensors = _decode(raw, qtype, layout, shape, kinds, gather)
+        tensors = _decode(raw, qtype, layout, shape, kinds, folded)
         constants = {name: _constant(tensor) for name, tensor in tensors.items()}
     else:
-        constants = _postponed_constants(raw, qtype, layout, shape, kinds, gather, postpone)
-    if gather and _folds(layout):
-        return _gather_decompression(layout, constants, shape)
-    return _decompression(layout, constants, shape, u6=layout.codes == "u6" and not gather)
+        constants = _postponed_constants(raw, qtype, layout, shape, kinds, folded, postpone)
+    if folded and _folds(layout):
+        return _folded_decompression(layout, constants, shape)
+    return _decompression(layout, constants, shape, u6=layout.codes == "u6" and not folded)
 
 
-def _constant_kinds(qtype, layout: _Layout, shape, gather: bool) -> dict[str, tuple[str, list[int]]]:
+def _constant_kinds(qtype, layout: _Layout, shape, folded: bool) -> dict[str, tuple[str, list[int]]]:
     """{constant: (OpenVINO type, shape)} of the weight's Constants."""
     rows, n = shape
     groups, blocks_per_row = n // layout.group, n // GGML_QUANT_SIZES[qtype][0]
-    codes = "u8" if gather and layout.codes == "u6" else layout.codes
+    codes = "u8" if folded and layout.codes == "u6" else layout.codes
     kinds = {"codes": (codes, [rows, groups, layout.group])}
-    if gather and _folds(layout):
+    if folded and _folds(layout):
         kinds["scale"] = ("f32", [rows, groups, 1])
         if layout.zero_point in ("min", "k"):
             kinds["zero_point"] = ("f32", [rows, groups, 1])
@@ -321,13 +345,13 @@ def _constant_kinds(qtype, layout: _Layout, shape, gather: bool) -> dict[str, tu
 
 
 def _folds(layout: _Layout) -> bool:
-    """Whether the Gather form stores the scale (and zero point) folded: they are computed from several
+    """Whether the folded form stores the scale (and zero point) multiplied out: they are computed from several
     stored fields (K-quants, Q6_K, Q4_1/Q5_1). A type whose scale is one f16 per group (Q8_0, Q4_0,
     Q5_0) keeps it: the plugin takes that Convert as it is (a Q8_0 table compiled to an i8 Gather)."""
     return layout.zero_point in ("min", "k") or any(name == "scales" for name, _, _ in layout.params)
 
 
-def _decode(raw, qtype, layout: _Layout, shape, kinds: dict, gather: bool) -> dict:
+def _decode(raw, qtype, layout: _Layout, shape, kinds: dict, folded: bool) -> dict:
     """The weight's Constants' data as ov.Tensors, decoded from the stored bytes chunk by chunk."""
     import openvino as ov
 
@@ -352,7 +376,7 @@ def _decode(raw, qtype, layout: _Layout, shape, kinds: dict, gather: bool) -> di
             chunk = np.ascontiguousarray(data[r0:r1]).reshape(-1, type_size)
             b0, b1 = r0 * blocks_per_row, r1 * blocks_per_row
             out = {k: v[b0:b1] for k, v in views.items()}
-            if gather and _folds(layout):
+            if folded and _folds(layout):
                 # the file's own parameters for this chunk, as numbers (u6 kept one per byte), then folded
                 params = {name: np.empty((b1 - b0, items), _NUMPY[kind]) for name, kind, items in layout.params}
                 layout.fill(chunk, {"codes": out["codes"], **params})
@@ -387,7 +411,7 @@ def _constant(tensor):
     return ov.op.Constant(tensor, shared_memory=True)
 
 
-def _postponed_constants(raw, qtype, layout, shape, kinds: dict, gather: bool, postpone) -> dict:
+def _postponed_constants(raw, qtype, layout, shape, kinds: dict, folded: bool, postpone) -> dict:
     """PostponedConstants of the weight: the first one OpenVINO writes decodes the tensor, each
     hands out its own part, and the last one drops what is left."""
     pending: dict = {}
@@ -395,7 +419,7 @@ def _postponed_constants(raw, qtype, layout, shape, kinds: dict, gather: bool, p
     def part(name):
         def make():
             if not pending:
-                pending.update(_decode(raw, qtype, layout, shape, kinds, gather))
+                pending.update(_decode(raw, qtype, layout, shape, kinds, folded))
             return pending.pop(name)
         return make
 
@@ -443,7 +467,7 @@ def _decompression(layout: _Layout, constants: dict, shape, u6: bool):
     return _affine(_codes_f32(constants["codes"], u6), zero_point, scale, shape)
 
 
-def _gather_decompression(layout: _Layout, constants: dict, shape):
+def _folded_decompression(layout: _Layout, constants: dict, shape):
     from openvino import opset13 as ops
 
     zero_point = constants.get("zero_point")

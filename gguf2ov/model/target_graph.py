@@ -220,12 +220,19 @@ def set_target_rt_info(model, locators: dict, variant) -> None:
         variant.format.annotate(model, variant)
 
 
-def build_target_ir(source: TargetSource, variant, progress: Callable[[str], None] | None = None, forms=None):
-    """The target `ov.Model` of `variant` (not yet saved; its weights are made while it is saved).
-    Returns (model, weight forms); `forms`: the WeightForms made for it already (its NNCF plan checked)."""
+def target_forms(source: TargetSource, variant, compact_grid: bool = False):
+    """The WeightForms of a target: streamed while the IR is written, `gguf` weights folded (the form
+    the CPU plugin runs without private copies, gguf/transcode.py) unless `compact_grid`."""
     from .weights import WeightForms
 
-    forms = forms or WeightForms(source, variant, streamed=True)
+    return WeightForms(source, variant, streamed=True, folded_grid=not compact_grid)
+
+
+def build_target_ir(source: TargetSource, variant, progress: Callable[[str], None] | None = None, forms=None):
+    """The target `ov.Model` of `variant` (not yet saved; its weights are made while it is saved).
+    Returns (model, weight forms); `forms`: the WeightForms made for it already (its NNCF plan
+    checked), else `target_forms`."""
+    forms = forms or target_forms(source, variant)
     model, locators = build_target_model(source.config, forms.weight, forms.vector, progress=progress)
     set_target_rt_info(model, locators, variant)
     return model, forms

@@ -48,7 +48,8 @@ def _grid_weight(forms, name):
         forms.transcoded.append(name)
         raw, qtype = stored
         postpone = forms.postponing(name) if forms.streamed else None
-        return grid_weight(raw, qtype, forms.source.expected[name], gather=forms.gather(name), postpone=postpone), None
+        return grid_weight(raw, qtype, forms.source.expected[name], folded=forms.gather(name) or forms.folded_grid,
+                           postpone=postpone), None
     return forms.postponed(name, "f32"), None  # a float tensor in the file: its values, exactly
 
 

@@ -48,12 +48,18 @@ class WeightForms:
     they are built in memory, where `observe(name, output, values)` sees each weight as it is made,
     so `drift` can measure it while it streams; `values` is the source's float32 tensor when making
     the weight already read it (NNCF), else None.
+
+    `folded_grid`: `gguf` weights take the form the CPU plugin runs from without private copies
+    (scales multiplied out, 5/6-bit codes as u8: gguf/transcode.py, "Run-time memory"), a target's
+    default; otherwise the file's own factorisation, 1.00x its tensor bytes (an embedding table
+    is folded either way).
     """
 
     source: WeightSource
     variant: Variant
     observe: Callable[[str, object, np.ndarray], None] | None = None
     streamed: bool = False
+    folded_grid: bool = False
     transcoded: list = field(default_factory=list)
     plan: dict = field(default_factory=dict)
     failure: BaseException | None = None  # what stopped a postponed weight while OpenVINO was saving

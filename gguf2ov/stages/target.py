@@ -54,6 +54,7 @@ class TargetExportResult:
     files: dict[str, int]
     checks: list[Finding]
     transcoded: int = 0
+    grid: str | None = None  # "folded" | "compact", when weights carry the GGUF's grid
     nncf_backup: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -76,7 +77,7 @@ class TargetExportResult:
         if self.sliding_layers:
             lines.append(f"sliding-window layers: {self.sliding_layers}")
         if self.transcoded:
-            lines.append(f"{self.transcoded} weights carry the GGUF's own grid")
+            lines.append(f"{self.transcoded} weights carry the GGUF's own grid ({self.grid})")
         if self.nncf_backup:
             lines.append(f"kept in NNCF's backup int8: {', '.join(self.nncf_backup)}")
         passed = sum(c.status == "pass" for c in self.checks)
@@ -89,13 +90,15 @@ class TargetExportResult:
 
 def export_target(source, out_dir, weight_format: str | None = None, group_size: int | None = None, sym: bool = False,
                   ratio: float | None = None, all_layers: bool = False, tokenizer_dir=None, map_path=None,
-                  overwrite: bool = False, progress: bool = True) -> TargetExportResult:
+                  compact_grid: bool = False, overwrite: bool = False, progress: bool = True) -> TargetExportResult:
     """Build the OpenVINO target of `source` (a GGUF file or a checkpoint folder) in `out_dir`.
 
     `weight_format`: fp32 | fp16 | int8 | int4 | gguf (default: gguf for a GGUF source, fp32 for a
     checkpoint), with optimum-cli's NNCF flags and its int4 defaults for a model it has no preset
     for (asymmetric, group 128, ratio 1). `tokenizer_dir`: a Hugging Face tokenizer folder (or an
     OpenVINO target folder with openvino_tokenizer.xml) to use instead of the source's own.
+    `compact_grid`: `gguf` weights in the file's own factorisation (IR 1.00x the GGUF's tensor bytes)
+    instead of folded (~1.38x), which the CPU plugin runs in ~2/3 of the memory (gguf/transcode.py).
     """
     from ..gguf.read import is_gguf_file, open_gguf
     from ..model.target_source import open_target
@@ -113,16 +116,17 @@ def export_target(source, out_dir, weight_format: str | None = None, group_size:
     target = open_target(open_gguf(spec) if gguf else source, map_path)
     if tokenizer_from == "gguf":
         _require_vocabulary(target)
-    from ..model.weights import WeightForms
+    from ..model.target_graph import target_forms
 
-    forms = WeightForms(target, variant, streamed=True)  # NNCF's plan, refused here if NNCF would refuse it
+    forms = target_forms(target, variant, compact_grid)  # NNCF's plan, refused here if NNCF would refuse it
 
     start = time.perf_counter()
     with atomic_dir(out_dir, overwrite=overwrite) as tmp:
         write_target(tmp, target, variant, tokenizer_from, progress, forms)
         options = {"weight_format": variant.weight_format, "variant": variant.name, "map": str(map_path) if map_path
                    else None, "source_kind": target.kind, "arch": target.arch, "tokenizer": str(tokenizer_from),
-                   "transcoded": len(forms.transcoded), "nncf_backup": sorted(n for n, s in forms.plan.items() if s.backup)}
+                   "transcoded": len(forms.transcoded), "grid": _grid_form(forms),
+                   "nncf_backup": sorted(n for n, s in forms.plan.items() if s.backup)}
         sources = {"source": target, **({"tokenizer": Path(tokenizer_dir)} if tokenizer_dir else {})}
         atomic_write_text(tmp / PROVENANCE_FILE, json.dumps(provenance(sources, options), indent=2) + "\n")
 
@@ -141,22 +145,32 @@ def export_target(source, out_dir, weight_format: str | None = None, group_size:
         sliding_layers=[i for i, t in enumerate(c.layer_types) if t == "sliding_attention"], inputs=info["inputs"],
         outputs=info["outputs"], state_variables=info["state_variables"], locators=info["locators"],
         rt_info=info["rt_info"], tokenizer=str(tokenizer_from), files=files, checks=checks,
-        transcoded=len(forms.transcoded), nncf_backup=options["nncf_backup"], seconds=time.perf_counter() - start)
+        transcoded=len(forms.transcoded), grid=options["grid"], nncf_backup=options["nncf_backup"],
+        seconds=time.perf_counter() - start)
 
 
-def write_target(folder: Path, target, variant, tokenizer_from, progress: bool = True, forms=None):
+def _grid_form(forms) -> str | None:
+    """How the GGUF's grid is carried, when any weight carries it."""
+    if not forms.transcoded:
+        return None
+    return "folded" if forms.folded_grid else "compact"
+
+
+def write_target(folder: Path, target, variant, tokenizer_from, progress: bool = True, forms=None,
+                 compact_grid: bool = False):
     """The target's files in `folder`: tokenizer (none when `tokenizer_from` is None), IR, config.json and
-    generation_config.json. Returns the WeightForms that made the IR's weights (`forms`, if given)."""
-    from ..model.target_graph import build_target_ir
+    generation_config.json. Returns the WeightForms that made the IR's weights (`forms`, if given;
+    else made with `compact_grid`)."""
+    from ..model.target_graph import build_target_ir, target_forms
     from ..model.weights import save_ir
 
     if tokenizer_from is not None:
         step("converting the tokenizer", progress)
         write_tokenizers(folder, tokenizer_from, target)
+    forms = forms or target_forms(target, variant, compact_grid)
     step(f"building the {variant.name} target from {target.describe()}", progress)
-    model, forms = build_target_ir(target, variant,
-                                   progress=(lambda m: step(f"{variant.name}: {m}", progress)) if progress else None,
-                                   forms=forms)
+    model, forms = build_target_ir(target, variant, forms=forms,
+                                   progress=(lambda m: step(f"{variant.name}: {m}", progress)) if progress else None)
     step(f"saving the {variant.name} IR (weights made as they are written)", progress)
     save_ir(model, folder, forms)
     del model
