@@ -7,12 +7,19 @@ of each command, each in a fresh process (`memlimit.py`), and the decode speed o
     int4-4b/-8b    gguf2ov target CKPT -o OUT --weight-format int4   (random bf16, `random_target.py`)
     optimum-4b/-8b optimum-cli export openvino --task text-generation-with-past --weight-format int4
                    --group-size 128 --ratio 1.0 (the same checkpoint)
+    gguf-compact-8b  the same with --compact-grid (the GGUF's own factorisation, IR ~1.0x its tensor bytes)
+    use-8b         what the target costs where it runs: LLMPipeline(TARGET, "CPU") and a 16-token greedy
+                   generation, on the gguf-8b target (built once beforehand, not measured); use-compact-8b
+                   on the --compact-grid one
+    pair-8b        the same with a qwen3-8b-dflash draft (`gguf2ov export --weight-format gguf`) attached
+                   (the acceptance stage's peak)
     run-8b         gguf2ov run DRAFT.gguf --target TARGET.gguf ... (a qwen3-8b-dflash draft against the
                    gguf-8b file, which the run builds a target from); one try under 8 GiB, no bisection
     decode-1.7b    tokens/s (greedy, 128 new tokens, 2 threads) on one Q4_K_M GGUF that llama.cpp made
                    (convert_hf_to_gguf.py bf16 + llama-quantize Q4_K_M of a random Qwen3-1.7B geometry),
                    the median of three generations:
-                   `gguf2ov target` as gguf and int4 in LLMPipeline (default properties, and f32),
+                   `gguf2ov target` as gguf (folded and --compact-grid) and int4 in LLMPipeline
+                   (default properties, and f32),
                    GenAI's own GGUF reader on the file, and llama-bench -t 2 (tg128)
 
 Before each try the page cache of the inputs and of the virtualenv is dropped (see memlimit.py;
@@ -49,6 +56,7 @@ SIZES = {"tiny": "tiny", "1.7b": "qwen3-1.7b", "4b": "qwen3-4b", "8b": "qwen3-8b
 PROMPT = "The history of the printing press begins"
 KEEP_ENV_CACHE = False
 WAIT_IDLE = 1800  # s to wait, before each try, for other work on the cores to end
+RUN_PROBES = [8.0]  # GiB: the limits a run case is tried under (`--run-probes`)
 PROMPTS = [PROMPT, "Water boils at a lower temperature on a mountain because"]
 
 
@@ -73,13 +81,25 @@ def case(name: str) -> dict:
     kind, _, size = name.rpartition("-")
     geom = GEOMETRIES[SIZES[size]]
     out = WORK / name
-    if kind in ("gguf", "gguf-vocab"):
+    if kind in ("gguf", "gguf-vocab", "gguf-compact"):
         gguf = Path(ensure_target_gguf(geom)["path"])
         argv = [BIN / "gguf2ov", "target", gguf, "-o", out, "--weight-format", "gguf"]
-        if kind == "gguf":
+        if kind == "gguf-compact":
+            argv.append("--compact-grid")
+        if kind != "gguf-vocab":
             argv += ["--tokenizer", tokenizer_dir(geom.vocab)]
         return {"argv": argv, "output": out, "inputs": [gguf], "probes": [2.0], "source": gguf,
                 "source_tensor_bytes": gguf_tensor_bytes(gguf)}
+    if kind in ("use", "use-compact", "pair"):
+        gguf = Path(ensure_target_gguf(geom)["path"])
+        built = built_target(gguf, geom, compact=kind == "use-compact")
+        argv = [sys.executable, __file__, "--use-target", built]
+        inputs = [built]
+        if kind == "pair":
+            draft = built_draft(Path(ensure_gguf(DRAFTS["qwen3-8b-dflash" if size == "8b" else "tiny"])["path"]))
+            argv += ["--draft", draft]
+            inputs.append(draft)
+        return {"argv": argv, "output": None, "inputs": inputs, "probes": [8.0], "source": built}
     if kind == "run":
         gguf = Path(ensure_target_gguf(geom)["path"])
         draft = Path(ensure_gguf(DRAFTS["qwen3-8b-dflash" if size == "8b" else "tiny"])["path"])
@@ -88,7 +108,7 @@ def case(name: str) -> dict:
         prompts.write_text("\n".join(PROMPTS) + "\n")
         argv = [BIN / "gguf2ov", "run", draft, "--target", gguf, "-o", out, "--prompts", prompts,
                 "--max-new-tokens", "16"]
-        return {"argv": argv, "output": out, "inputs": [gguf, draft], "probes": [8.0], "bisect": False,
+        return {"argv": argv, "output": out, "inputs": [gguf, draft], "probes": RUN_PROBES, "bisect": False,
                 "source": gguf}
     hf = ensure_checkpoint(geom)
     if kind == "int4":
@@ -101,6 +121,45 @@ def case(name: str) -> dict:
     else:
         raise SystemExit(f"unknown case {name!r}")
     return {"argv": argv, "output": out, "inputs": [hf], "probes": probes, "source": hf}
+
+
+def built_target(gguf: Path, geom, compact: bool) -> Path:
+    """The gguf target of `gguf` (folded, or --compact-grid), built once for the use cases."""
+    out = WORK / f"built-{gguf.stem}-{'compact' if compact else 'folded'}"
+    if not (out / "openvino_model.xml").is_file():
+        subprocess.run([str(BIN / "gguf2ov"), "target", str(gguf), "-o", str(out), "--weight-format", "gguf",
+                        "--tokenizer", str(tokenizer_dir(geom.vocab)), "--overwrite", "--quiet",
+                        *(["--compact-grid"] if compact else [])], check=True)
+    return out
+
+
+def built_draft(gguf: Path) -> Path:
+    out = WORK / f"built-{gguf.stem}-gguf"
+    if not (out / "openvino_model.xml").is_file():
+        subprocess.run([str(BIN / "gguf2ov"), "export", str(gguf), "-o", str(out), "--weight-format", "gguf",
+                        "--overwrite", "--quiet"], check=True)
+    return out
+
+
+def use_target(target: str, draft: str | None) -> dict:
+    """In a fresh process: the target (and draft) in LLMPipeline with default properties, one 16-token
+    greedy generation, as a user's first use of it."""
+    import time
+
+    import openvino_genai as g
+
+    from gguf2ov.runtime.genai import make_pipeline
+
+    start = time.perf_counter()
+    pipe = make_pipeline(target, "CPU", {}, draft_dir=draft)
+    load = time.perf_counter() - start
+    cfg = pipe.get_generation_config()
+    cfg.max_new_tokens, cfg.ignore_eos, cfg.do_sample = 16, True, False
+    if draft is not None:
+        cfg.num_assistant_tokens = 16
+    result = pipe.generate([PROMPT], cfg)
+    return {"load_s": round(load, 2), "seconds": round(time.perf_counter() - start, 2),
+            "tokens": result.perf_metrics.get_num_generated_tokens()}
 
 
 def measure(name: str, say=print) -> dict:
@@ -186,16 +245,16 @@ def decode(size: str, say=print) -> dict:
     gguf = convert_with_llamacpp(hf, hf.parent / "llamacpp-Q4_K_M.gguf")
     result = {"gguf": str(gguf), "gguf_bytes": gguf.stat().st_size, "rows": []}
     targets = {}
-    for fmt in ("gguf", "int4"):
-        out = WORK / f"decode-{size}-{fmt}"
+    for flags in (["--weight-format", "gguf"], ["--weight-format", "gguf", "--compact-grid"],
+                  ["--weight-format", "int4"]):
+        label = " ".join(flags)
+        out = WORK / f"decode-{size}-{'-'.join(f.strip('-') for f in flags[1:])}"
         if not (out / "openvino_model.xml").is_file():
             shutil.rmtree(out, ignore_errors=True)
-            subprocess.run([str(BIN / "gguf2ov"), "target", str(gguf), "-o", str(out), "--weight-format", fmt,
-                            "--quiet"], check=True)
-        targets[fmt] = out
-        result[f"target_{fmt}_bin_bytes"] = memlimit.folder_bytes(out / "openvino_model.bin")
-    runs = [(f"gguf2ov target --weight-format {fmt}", str(path), hint)
-            for fmt, path in targets.items() for hint in (None, "f32")]
+            subprocess.run([str(BIN / "gguf2ov"), "target", str(gguf), "-o", str(out), *flags, "--quiet"], check=True)
+        targets[label] = out
+        result[f"target {label} bin_bytes"] = memlimit.folder_bytes(out / "openvino_model.bin")
+    runs = [(f"gguf2ov target {label}", str(path), hint) for label, path in targets.items() for hint in (None, "f32")]
     runs += [("GenAI's GGUF reader", str(gguf), None), ("GenAI's GGUF reader", str(gguf), "f32")]
     for label, model, hint in runs:
         memlimit.wait_for_idle(WAIT_IDLE, say=say)
@@ -232,11 +291,18 @@ def goals(cases: dict) -> dict[str, str]:
         kind, _, size = name.rpartition("-")
         limit = r["smallest_limit_gib"]
         secs = min(x["seconds"] for x in [r["unlimited"] or r["tries"][0], *r.get("unlimited_reruns", [])])
-        if kind in ("gguf", "gguf-vocab"):
+        if kind == "gguf-compact":
             ratio = r["ir_bin_bytes"] / r["source_tensor_bytes"] if r.get("ir_bin_bytes") else None
             ok = limit is not None and limit <= 2 and secs <= 180 and ratio is not None and ratio <= 1.05
             verdict[name] = (f"{'met' if ok else 'MISSED'}: limit <= 2 GiB ({limit}), <= 180 s ({secs:.0f}), "
                              f"IR <= 1.05x tensor bytes ({ratio:.3f}x)" if ratio else "no IR")
+        elif kind in ("gguf", "gguf-vocab"):  # folded: the IR goal is the compact form's
+            ratio = r["ir_bin_bytes"] / r["source_tensor_bytes"] if r.get("ir_bin_bytes") else None
+            ok = limit is not None and limit <= 2 and secs <= 180
+            verdict[name] = (f"{'met' if ok else 'MISSED'}: limit <= 2 GiB ({limit}), <= 180 s ({secs:.0f}); "
+                             f"IR {ratio:.3f}x tensor bytes, folded" if ratio else "no IR")
+        elif kind in ("use", "use-compact", "pair"):
+            verdict[name] = f"under 8 GiB: {'yes' if limit is not None and limit <= 8 else 'no'}"
         elif kind == "int4" and f"optimum-{size}" in cases:
             o = cases[f"optimum-{size}"]
             olimit = o["smallest_limit_gib"]
@@ -246,7 +312,8 @@ def goals(cases: dict) -> dict[str, str]:
                              f"time <= optimum's ({secs:.0f} vs {osecs:.0f} s)")
         elif kind == "run":
             ok = limit is not None and limit <= 8
-            verdict[name] = f"{'met' if ok else 'MISSED'}: completes under 8 GiB ({'yes' if ok else 'no'})"
+            tried = ", ".join(f"{t['limit_gib']:g} GiB {'completes' if t['completed'] else 'fails'}" for t in r["tries"])
+            verdict[name] = f"{'met' if ok else 'MISSED'}: completes under 8 GiB ({tried})"
     return verdict
 
 
@@ -300,7 +367,13 @@ def main(argv=None) -> int:
     p.add_argument("--keep-env-cache", action="store_true", help="do not drop the virtualenv's page cache")
     p.add_argument("--genai-speed", metavar="MODEL", help=argparse.SUPPRESS)
     p.add_argument("--hint", help=argparse.SUPPRESS)
+    p.add_argument("--run-probes", default="8", help="GiB limits a run case is tried under, comma-separated (default 8)")
+    p.add_argument("--use-target", metavar="DIR", help=argparse.SUPPRESS)
+    p.add_argument("--draft", metavar="DIR", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.use_target:
+        print(json.dumps(use_target(args.use_target, args.draft)))
+        return 0
     if args.genai_speed:
         print(json.dumps(genai_speed(args.genai_speed, args.hint)))
         return 0
@@ -308,6 +381,7 @@ def main(argv=None) -> int:
 
     global KEEP_ENV_CACHE
     KEEP_ENV_CACHE = args.keep_env_cache
+    RUN_PROBES[:] = [float(x) for x in args.run_probes.split(",")]
     path = RESULTS / "target-build.json"
     report = json.loads(path.read_text()) if path.is_file() else {"cases": {}}
     say = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
