@@ -353,7 +353,11 @@ def test_a_q4_k_m_target_is_accepted_and_computes_the_dequantized_model(tmp_path
                                                                                     fixture_draft, fixtures_dir)
     assert ours.verdict in ("PASS", "SLOW") and ours.overall.identical  # SLOW: the light target, a loaded CPU
     assert abs(ours.overall.accepted_tokens - theirs.overall.accepted_tokens) <= 0.02 * theirs.overall.accepted_tokens
-    assert _greedy_texts(tmp_path / "gguf", fixtures_dir) == _greedy_texts(tmp_path / "deq-target", fixtures_dir)
+    texts = _greedy_texts(tmp_path / "gguf", fixtures_dir)
+    assert texts == _greedy_texts(tmp_path / "deq-target", fixtures_dir)
+    # the compact form is the same model in fewer bytes
+    assert main(["target", str(q4_k_m), "-o", str(tmp_path / "compact"), "--compact-grid", *tok]) == 0
+    assert _greedy_texts(tmp_path / "compact", fixtures_dir) == texts
 
 
 @pytest.mark.slow
