@@ -303,8 +303,8 @@ CHUNK_ELEMENTS = 1 << 24
 
 # Rows NNCF compresses to give a streamed weight's subgraph its structure (types, names, the shapes
 # but for the rows): the values come from the chunks compressed while the .bin is written. A whole
-# first chunk would compress most weights twice (a 1.7B target's int4: 412 NNCF calls, ~35% of
-# the time, where 8 rows make the structure calls nearly free).
+# first chunk would compress most weights twice (a 1.7B target's int4 export: 83 s, against 59 s
+# with 8 rows, which make the structure calls nearly free; the same .bin).
 PROBE_ROWS = 8
 
 
