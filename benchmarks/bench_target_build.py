@@ -162,6 +162,13 @@ def use_target(target: str, draft: str | None) -> dict:
             "tokens": result.perf_metrics.get_num_generated_tokens()}
 
 
+def run_finished(attempt: dict) -> None:
+    """A run that exits 1 has finished with a verdict other than PASS (random weights: MISMATCH or
+    BROKEN), not failed for memory: it completed, unless it was killed or timed out."""
+    if attempt["exit_code"] == 1 and not attempt["timed_out"] and not attempt["oom_kills"]:
+        attempt["completed"] = True
+
+
 def measure(name: str, say=print) -> dict:
     c = case(name)
     evict = [*c["inputs"], *([] if KEEP_ENV_CACHE else [Path(sys.prefix)])]
@@ -175,6 +182,7 @@ def measure(name: str, say=print) -> dict:
             tries.append(memlimit.run_limited(c["argv"], p, 3600, WORK / "logs" / f"{name}-{p:g}GiB", env=env,
                                               evict_paths=evict, output=c["output"], trace_period=1.0,
                                               wait_idle=WAIT_IDLE))
+            run_finished(tries[-1])
             say(f"[bench] {name}: {p:g} GiB {memlimit._describe(tries[-1])}")
         done = [t["limit_gib"] for t in tries if t["completed"]]
         r = {"name": name, "argv": [str(a) for a in c["argv"]], "unlimited": None, "tries": tries,
