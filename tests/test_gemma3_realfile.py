@@ -84,6 +84,7 @@ def test_the_real_file_becomes_a_target_that_generates_transformers_tokens(gemma
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
     from gguf2ov.gguf.read import open_gguf
+    from gguf2ov.model.target_graph import target_forms
     from gguf2ov.model.target_source import open_target
     from gguf2ov.model.variants import parse_variant
     from gguf2ov.numerics import EXACT
@@ -97,7 +98,8 @@ def test_the_real_file_becomes_a_target_that_generates_transformers_tokens(gemma
     checks, _ = check_target_ir(tmp_path, source.config)
     assert all(c.status == "pass" for c in checks), checks
     ratio = (tmp_path / "openvino_model.bin").stat().st_size / tensor_bytes
-    write_target(tmp_path / "compact", source, parse_variant("gguf"), None, progress=False, compact_grid=True)
+    write_target(tmp_path / "compact", source, parse_variant("gguf"), None, progress=False,
+                 forms=target_forms(source, parse_variant("gguf"), compact_grid=True))
     compact = (tmp_path / "compact" / "openvino_model.bin").stat().st_size / tensor_bytes
     assert compact < 1.04  # its Q5_0 fallbacks cost their extra bit
     assert compact < ratio < 1.6

@@ -156,18 +156,16 @@ def _grid_form(forms) -> str | None:
     return "folded" if forms.folded_grid else "compact"
 
 
-def write_target(folder: Path, target, variant, tokenizer_from, progress: bool = True, forms=None,
-                 compact_grid: bool = False):
+def write_target(folder: Path, target, variant, tokenizer_from, progress: bool = True, forms=None):
     """The target's files in `folder`: tokenizer (none when `tokenizer_from` is None), IR, config.json and
-    generation_config.json. Returns the WeightForms that made the IR's weights (`forms`, if given;
-    else made with `compact_grid`)."""
-    from ..model.target_graph import build_target_ir, target_forms
+    generation_config.json. Returns the WeightForms that made the IR's weights (`forms`, if given, else
+    `target_graph.target_forms`)."""
+    from ..model.target_graph import build_target_ir
     from ..model.weights import save_ir
 
     if tokenizer_from is not None:
         step("converting the tokenizer", progress)
         write_tokenizers(folder, tokenizer_from, target)
-    forms = forms or target_forms(target, variant, compact_grid)
     step(f"building the {variant.name} target from {target.describe()}", progress)
     model, forms = build_target_ir(target, variant, forms=forms,
                                    progress=(lambda m: step(f"{variant.name}: {m}", progress)) if progress else None)
