@@ -59,21 +59,19 @@ def plugin_default(device: str = "CPU") -> dict:
     import openvino as ov
 
     probe = ov.Core()
-    name = device.split(".")[0].upper()
-    try:
-        full = str(probe.get_property(device, "FULL_DEVICE_NAME"))
-    except Exception:  # a device this machine does not have: the pipeline reports that itself
-        full = None
-    try:
-        group = int(probe.get_property(device, DQ_KEY)) if name == "CPU" else None
-    except Exception:
-        group = None
-    try:
-        kv = _type_name(probe.get_property(device, KV_KEY)) if name == "CPU" else None
-    except Exception:
-        kv = None
-    return {"device": device, "device_name": full, "dynamic_quantization_default": group,
-            "kv_cache_precision_default": kv}
+    cpu = device.split(".")[0].upper() == "CPU"
+
+    def read(key, convert):
+        # a device this machine does not have, or one without the key: the pipeline reports that itself;
+        # the two runtime keys are the CPU plugin's
+        try:
+            return convert(probe.get_property(device, key))
+        except Exception:
+            return None
+
+    return {"device": device, "device_name": read("FULL_DEVICE_NAME", str),
+            "dynamic_quantization_default": read(DQ_KEY, int) if cpu else None,
+            "kv_cache_precision_default": read(KV_KEY, _type_name) if cpu else None}
 
 
 def _type_name(value):
