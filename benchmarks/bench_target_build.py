@@ -148,8 +148,6 @@ def use_target(target: str, draft: str | None) -> dict:
     greedy generation, as a user's first use of it."""
     import time
 
-    import openvino_genai as g
-
     from gguf2ov.runtime.genai import make_pipeline
 
     start = time.perf_counter()
