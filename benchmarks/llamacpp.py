@@ -81,7 +81,7 @@ def _download(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     found = sorted(folder.glob(f"{SDIST_DIR}.tar.gz"))
     if not found:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", "llama-cpp-python",
                         SDIST, "-d", str(folder)], check=True)
         found = sorted(folder.glob(f"{SDIST_DIR}.tar.gz"))
     return found[0]
