@@ -39,7 +39,7 @@ if str(REPO) not in sys.path:
 from gguf2ov.provenance import package_versions, sha256_path  # noqa: E402
 from gguf2ov.report import Table, render, write_reports  # noqa: E402
 from gguf2ov.job import Job, Options  # noqa: E402
-from gguf2ov.model.variants import variant_from_flags  # noqa: E402
+from gguf2ov.ir.variants import variant_from_flags  # noqa: E402
 
 FIXTURES = REPO / "fixtures" / "tiny-dflash"
 RESULTS = REPO / "benchmarks" / "results"

@@ -23,7 +23,7 @@ if str(REPO) not in sys.path:
 
 from gguf2ov.provenance import package_versions  # noqa: E402
 from gguf2ov.report import Table, render, write_reports  # noqa: E402
-from gguf2ov.model.source import open_draft
+from gguf2ov.draft.source import open_draft
 
 FIXTURES = REPO / "fixtures"
 RESULTS = REPO / "benchmarks" / "results"

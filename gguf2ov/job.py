@@ -103,7 +103,7 @@ class Job:
     @cached_property
     def draft(self):
         """The DFlash draft, validated and ready to stream its weights (model.source.DraftSource)."""
-        from .model.source import DraftSource, open_draft
+        from .draft.source import DraftSource, open_draft
 
         if isinstance(self.source, DraftSource):
             return self.source
@@ -158,7 +158,7 @@ class Job:
 
     def read_draft(self, target_layer_offset: int | None):
         """The source read as a draft with another target layer offset (what the tap scan compares)."""
-        from .model.source import open_draft
+        from .draft.source import open_draft
 
         return open_draft(self.opened, self.options.map_path, target_layer_offset)
 
@@ -171,8 +171,8 @@ class Job:
         shifts = SHIFTS if shifts is None else shifts
         if draft_dir is not None:
             return scan_taps(draft_dir, self.target, prompts=self.prompts(), shifts=shifts, named=named)
-        from .model.draft_graph import write_draft_ir
-        from .model.variants import parse_variant
+        from .draft.graph import write_draft_ir
+        from .ir.variants import parse_variant
 
         draft = draft or self.draft
         with tempfile.TemporaryDirectory(prefix="gguf2ov-taps-") as tmp:
@@ -281,7 +281,7 @@ class Job:
     def export(self, out_dir, variant="fp32", overwrite: bool = False):
         """`export`: the draft as `variant`, verified against the source (with a target: against it
         too, tap scan included) before it is put in place."""
-        from .model.variants import parse_variant
+        from .ir.variants import parse_variant
         from .stages.export import export_draft
 
         variant = parse_variant(variant) if isinstance(variant, str) else variant  # before the source is read

@@ -85,7 +85,7 @@ def run(job, out_dir, reference_dir=None, requant: str = DEFAULT_REQUANT, varian
     """The whole job on `job` into `out_dir`: its source a draft GGUF, its target a target folder, or a
     GGUF or Hugging Face checkpoint that the `target` stage builds one from first, into OUT/target,
     with `target_format` weights (stages.target.export_target's default when None)."""
-    from .model.variants import DEFAULT_DRIFT_VARIANTS, parse_variant
+    from .ir.variants import DEFAULT_DRIFT_VARIANTS, parse_variant
     from .outputs import atomic_dir, relocated, require_output_dir
     from .sources import resolve, target_to_build
     from .stages.accept import require_options

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from gguf2ov.errors import Gguf2ovError
-from gguf2ov.model.source import open_draft
+from gguf2ov.draft.source import open_draft
 from gguf2ov.report import render
 from gguf2ov.runtime.genai import Generation, read_prompts
 from gguf2ov.stages.accept import AcceptResult, PromptAcceptance, judge, per_position_acceptance, run_acceptance

@@ -12,9 +12,9 @@ from safetensors.torch import load_file, save_file
 
 from gguf2ov.errors import Gguf2ovError
 from gguf2ov.job import Job, Options
-from gguf2ov.model.reference import reference_outputs
-from gguf2ov.model.source import open_draft
-from gguf2ov.model.variants import parse_variant
+from gguf2ov.draft.reference import reference_outputs
+from gguf2ov.draft.source import open_draft
+from gguf2ov.ir.variants import parse_variant
 from gguf2ov.numerics import compile_exact
 from gguf2ov.runtime.draft_ir import synthetic_steps
 from gguf2ov.stages.export import export_draft
@@ -198,7 +198,7 @@ def test_block_rows_attend_both_ways_in_optimums_class_and_the_ir(checkpoints):
     import torch
     from optimum.exporters.openvino.model_patcher import Qwen3DFlashForCausalLM
 
-    from gguf2ov.model.config import hf_config
+    from gguf2ov.draft.config import hf_config
 
     draft = open_draft(checkpoints["v1"])
     model = Qwen3DFlashForCausalLM(hf_config(draft.config)).eval()

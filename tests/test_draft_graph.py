@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from gguf2ov.job import Job, Options
-from gguf2ov.model.draft_graph import build_draft_ir
-from gguf2ov.model.reference import reference_outputs
-from gguf2ov.model.source import open_draft
-from gguf2ov.model.variants import parse_variant
-from gguf2ov.model.weights import save_ir
+from gguf2ov.draft.graph import build_draft_ir
+from gguf2ov.draft.reference import reference_outputs
+from gguf2ov.draft.source import open_draft
+from gguf2ov.ir.variants import parse_variant
+from gguf2ov.ir.weights import save_ir
 from gguf2ov.runtime.draft_ir import block_feeds, run_draft
 from gguf2ov.tools.optimum_trace import trace_optimum
 
@@ -65,7 +65,7 @@ def pair(request, tmp_path_factory, fixtures_dir):
     """(draft source, our IR folder, optimum's IR folder) for one geometry."""
     import openvino as ov
 
-    from gguf2ov.model.draft_graph import set_dflash_rt_info
+    from gguf2ov.draft.graph import set_dflash_rt_info
 
     work = tmp_path_factory.mktemp(request.param)
     if request.param == "fixture":

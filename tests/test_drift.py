@@ -8,7 +8,7 @@ import pytest
 from gguf2ov import cli
 from gguf2ov.errors import Gguf2ovError
 from gguf2ov.job import Job, Options
-from gguf2ov.model.variants import parse_variant, variant_from_flags
+from gguf2ov.ir.variants import parse_variant, variant_from_flags
 
 
 def test_variant_names_round_trip_and_bad_names_are_refused():

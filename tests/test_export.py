@@ -9,7 +9,7 @@ import pytest
 from gguf2ov import cli
 from gguf2ov.errors import Gguf2ovError
 from gguf2ov.job import Job, Options
-from gguf2ov.model.source import open_draft
+from gguf2ov.draft.source import open_draft
 from gguf2ov.report import render
 from gguf2ov.stages.export import export_draft
 
@@ -119,7 +119,7 @@ def test_bad_sources_are_refused(tmp_path):
 
 
 def test_interrupt_leaves_no_output(tmp_path, checkpoint, monkeypatch, capsys):
-    import gguf2ov.model.draft_graph as draft_graph
+    import gguf2ov.draft.graph as draft_graph
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt

@@ -8,7 +8,7 @@ import dflash_builders as b
 import pytest
 
 from gguf2ov.job import Job, Options
-from gguf2ov.model.variants import variant_from_flags
+from gguf2ov.ir.variants import variant_from_flags
 from gguf2ov.runtime.genai import read_prompts
 from gguf2ov.stages.accept import run_acceptance
 
@@ -224,8 +224,8 @@ def test_verifys_numpy_reference_is_the_pytorch_reference(fix2):
     import numpy as np
     import torch
 
-    from gguf2ov.model.reference import reference_outputs
-    from gguf2ov.model.source import open_draft
+    from gguf2ov.draft.reference import reference_outputs
+    from gguf2ov.draft.source import open_draft
     from gguf2ov.runtime.draft_ir import synthetic_steps
     from gguf2ov.tools.dflash2_torch import load_dflash2
 

@@ -13,7 +13,7 @@ import dflash_builders as b
 import pytest
 
 from gguf2ov.job import Job, Options
-from gguf2ov.model.source import open_draft
+from gguf2ov.draft.source import open_draft
 
 MAX_FIXTURE_BYTES = 20 * 1024 * 1024
 K = 7  # num_assistant_tokens; the draft was trained on blocks of K+1

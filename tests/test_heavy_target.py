@@ -10,7 +10,7 @@ import dflash_builders as b
 import pytest
 
 from gguf2ov.errors import Gguf2ovError
-from gguf2ov.model.source import open_draft
+from gguf2ov.draft.source import open_draft
 
 EXTRA_LAYERS = 2
 PROMPT = "The red fox lives in the forest. It likes to eat"

@@ -14,10 +14,10 @@ import pytest
 from openvino import opset13 as ops
 
 from gguf2ov.errors import Gguf2ovError
-from gguf2ov.model import nncf_weights as nw
-from gguf2ov.model.irweights import matmul_weights
-from gguf2ov.model.source import open_draft
-from gguf2ov.model.variants import parse_variant
+from gguf2ov.ir import nncf_weights as nw
+from gguf2ov.ir.irweights import matmul_weights
+from gguf2ov.draft.source import open_draft
+from gguf2ov.ir.variants import parse_variant
 from gguf2ov.numerics import compile_exact
 
 VARIANTS = ["int8", "int8_sym", "int4_sym_g16", "int4_asym_g16", "int4_sym_g32", "int4_asym_g32",

@@ -164,7 +164,7 @@ def test_a_graph_that_computes_another_function_fails_run_at_drift_naming_checkp
                                                                                             monkeypatch):
     """A graph-builder defect (layer 1's RoPE turned the other way) exports, runs and attaches; only
     the comparison with the GGUF's own function catches it, and the run stops there."""
-    import gguf2ov.model.draft_graph as draft_graph
+    import gguf2ov.draft.graph as draft_graph
 
     layers = json.loads((fixtures_dir / "draft-ref" / "config.json").read_text())["num_hidden_layers"]
     rope, calls = draft_graph.apply_rope, []

@@ -1,4 +1,4 @@
-"""RoPE tables computed in NumPy (gguf2ov/model/rope.py) against transformers' own rotary embeddings.
+"""RoPE tables computed in NumPy (gguf2ov/ir/rope.py) against transformers' own rotary embeddings.
 
 The reference is each model type's RotaryEmbedding (llama, qwen2, qwen3, gemma3) run by transformers
 5.5.4 on the same config, with one kernel changed: torch's float32 power on CPU is SLEEF's SIMD powf
@@ -25,9 +25,9 @@ import numpy as np
 import pytest
 
 from gguf2ov.errors import Gguf2ovError
-from gguf2ov.model.config import draft_config, hf_config
-from gguf2ov.model.rope import rope_table
-from gguf2ov.model.target_source import target_config
+from gguf2ov.draft.config import draft_config, hf_config
+from gguf2ov.ir.rope import rope_table
+from gguf2ov.target.source import target_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _ROTARY = {"llama": ("llama", "LlamaRotaryEmbedding"), "qwen2": ("qwen2", "Qwen2RotaryEmbedding"),
@@ -282,8 +282,8 @@ def test_a_rope_type_that_changes_with_the_sequence_length_is_refused(kind):
 _BUILD = """
 import json, re, sys
 {block}
-from gguf2ov.model.config import draft_config
-from gguf2ov.model.target_source import target_config
+from gguf2ov.draft.config import draft_config
+from gguf2ov.target.source import target_config
 targets, draft = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 tables = {{name: {{t: [v.tolist(), s] for t, (v, s) in target_config(raw, name).rope.items()}}
           for name, raw in targets.items()}}

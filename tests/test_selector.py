@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from gguf2ov.checks.selector import accepted, draft_logits, selector_walk
-from gguf2ov.model.config import draft_config
+from gguf2ov.draft.config import draft_config
 from gguf2ov.runtime.target import Target
 
 # a valid draft config: the multiplier and softcap live under dflash_config, as a DFlash 2 config holds them

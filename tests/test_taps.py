@@ -15,7 +15,7 @@ from gguf2ov import cli
 from gguf2ov.checks.taps import CLEAR_MARGIN, FITS, MISFIT, candidate_sets, scan_taps
 from gguf2ov.errors import Gguf2ovError
 from gguf2ov.job import Job, Options
-from gguf2ov.model.source import open_draft
+from gguf2ov.draft.source import open_draft
 from gguf2ov.runtime.genai import read_prompts
 from gguf2ov.runtime.target import Target
 from gguf2ov.stages.export import export_draft

@@ -10,8 +10,8 @@ from ggufs import Q, decoder_kv, decoder_tensors, write_gguf
 
 from gguf2ov.cli import main
 from gguf2ov.errors import Gguf2ovError
-from gguf2ov.model.source import open_draft
-from gguf2ov.model.target_source import open_target
+from gguf2ov.draft.source import open_draft
+from gguf2ov.target.source import open_target
 from gguf2ov.stages.target import export_target
 
 QWEN3_LAYER = ["attn_norm", "ffn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down",
@@ -72,7 +72,7 @@ def test_the_gguf_format_carries_the_files_grid_embedding_included(tmp_path, q4_
     a compressed Gather on the CPU, and the IR costs the file's own bytes (compact) or what the CPU
     plugin runs it in (folded: scales multiplied out, 6-bit codes as bytes)."""
     from gguf2ov.gguf.read import open_gguf
-    from gguf2ov.model.irweights import ir_weights
+    from gguf2ov.ir.irweights import ir_weights
     from gguf2ov.numerics import compile_exact
 
     result = export_target(q4_k_m, tmp_path / "t", tokenizer_dir=fixtures_dir / "target-hf",
@@ -120,7 +120,7 @@ def test_a_llama_3_gguf_turns_positions_by_its_rope_factors(tmp_path):
     from transformers import AutoModelForCausalLM
 
     from gguf2ov.maps.load import load_map
-    from gguf2ov.model.variants import parse_variant
+    from gguf2ov.ir.variants import parse_variant
     from gguf2ov.stages.target import write_target
 
     hf = tb.write_target_checkpoint(tmp_path / "hf", tb.GEOMETRIES["llama3-gqa8-bias"] | {"attention_bias": False,
@@ -234,7 +234,7 @@ def _nncf_whole(xml, variant):
     import nncf
     import openvino as ov
 
-    from gguf2ov.model.nncf_weights import WeightSpec
+    from gguf2ov.ir.nncf_weights import WeightSpec
 
     kwargs = {"mode": WeightSpec(f"{variant.weight_format}_{'sym' if variant.sym else 'asym'}").nncf_mode}
     if variant.weight_format == "int4":
@@ -246,7 +246,7 @@ def _nncf_whole(xml, variant):
 
 def _weight_signatures(model) -> dict:
     """{consumer: constants and subgraph of its weight} for every Linear and the embedding lookup."""
-    from gguf2ov.model.nncf_weights import decompression_signature
+    from gguf2ov.ir.nncf_weights import decompression_signature
 
     out = {}
     for op in model.get_ordered_ops():
@@ -277,10 +277,10 @@ def test_streamed_nncf_equals_whole_model_nncf_on_optimums_export(tmp_path, opti
     the untied lm_head kept in int8 as the last MatMul, a tied one sharing the table's constant."""
     import openvino as ov
 
-    from gguf2ov.model import nncf_weights
-    from gguf2ov.model.target_graph import build_target_ir
-    from gguf2ov.model.variants import parse_variant
-    from gguf2ov.model.weights import save_ir
+    from gguf2ov.ir import nncf_weights
+    from gguf2ov.target.graph import build_target_ir
+    from gguf2ov.ir.variants import parse_variant
+    from gguf2ov.ir.weights import save_ir
 
     monkeypatch.setattr(nncf_weights, "CHUNK_ELEMENTS", 4096)  # several chunks even for these weights
     hf, ov_dir = optimum_fp32[model]

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import target_builders as tb
 
-from gguf2ov.model.target_graph import build_target_ir
-from gguf2ov.model.target_source import open_target
-from gguf2ov.model.variants import parse_variant
-from gguf2ov.model.weights import save_ir
+from gguf2ov.target.graph import build_target_ir
+from gguf2ov.target.source import open_target
+from gguf2ov.ir.variants import parse_variant
+from gguf2ov.ir.weights import save_ir
 
 pytestmark = pytest.mark.slow
 

@@ -234,7 +234,7 @@ def test_the_gather_form_holds_the_same_values_and_runs_compressed(qtype, tmp_pa
     import openvino as ov
     from openvino.utils import make_postponed_constant
 
-    from gguf2ov.model.irweights import evaluate
+    from gguf2ov.ir.irweights import evaluate
 
     rows, n = 24, 512
     raw = valid_blocks(qtype, rows, n, np.random.default_rng(4)).reshape(rows, -1)
@@ -271,7 +271,7 @@ def test_the_folded_form_leaves_the_plugin_nothing_to_fold(qtype, tmp_path):
     import openvino as ov
     from openvino import opset13 as ops
 
-    from gguf2ov.model.irweights import evaluate
+    from gguf2ov.ir.irweights import evaluate
 
     rows, n = 24, 512
     raw = valid_blocks(qtype, rows, n, np.random.default_rng(5)).reshape(rows, -1)

@@ -6,7 +6,7 @@ import dflash_builders as b
 import pytest
 
 from gguf2ov import cli
-from gguf2ov.model.source import open_draft
+from gguf2ov.draft.source import open_draft
 from gguf2ov.report import render
 from gguf2ov.stages.verify import verify_draft
 

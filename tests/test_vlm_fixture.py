@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from dflash_builders import draft_model
 
-from gguf2ov.model.source import open_draft
+from gguf2ov.draft.source import open_draft
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES_ROOT = REPO / "fixtures"

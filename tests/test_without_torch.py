@@ -22,9 +22,9 @@ FIXTURES = REPO / "fixtures" / "tiny-dflash"
 HIDDEN = ("torch", "torchgen", "functorch", "torchvision", "optimum")
 HIDDEN_DISTS = ("torch-", "torchvision-", "optimum-", "optimum_intel-")
 NEEDS = "needs PyTorch and optimum-intel: pip install 'gguf2ov[reference]'"
-# The target's RoPE tables come from transformers' PyTorch modules until gguf2ov/model/rope.py
+# The target's RoPE tables come from transformers' PyTorch modules until gguf2ov/ir/rope.py
 # computes them in NumPy: until then, building a target says in one line that it needs PyTorch.
-NUMPY_ROPE = importlib.util.find_spec("gguf2ov.model.rope") is not None
+NUMPY_ROPE = importlib.util.find_spec("gguf2ov.ir.rope") is not None
 
 BOOT = """
 import runpy, site, sys

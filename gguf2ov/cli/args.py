@@ -7,7 +7,7 @@ Each command module calls the groups it takes, and `job.Job.from_args` turns the
 from pathlib import Path
 
 from ..errors import Gguf2ovError
-from ..model.variants import FORMATS, variant_from_flags
+from ..ir.variants import FORMATS, variant_from_flags
 from ..runtime.genai import IMAGE_PROMPT_TEXT, PRECISIONS
 
 HUB_NAME = "a hub name org/repo[:QUANT] as llama.cpp's -hf takes it (found in, or fetched into, huggingface_hub's cache)"

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from ..job import Job
-from ..model.variants import parse_variant
+from ..ir.variants import parse_variant
 from ..outputs import require_output_dir
 from ..report import render
 from . import args as a

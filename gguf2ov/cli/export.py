@@ -5,7 +5,7 @@ from pathlib import Path
 
 from ..gguf.read import is_gguf_file
 from ..job import Job
-from ..model.variants import DEFAULT_GROUP_SIZE, require_source_for
+from ..ir.variants import DEFAULT_GROUP_SIZE, require_source_for
 from ..outputs import require_output_dir
 from ..sources import resolve
 from . import args as a

@@ -1,7 +1,7 @@
 """`gguf2ov run DRAFT.gguf --target DIR -o OUT`: the whole job, with one report."""
 
 from ..job import Job
-from ..model.variants import FORMATS
+from ..ir.variants import FORMATS
 from ..report import render
 from ..run import DEFAULT_REQUANT, markdown_report, run
 from . import args as a

@@ -1,7 +1,7 @@
 """`gguf2ov target SOURCE -o DIR`: a DFlash-ready OpenVINO target built from a GGUF or a Hugging
 Face checkpoint, weight by weight."""
 
-from ..model.variants import TARGET_GROUP_SIZE
+from ..ir.variants import TARGET_GROUP_SIZE
 from ..sources import resolve
 from ..stages.target import export_target
 from . import args as a

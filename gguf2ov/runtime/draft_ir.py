@@ -174,7 +174,7 @@ class DraftIR:
     @cached_property
     def config(self):
         """The draft's config.json, validated (model.config.DraftConfig)."""
-        from ..model.config import read_draft_config
+        from ..draft.config import read_draft_config
 
         return read_draft_config(self.path)
 

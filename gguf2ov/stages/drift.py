@@ -158,7 +158,7 @@ class WeightMeter:
 
     def __call__(self, name: str, output, values=None) -> None:
         """`values`: the source tensor when the export has just read it (not read a second time)."""
-        from ..model.irweights import evaluate
+        from ..ir.irweights import evaluate
 
         value = evaluate(output)
         reference = values if values is not None else self.draft.f32(name)
@@ -279,9 +279,9 @@ def drift(draft, out_dir, variants=None, target=None, prompts=None, verify=None,
     compiled model is released once its blocks are made, before any draft is compiled: the CPU
     plugin holds ~2.2x the target IR while it is compiled (a later use compiles it again).
     """
-    from ..model.draft_graph import write_draft_ir
-    from ..model.variants import DEFAULT_DRIFT_VARIANTS, parse_variant
-    from ..model.weights import ir_size
+    from ..draft.graph import write_draft_ir
+    from ..ir.variants import DEFAULT_DRIFT_VARIANTS, parse_variant
+    from ..ir.weights import ir_size
     from ..outputs import atomic_dir
     from ..progress import step
     from ..provenance import provenance

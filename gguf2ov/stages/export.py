@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..checks.taps import OffsetDecision
-from ..model.config import SELECTOR_LEFT_OUT, SELECTOR_PREFIX
-from ..model.draft_graph import write_draft_ir
-from ..model.variants import parse_variant, require_source_for
+from ..draft.config import SELECTOR_LEFT_OUT, SELECTOR_PREFIX
+from ..draft.graph import write_draft_ir
+from ..ir.variants import parse_variant, require_source_for
 from ..outputs import atomic_dir, relocated
 from ..progress import step
 from ..report import Table, human_bytes

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from ..errors import Gguf2ovError
 from ..gguf.hub import HubFile, resolve_gguf
 from ..gguf.read import open_gguf, summarise
-from ..model.config import DFLASH2_ARCHITECTURE, SELECTOR_LEFT_OUT
+from ..draft.config import DFLASH2_ARCHITECTURE, SELECTOR_LEFT_OUT
 from ..report import Table, human_bytes
 
 

@@ -297,7 +297,7 @@ def require_dflash_draft(draft_dir: Path) -> dict[str, str]:
                            hint="export the draft with `gguf2ov export`, which verifies it")
     import openvino as ov
 
-    from ..model.draft_graph import describe_ir
+    from ..draft.graph import describe_ir
 
     try:
         rt_info = describe_ir(ov.Core().read_model(str(xml)))["rt_info"]

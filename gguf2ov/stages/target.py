@@ -101,8 +101,8 @@ def export_target(source, out_dir, weight_format: str | None = None, group_size:
     instead of folded (~1.38x), which the CPU plugin runs in ~2/3 of the memory (gguf/transcode.py).
     """
     from ..gguf.read import is_gguf_file, open_gguf
-    from ..model.target_source import open_target
-    from ..model.variants import TARGET_GROUP_SIZE, require_source_for, variant_from_flags
+    from ..target.source import open_target
+    from ..ir.variants import TARGET_GROUP_SIZE, require_source_for, variant_from_flags
 
     spec, source, out_dir = source, Path(source), Path(out_dir)  # `spec`: a hub.HubFile keeps where it came from
     if not source.exists():
@@ -116,7 +116,7 @@ def export_target(source, out_dir, weight_format: str | None = None, group_size:
     target = open_target(open_gguf(spec) if gguf else source, map_path)
     if tokenizer_from == "gguf":
         _require_vocabulary(target)
-    from ..model.target_graph import target_forms
+    from ..target.graph import target_forms
 
     forms = target_forms(target, variant, compact_grid)  # NNCF's plan, refused here if NNCF would refuse it
 
@@ -160,8 +160,8 @@ def write_target(folder: Path, target, variant, tokenizer_from, progress: bool =
     """The target's files in `folder`: tokenizer (none when `tokenizer_from` is None), IR, config.json and
     generation_config.json. Returns the WeightForms that made the IR's weights (`forms`, if given, else
     `target_graph.target_forms`)."""
-    from ..model.target_graph import build_target_ir
-    from ..model.weights import save_ir
+    from ..target.graph import build_target_ir
+    from ..ir.weights import save_ir
 
     if tokenizer_from is not None:
         step("converting the tokenizer", progress)

@@ -15,8 +15,8 @@ from pathlib import Path
 from ..checks.findings import Finding
 from ..checks.taps import TapScan
 from ..errors import Gguf2ovError, library_message
-from ..model.irweights import constant_values, weight_matmuls
-from ..model.variants import format_of_ir
+from ..ir.irweights import constant_values, weight_matmuls
+from ..ir.variants import format_of_ir
 from ..names import (CONFIG_FILE, DETOKENIZER_IR, IR_XML, PROVENANCE_FILE, SAFETENSORS_FILE, TOKENIZER_IR,
                      VLM_LANGUAGE_MODEL)
 from ..report import Table
@@ -239,7 +239,7 @@ def _rt_info_check(d: _Draft) -> Finding:
 
 
 def _behaviour_checks(d: _Draft, reference, figures: dict) -> list[Finding]:
-    from ..model.config import block_size
+    from ..draft.config import block_size
 
     block = block_size(d.config or {})
     out = []
@@ -284,8 +284,8 @@ def _behaviour_checks(d: _Draft, reference, figures: dict) -> list[Finding]:
 def _checkpoint_check(d: _Draft, reference, steps, ir_out, figures: dict) -> Finding:
     import numpy as np
 
-    from ..model.reference import reference_outputs
-    from ..model.source import DraftSource, open_draft
+    from ..draft.reference import reference_outputs
+    from ..draft.source import DraftSource, open_draft
 
     if reference is None:
         return Finding("checkpoint-match", "behaviour", "skip", "no source: pass --checkpoint (the checkpoint folder or GGUF the IR came from) to compare")

@@ -1,4 +1,4 @@
-"""optimum-intel's own export of a DFlash draft: the graph `model/draft_graph.py` is tested against.
+"""optimum-intel's own export of a DFlash draft: the graph `draft/graph.py` is tested against.
 
 It loads the whole draft as a float32 PyTorch model (optimum's `Qwen3DFlashForCausalLM`) and traces
 it: tests and fixtures only (`pip install 'gguf2ov[reference]'` for torch and optimum).
@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import Gguf2ovError, reference_imports
-from ..model.config import hf_config
+from ..draft.config import hf_config
 
 
 def trace_optimum(draft, xml_path):

@@ -14,7 +14,7 @@ import numpy as np
 from ..errors import Gguf2ovError
 from ..maps.rules import is_int
 from ..names import CONFIG_FILE
-from .rope import rope_table
+from ..ir.rope import rope_table
 
 # What only a DFlash 2 draft has: per-layer convolutions and a candidate selector.
 DFLASH2_KEY_MARKERS = ("candidate_selector.", ".attention_conv.", ".mlp_conv.")

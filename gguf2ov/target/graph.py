@@ -35,10 +35,10 @@ from collections.abc import Callable
 import numpy as np
 
 from ..names import LOCATORS_KEY
-from .graph_ops import apply_rope, const, dim, kv_state, linear, named, repeat_kv, rms_norm, rope_tables
-from .graph_ops import ops as _ops
-from .target_source import EMBEDDING, LM_HEAD, TargetConfig, TargetSource
-from .variants import VARIANT_RT_INFO
+from ..ir.graph_ops import apply_rope, const, dim, kv_state, linear, named, repeat_kv, rms_norm, rope_tables
+from ..ir.graph_ops import ops as _ops
+from .source import EMBEDDING, LM_HEAD, TargetConfig, TargetSource
+from ..ir.variants import VARIANT_RT_INFO
 
 # optimum's mask fills hidden positions with float16's lowest value, not float32's (patching_utils.py
 # eager_mask_without_vmap): exp() of either is 0 in float32
@@ -223,7 +223,7 @@ def set_target_rt_info(model, locators: dict, variant) -> None:
 def target_forms(source: TargetSource, variant, compact_grid: bool = False):
     """The WeightForms of a target: streamed while the IR is written, `gguf` weights folded (the form
     the CPU plugin runs without private copies, gguf/transcode.py) unless `compact_grid`."""
-    from .weights import WeightForms
+    from ..ir.weights import WeightForms
 
     return WeightForms(source, variant, streamed=True, folded_grid=not compact_grid)
 

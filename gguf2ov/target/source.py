@@ -21,8 +21,8 @@ import numpy as np
 from ..errors import Gguf2ovError
 from ..maps.rules import is_int
 from ..names import CONFIG_FILE
-from .rope import rope_table
-from .source import TensorSource, tensor_mismatch
+from ..ir.rope import rope_table
+from ..ir.tensors import TensorSource, tensor_mismatch
 
 # The maps whose models `target_graph` builds, and what each forward does beyond Llama's decoder
 # (transformers 5.5.4, models/<type>/modeling_<type>.py):

@@ -39,11 +39,11 @@ from ..outputs import atomic_write_text
 from ..progress import step
 from ..provenance import provenance
 from .config import DraftConfig
-from .graph_ops import (F32_MIN, I64_MAX, apply_rope, const, dim, kv_state, last_rows, linear, named, repeat_kv,
+from ..ir.graph_ops import (F32_MIN, I64_MAX, apply_rope, const, dim, kv_state, last_rows, linear, named, repeat_kv,
                         rms_norm, rope_tables)
-from .graph_ops import ops as _ops
-from .variants import VARIANT_RT_INFO, Variant
-from .weights import save_ir
+from ..ir.graph_ops import ops as _ops
+from ..ir.variants import VARIANT_RT_INFO, Variant
+from ..ir.weights import save_ir
 
 
 def _block_mask(q_len, kv_len, window: int | None, causal: bool):
@@ -255,7 +255,7 @@ def set_dflash_rt_info(ov_model, draft: DraftConfig) -> None:
 def build_draft_ir(draft, variant, progress: bool = True, observe=None):
     """The draft `ov.Model` of `variant` (not yet saved) from `draft`, a model.source.DraftSource.
     Returns (model, weight forms)."""
-    from .weights import WeightForms
+    from ..ir.weights import WeightForms
 
     forms = WeightForms(draft, variant, observe=observe)
     model = build_draft_model(draft.config, forms.weight, forms.vector,

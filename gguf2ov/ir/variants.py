@@ -28,7 +28,7 @@ _NNCF_NAME = re.compile(r"^int(?P<bits>[48])(?:_(?P<sym>sym|asym))?(?:_g(?P<g>\d
 
 
 # --- how each format makes a weight ------------------------------------------------------------------
-# `forms` is the WeightForms of the IR being built (model/weights.py): its `source` hands out the
+# `forms` is the WeightForms of the IR being built (ir/weights.py): its `source` hands out the
 # tensors, `postponed(name, dtype)` makes a constant OpenVINO fills while it writes the .bin
 # (`postponing` one of any content: a target's weights are all made so), `plan` holds NNCF's
 # per-weight decisions. Each returns (the weight's output, the source values it read or None).
