@@ -125,13 +125,13 @@ def measure(source: str, reference: str) -> dict:
     """Run in a child process: one check, with the RSS before it (imports) and at its peak."""
     import gguf2ov.stages.check  # noqa: F401  imports first, so the baseline includes numpy, torch, gguf
     import safetensors.torch  # noqa: F401
-    from gguf2ov.stages.check import check
+    from gguf2ov.job import Job, Options
 
     baseline, anon_baseline = _status_mib("VmRSS"), _status_mib("RssAnon")
     reset = _reset_peak()
     with _AnonSampler() as anon:
         start = time.perf_counter()
-        result = check(source, reference, progress=False)
+        result = Job.of(source, options=Options(progress=False)).check(reference)
         seconds = time.perf_counter() - start
     peak = _status_mib("VmHWM") if reset else round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     by_qtype = {q.qtype: {"count": q.count, "mean_pearson": round(q.mean_pearson, 5),
@@ -184,7 +184,7 @@ def main(argv=None) -> int:
         times["write_gguf_s"] = round(time.perf_counter() - t, 1)
     if not converted.is_dir():
         t = time.perf_counter()
-        Job(gguf, None, Options(progress=False)).convert(converted)
+        Job.of(gguf, None, Options(progress=False)).convert(converted)
         times["convert_s"] = round(time.perf_counter() - t, 1)
     if not (other / "model.safetensors").is_file():
         build_reference(other, *shape, seed=1)

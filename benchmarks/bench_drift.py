@@ -52,7 +52,7 @@ def main() -> int:
         write_dflash_gguf(ref, gguf)
     setup = time.perf_counter() - t
     t = time.perf_counter()
-    result = Job(gguf, None, Options(progress=True)).drift(work / "variants", overwrite=True)
+    result = Job.of(gguf, None, Options(progress=True)).drift(work / "variants", overwrite=True)
     seconds = time.perf_counter() - t
     print(render(result, "text", title=f"drift: hidden {args.hidden}, {args.layers} layers, GGUF "
                                         f"{gguf.stat().st_size / 2**20:.0f} MiB (setup {setup:.0f} s, drift {seconds:.0f} s)"))

@@ -162,7 +162,7 @@ def export_drafts(sources: dict[str, Path], out: Path, labels: list[str]) -> dic
         source, kwargs = DRAFTS[label]
         path = out / label
         try:
-            Job(sources[source], None, Options(progress=False)).export(path, variant_from_flags(**kwargs), overwrite=True)
+            Job.of(sources[source], None, Options(progress=False)).export(path, variant_from_flags(**kwargs), overwrite=True)
         except Gguf2ovError as e:  # a variant this GGUF cannot give (e.g. "gguf" on an unsupported grid)
             print(f"skipping the {label} draft: {e}", file=sys.stderr)
             continue

@@ -23,7 +23,8 @@ if str(REPO) not in sys.path:
 
 from gguf2ov.provenance import package_versions  # noqa: E402
 from gguf2ov.report import Table, render, write_reports  # noqa: E402
-from gguf2ov.draft.source import open_draft
+from gguf2ov.job import Job, Options  # noqa: E402
+from gguf2ov.runtime.target import TargetIR  # noqa: E402
 
 FIXTURES = REPO / "fixtures"
 RESULTS = REPO / "benchmarks" / "results"
@@ -75,6 +76,7 @@ class TapShiftResult:
 
 
 def main(argv=None) -> int:
+    from gguf2ov.runtime.genai import GenerationSettings
     from gguf2ov.stages.accept import run_acceptance
     from gguf2ov.runtime.genai import read_prompts
     from gguf2ov.stages.export import export_draft
@@ -103,10 +105,11 @@ def main(argv=None) -> int:
         prompts = read_prompts(fix / "prompts.txt")
         for draft, offset in SHIFTS.items():
             out = args.out / "tap-shift" / fixture / draft.replace(" ", "-")
-            exported = export_draft(open_draft(fix / "draft-Q4_K_M.gguf", target_layer_offset=offset), out, overwrite=True, progress=False)
-            scan = scan_taps(out, target, prompts=prompts)
+            draft = Job.of(fix / "draft-Q4_K_M.gguf", options=Options(target_layer_offset=offset, progress=False)).draft
+            exported = export_draft(draft, out, overwrite=True, progress=False)
+            scan = scan_taps(out, TargetIR.open(target), prompts=prompts)
             for label, path in targets.items():
-                acc = run_acceptance(path, out, prompts, max_new_tokens=args.max_new_tokens, progress=False).overall
+                acc = run_acceptance(path, out, prompts, GenerationSettings(max_new_tokens=args.max_new_tokens), progress=False).overall
                 rows.append(Row(fixture, label, draft, exported.target_layer_ids, acc.accepted_tokens,
                                 acc.generated_tokens, acc.mean_acceptance_length, acc.identical, acc.tok_s_draft,
                                 acc.speedup, scan.verdict, scan.best_ids, scan.margin))

@@ -1,13 +1,16 @@
-"""The job a command runs, opened once: its draft source, its target and its options.
+"""The job a command runs, opened once: its draft, its target and its options.
 
 mlx-lm's `convert()` opens its model once and runs straight through; transformers turns a GGUF into
-one parsed object that every later step reads. A `Job` is that object here:
+one parsed object that every later step reads. A `Job` is that object here. It is frozen over what
+the command line names, resolved once into typed specs (`sources.py`), and its options; what it
+opens it keeps in its own cache:
 
-- the draft source: the memory-mapped GGUF through its map (or a checkpoint folder), opened once,
-  with its target layer offset settled (by the tap scan, for a file that cannot tell);
-- the target: config, locators, embedding, head and tokenizer, compiled at most once, and its
+- the draft: the memory-mapped GGUF through its map (or a checkpoint folder), opened once, with its
+  target layer offset settled (by the tap scan, for a file that cannot tell);
+- the target: an OpenVINO folder, or a model the job builds one from first (`build_target`, `run`'s
+  target stage); its config, locators, embedding, head and tokenizer, compiled at most once, and its
   greedy baseline in GenAI made once for every draft's acceptance run;
-- the options every stage shares.
+- the options every stage shares, the generation settings among them.
 
 Stages (`gguf2ov/stages/`) take what a job holds and return results; no stage runs another. The
 job composes the few pieces several commands need (the tap scan of a source, verify against the
@@ -21,7 +24,8 @@ from functools import cached_property
 from pathlib import Path
 
 from .errors import Gguf2ovError
-from .progress import step
+from .runtime.genai import GenerationSettings
+from .sources import CheckpointSpec, GgufSpec, TargetBuild, TargetFolder
 
 
 @dataclass(frozen=True)
@@ -29,63 +33,70 @@ class Options:
     map_path: Path | None = None
     target_layer_offset: int | None = None
     prompts: tuple | None = None  # Prompts; None: each stage's own
-    device: str = "CPU"
-    precision: str = "f32"
-    max_new_tokens: int = 100
-    num_assistant_tokens: int = 7
-    repeats: int = 1
+    generation: GenerationSettings = GenerationSettings()
     progress: bool = True
 
     def record(self) -> dict:
         """The options as provenance keeps them."""
         return {"map": str(self.map_path) if self.map_path else None, "target_layer_offset": self.target_layer_offset,
-                "device": self.device, "precision": self.precision, "max_new_tokens": self.max_new_tokens,
-                "num_assistant_tokens": self.num_assistant_tokens, "repeats": self.repeats}
+                **self.generation.record()}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Job:
-    """`source`: a draft GGUF, hub name or checkpoint folder (or an opened GgufFile/DraftSource);
-    `target`: a target folder (or an opened Target). Each is opened when first asked for."""
+    """`draft_spec`: the draft (a GGUF or a checkpoint folder); `target_spec`: the target (an OpenVINO
+    folder, or a model to build one from). Each is opened when first asked for."""
 
-    source: object = None
-    target_spec: object = None
-    options: Options = field(default_factory=Options)
+    draft_spec: GgufSpec | CheckpointSpec | None = None
+    target_spec: TargetFolder | TargetBuild | None = None
+    options: Options = Options()
+    _built: dict = field(default_factory=dict, compare=False, repr=False)  # the target folder the job built
+
+    def __post_init__(self):
+        o, draft = self.options, self.draft_spec
+        if isinstance(draft, CheckpointSpec) and (o.map_path is not None or o.target_layer_offset is not None):
+            raise Gguf2ovError("--map and --target-layer-offset apply to a GGUF source, not to a checkpoint folder",
+                               hint="pass the GGUF file instead, or drop those options")
 
     @classmethod
-    def from_args(cls, args, source: str | None = "source") -> "Job":
-        """The job the command line describes: its source, target and options (each opened when used)."""
+    def of(cls, draft=None, target=None, options: Options | None = None, build=None) -> "Job":
+        """A job from its arguments as a command names them (paths, hub names): the draft a GGUF or
+        checkpoint folder, the target an OpenVINO folder, or (with `build`, which makes its
+        TargetBuild from a model source) a model to build one from."""
+        from .sources import model_source, target_spec
+
+        return cls(model_source(draft, "draft") if draft is not None else None,
+                   target_spec(target, build) if target is not None else None, options or Options())
+
+    @classmethod
+    def from_args(cls, args, source: str | None = "source", build=None) -> "Job":
+        """The job the command line describes: its draft, target and options (each opened when used)."""
         from .runtime.genai import given_prompts
 
         quiet = getattr(args, "quiet", False)
         prompts = given_prompts(args.prompts, args.image, default=None) if hasattr(args, "prompts") else None
+        generation = GenerationSettings(
+            max_new_tokens=getattr(args, "max_new_tokens", 100),
+            num_assistant_tokens=getattr(args, "num_assistant_tokens", 7),
+            device=getattr(args, "device", "CPU"),
+            precision=getattr(args, "precision", "f32"),
+            repeats=getattr(args, "repeats", 1),
+        )
         options = Options(
             map_path=Path(args.map) if getattr(args, "map", None) else None,
             target_layer_offset=getattr(args, "target_layer_offset", None),
             prompts=tuple(prompts) if prompts else None,
-            device=getattr(args, "device", "CPU"),
-            precision=getattr(args, "precision", "f32"),
-            max_new_tokens=getattr(args, "max_new_tokens", 100),
-            num_assistant_tokens=getattr(args, "num_assistant_tokens", 7),
-            repeats=getattr(args, "repeats", 1),
+            generation=generation,
             progress=not quiet,
         )
-        return cls(getattr(args, source) if source else None, getattr(args, "target", None), options)
+        return cls.of(getattr(args, source) if source else None, getattr(args, "target", None), options, build)
 
-    # --- the draft source ---------------------------------------------------------------------------
+    # --- the draft -----------------------------------------------------------------------------------
 
     @cached_property
-    def opened(self):
-        """The source as opened: a GgufFile, or the Path of a checkpoint folder."""
-        from .sources import open_source
-
-        return open_source(self.source)
-
-    @property
     def gguf(self):
-        from .gguf.read import GgufFile
-
-        return self.opened if isinstance(self.opened, GgufFile) else None
+        """The draft GGUF, read once and memory-mapped (None for a checkpoint folder)."""
+        return self.draft_spec.open() if isinstance(self.draft_spec, GgufSpec) else None
 
     @cached_property
     def offset_decision(self):
@@ -93,7 +104,14 @@ class Job:
         (None when the file settles it, an offset was given, or there is no target to measure on)."""
         if self.options.target_layer_offset is not None or self.gguf is None or self.target_spec is None:
             return None
-        return self.settle_offset()
+        from .checks.taps import settle_offset
+        from .maps.load import map_for
+
+        def scan(offset, shifts, named):
+            return self.scan(shifts=shifts, named=named, draft=self.read_draft(offset))
+
+        return settle_offset(self.gguf, map_for(self.gguf, self.options.map_path), self.target, scan,
+                             self.options.progress)
 
     @property
     def target_layer_offset(self) -> int | None:
@@ -102,18 +120,26 @@ class Job:
 
     @cached_property
     def draft(self):
-        """The DFlash draft, validated and ready to stream its weights (model.source.DraftSource)."""
-        from .draft.source import DraftSource, open_draft
+        """The DFlash draft, validated and ready to stream its weights (draft.source.DraftSource)."""
+        if self.gguf is None:
+            from .draft.source import open_draft_checkpoint
 
-        if isinstance(self.source, DraftSource):
-            return self.source
-        return open_draft(self.opened, self.options.map_path, self.target_layer_offset, self.offset_decision)
+            return open_draft_checkpoint(self.draft_spec.path)
+        return self.read_draft(self.target_layer_offset, self.offset_decision)
+
+    def read_draft(self, target_layer_offset: int | None, offset_decision=None):
+        """The GGUF read as a draft with a given target layer offset (what the tap scan compares)."""
+        from .draft.source import open_draft_gguf
+
+        return open_draft_gguf(self.gguf, self.options.map_path, target_layer_offset, offset_decision)
 
     @cached_property
     def mapped(self):
         """The GGUF read through its map (maps.load.MappedGguf), for `convert`."""
         from .maps.load import open_mapped
 
+        if self.gguf is None:
+            raise Gguf2ovError(f"{self.draft_spec.path} is a folder; convert reads a GGUF file")
         return open_mapped(self.gguf, self.options.map_path, self.target_layer_offset)
 
     def ambiguous(self) -> list[str]:
@@ -129,24 +155,67 @@ class Job:
 
     # --- the target -----------------------------------------------------------------------------------
 
-    @cached_property
-    def target(self):
-        """The opened target (runtime.target.Target), or None without one."""
-        from .runtime.target import Target
-        from .sources import open_target
-
-        if self.target_spec is None or isinstance(self.target_spec, Target):
-            return self.target_spec
-        return open_target(self.target_spec)
+    @property
+    def builds_target(self) -> bool:
+        return isinstance(self.target_spec, TargetBuild)
 
     @property
     def target_dir(self) -> Path | None:
-        return self.target.path if self.target is not None else None
+        """The target's OpenVINO folder: the one named, or the one `build_target` made."""
+        if self.target_spec is None:
+            return None
+        if isinstance(self.target_spec, TargetFolder):
+            return self.target_spec.path
+        if "out_dir" not in self._built:
+            raise Gguf2ovError(f"the target is built from {self.target_spec.path} first (gguf2ov target)")
+        return self._built["out_dir"]
+
+    @cached_property
+    def target(self):
+        """The OpenVINO target as a draft sees it (runtime.target.TargetIR), or None without one."""
+        from .runtime.target import TargetIR
+
+        return TargetIR.open(self.target_dir) if self.target_spec is not None else None
+
+    @cached_property
+    def target_source(self):
+        """The model a target is built from (target.source.TargetSource), opened once."""
+        spec = self.target_spec.source
+        if isinstance(spec, GgufSpec):
+            from .target.source import open_target_gguf
+
+            return open_target_gguf(spec.open(), self.target_spec.map_path)
+        from .target.source import open_target_checkpoint
+
+        return open_target_checkpoint(spec.path)
+
+    def require_target_build(self, out_dir, overwrite: bool = False):
+        """What building the target needs, checked before any work: a free output folder and a
+        tokenizer. Returns where the tokenizer comes from."""
+        from .outputs import require_output_dir
+        from .stages.target import tokenizer_source
+
+        build = self.target_spec
+        require_output_dir(Path(out_dir), overwrite, inputs=(build.path, build.map_path, build.tokenizer_dir))
+        return tokenizer_source(build.path, isinstance(build.source, GgufSpec), build.tokenizer_dir)
+
+    def build_target(self, out_dir, overwrite: bool = False):
+        """`gguf2ov target`, and `run`'s target stage: the target built into `out_dir`, which every
+        later use of the job's target then opens."""
+        from .stages.target import export_target
+
+        build = self.target_spec
+        tokenizer_from = self.require_target_build(out_dir, overwrite)
+        result = export_target(self.target_source, out_dir, build.variant, tokenizer_from,
+                               compact_grid=build.compact_grid, overwrite=overwrite, progress=self.options.progress,
+                               sources={"tokenizer": build.tokenizer_dir} if build.tokenizer_dir else None)
+        self._built["out_dir"] = Path(out_dir)
+        return result
 
     def release_target(self) -> None:
         """Free the target's compiled model and weights, before GenAI compiles it again: the CPU
         plugin holds the mapped IR and its repacked weights, ~2.2x the IR, per compiled copy."""
-        if self.target is not None:
+        if self.target_spec is not None and "target" in self.__dict__:
             self.target.release()
 
     # --- what several commands compose -----------------------------------------------------------------
@@ -155,12 +224,6 @@ class Job:
         from .runtime.genai import DEFAULT_PROMPTS, as_prompts
 
         return as_prompts(self.options.prompts or default or DEFAULT_PROMPTS)
-
-    def read_draft(self, target_layer_offset: int | None):
-        """The source read as a draft with another target layer offset (what the tap scan compares)."""
-        from .draft.source import open_draft
-
-        return open_draft(self.opened, self.options.map_path, target_layer_offset)
 
     def scan(self, draft_dir=None, named=(), shifts=None, draft=None):
         """The tap scan of an exported draft folder, or of the source (`draft`, else the job's, exported
@@ -179,62 +242,13 @@ class Job:
             write_draft_ir(draft, tmp, parse_variant("gguf" if draft.kind == "gguf" else "fp32"), progress=False)
             return scan_taps(tmp, self.target, prompts=self.prompts(), shifts=shifts, named=named)
 
-    def settle_offset(self):
-        """The target layer offset of an ambiguous GGUF, measured against the target (the tap scan);
-        None when the file settles it. Refuses (Gguf2ovError) when the measurement cannot tell."""
-        from .checks.taps import MISFIT, SHIFTS, OffsetDecision
-        from .maps.arch_map import flag_option
-        from .maps.load import map_for
-
-        gguf = self.gguf
-        amap = map_for(gguf, self.options.map_path)
-        why = amap.flag_ambiguity(gguf, "target_layer_offset")
-        if not why:
-            return None
-        hf_key, gguf_key = amap.flag_rule("target_layer_offset")
-        rule = amap.config[hf_key]
-        declared = list(gguf.metadata[gguf_key])
-        tappable = set(self.target.tap_layers)
-        choices, invalid = {}, {}
-        for offset in rule.get("choices", {}):
-            ids = [i + int(offset) for i in declared]
-            if any(i < rule.get("min", 0) for i in ids):
-                invalid[int(offset)] = f"ids {ids} below {rule.get('min', 0)}"
-            elif not all(i in tappable for i in ids):
-                invalid[int(offset)] = f"ids {ids} outside the target's layers"
-            else:
-                choices[int(offset)] = ids
-        flag = flag_option(rule["flag"])
-        if not choices:
-            raise Gguf2ovError(f"{gguf.path}: no choice of {flag} puts {declared} inside the target "
-                               f"({'; '.join(f'offset {o}: {w}' for o, w in invalid.items())})",
-                               hint="is this the target the draft was made for?")
-        first = next(iter(choices))
-        step(f"{gguf.path.name}: target layer layout ambiguous; measuring offsets {sorted(choices)} against "
-             f"{self.target.path}", self.options.progress)
-        others = {f"offset {o}": ids for o, ids in choices.items() if o != first}
-        single = not others
-        scan = self.scan(shifts=SHIFTS if single else (), named=others, draft=self.read_draft(first))
-        labels = {"configured": first, **{f"offset {o}": o for o in choices}}
-        if single:
-            if scan.verdict == MISFIT:
-                raise Gguf2ovError(f"{gguf.path}: {flag} {first} is the only choice inside the target, but the tap "
-                                   f"scan says the draft fits other layers: {scan.finding()}",
-                                   hint="is this the target the draft was made for?")
-            return OffsetDecision(str(gguf.path), declared, why, choices, invalid, first, choices[first], scan)
-        if not scan.clear:
-            raise Gguf2ovError(f"{gguf.path}: the tap scan cannot tell which {flag} fits: {scan.finding()}",
-                               hint=f"pass {flag} explicitly (-1: the current llama.cpp converter, 0: its first one), "
-                                    "or scan with more prompts (--prompts)")
-        offset = labels[scan.best]
-        return OffsetDecision(str(gguf.path), declared, why, choices, invalid, offset, choices[offset], scan)
-
     def verify(self, draft_dir, tap_scan: bool = False, named=(), against_source: bool = True):
         """`verify` of an exported draft folder against the job's source (checkpoint-match) and target."""
         from .stages.verify import verify_draft
 
-        return verify_draft(draft_dir, target=self.target, reference=self.draft if against_source else None,
-                            tap_scan=tap_scan, prompts=self.options.prompts, named_layers=named)
+        reference = self.draft if against_source and self.draft_spec is not None else None
+        return verify_draft(draft_dir, target=self.target, reference=reference, tap_scan=tap_scan,
+                            prompts=self.options.prompts, named_layers=named)
 
     def validator(self, tap_scan: bool = False):
         """What export runs on a draft folder before it is put in place: verify against the source
@@ -255,36 +269,30 @@ class Job:
         """The target alone in GenAI on the job's prompts: made once for every draft's acceptance run."""
         from .stages.accept import target_alone
 
-        o = self.options
         self.release_target()  # GenAI compiles its own copy
-        return target_alone(self.target_dir, self.prompts(), o.max_new_tokens, o.device, o.precision, o.repeats,
-                            o.progress)
+        return target_alone(self.target_dir, self.prompts(), self.options.generation, self.options.progress)
 
     def accept(self, draft_dir, verified=None):
         """The acceptance run of a draft folder on the target, against the shared baseline; a BROKEN
         verdict names the verify findings that explain it (`verified`: a VerifyResult already made)."""
-        from .stages.accept import run_acceptance
+        from .stages.accept import require_dirs, run_acceptance
 
-        o = self.options
+        require_dirs(self.target_dir, Path(draft_dir))  # before the minutes the target alone takes
 
         def explain():
             return broken_reasons(verified if verified is not None else
                                   self.verify(draft_dir, tap_scan=True, against_source=False))
 
-        return run_acceptance(self.target_dir, draft_dir, self.prompts(), max_new_tokens=o.max_new_tokens,
-                              num_assistant_tokens=o.num_assistant_tokens, device=o.device, precision=o.precision,
-                              repeats=o.repeats, progress=o.progress, baseline=self.baseline, explain=explain)
-
+        return run_acceptance(self.target_dir, draft_dir, self.prompts(), self.options.generation,
+                              baseline=self.baseline, explain=explain, progress=self.options.progress)
 
     # --- the stages as the commands run them ----------------------------------------------------------
 
-    def export(self, out_dir, variant="fp32", overwrite: bool = False):
-        """`export`: the draft as `variant`, verified against the source (with a target: against it
-        too, tap scan included) before it is put in place."""
-        from .ir.variants import parse_variant
+    def export(self, out_dir, variant=None, overwrite: bool = False):
+        """`export`: the draft as `variant` (an ir.variants.Variant; None: fp32), verified against the source (with
+        a target: against it too, tap scan included) before it is put in place."""
         from .stages.export import export_draft
 
-        variant = parse_variant(variant) if isinstance(variant, str) else variant  # before the source is read
         return export_draft(self.draft, out_dir, variant, validate=self.validator(tap_scan=self.target is not None),
                             overwrite=overwrite, progress=self.options.progress)
 
@@ -300,16 +308,18 @@ class Job:
         read as check reads it (an ambiguous GGUF with the map's default offset, so that the scan
         names a shift rather than settling it)."""
         from .maps.load import map_for
-        from .stages.check import check
+        from .stages.check import check, checkpoint_source, gguf_source
 
         scan = None
         if self.target is not None:
             offset = self.options.target_layer_offset
             if offset is None and self.gguf is not None:
                 offset = map_for(self.gguf, self.options.map_path).flag_add("target_layer_offset")
-            scan = self.scan(draft=self.read_draft(offset))
-        return check(self.opened, reference, min_corr=min_corr, map_path=self.options.map_path,
-                     target_layer_offset=self.options.target_layer_offset, progress=self.options.progress, scan=scan)
+            scan = self.scan(draft=self.read_draft(offset) if self.gguf is not None else self.draft)
+        o = self.options
+        source = gguf_source(self.gguf, o.map_path, o.target_layer_offset) if self.gguf is not None else \
+            checkpoint_source(self.draft_spec.path)
+        return check(source, reference, min_corr=min_corr, progress=o.progress, scan=scan)
 
     def drift(self, out_dir, variants=None, accept: bool = False, overwrite: bool = False):
         """`drift`: every variant built, measured and verified against the source and the target; with

@@ -1,7 +1,6 @@
 """Progress bars on stderr, only when a person is watching."""
 
 import contextlib
-import logging
 import os
 import sys
 import warnings
@@ -47,15 +46,3 @@ def quiet_third_party() -> None:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
-
-@contextlib.contextmanager
-def third_party_output():
-    """Around a library call that prints to stdout itself (NNCF's tables and progress bars)."""
-    if not _quiet:
-        yield
-        return
-    import nncf
-
-    nncf.set_log_level(logging.ERROR)
-    with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
-        yield

@@ -81,14 +81,13 @@ class RunResult:
 
 
 def run(job, out_dir, reference_dir=None, requant: str = DEFAULT_REQUANT, variants=None,
-        overwrite: bool = False, target_format: str | None = None) -> RunResult:
-    """The whole job on `job` into `out_dir`: its source a draft GGUF, its target a target folder, or a
-    GGUF or Hugging Face checkpoint that the `target` stage builds one from first, into OUT/target,
-    with `target_format` weights (stages.target.export_target's default when None)."""
+        overwrite: bool = False) -> RunResult:
+    """The whole job on `job` into `out_dir`: its draft a GGUF, its target an OpenVINO folder, or a
+    model (a GGUF or a Hugging Face checkpoint) that the `target` stage builds one from first, into
+    OUT/target."""
     from .ir.variants import DEFAULT_DRIFT_VARIANTS, parse_variant
     from .outputs import atomic_dir, relocated, require_output_dir
-    from .sources import resolve, target_to_build
-    from .stages.accept import require_options
+    from .sources import GgufSpec
     from .work import counts
 
     o = job.options
@@ -96,37 +95,35 @@ def run(job, out_dir, reference_dir=None, requant: str = DEFAULT_REQUANT, varian
     names = list(dict.fromkeys(["fp32", *(variants or DEFAULT_DRIFT_VARIANTS), LOSSLESS, requant]))
     for name in names:
         parse_variant(name)
-    gguf_path = Path(resolve(job.source))
-    if not gguf_path.is_file():
-        raise Gguf2ovError(f"{gguf_path} does not exist")
-    require_options(o.max_new_tokens, o.num_assistant_tokens, o.repeats, o.precision)
-    build = target_to_build(job.target_spec)
-    if build is None and target_format is not None:
-        raise Gguf2ovError(f"--target-format {target_format} applies to a target the run builds; "
-                           f"{job.target_spec} is an OpenVINO folder already",
-                           hint="leave --target-format out, or pass the GGUF or checkpoint to build the target from")
-    target_dir = Path(build) if build is not None else job.target_dir  # a folder: opened and checked before any work
+    if not isinstance(job.draft_spec, GgufSpec):
+        raise Gguf2ovError(f"{job.draft_spec.path} is a folder; run takes the draft's GGUF file")
+    o.generation.check()
     if reference_dir is not None and not Path(reference_dir, "config.json").is_file():
         raise Gguf2ovError(f"reference folder {reference_dir} has no config.json",
                            hint="pass the Hugging Face checkpoint folder the GGUF was made from")
     out_dir = Path(out_dir)
-    inputs = (gguf_path, target_dir, reference_dir, o.map_path)
+    gguf_path = job.draft_spec.path
+    inputs = (gguf_path, job.target_spec.path, reference_dir, o.map_path)
     require_output_dir(out_dir, overwrite, inputs=inputs)
+    if job.builds_target:
+        job.require_target_build(out_dir / "target")
+    else:
+        job.target.require_attach_points()  # a folder GenAI cannot attach to fails before any work
     before = counts()
     start = time.monotonic()
     with atomic_dir(out_dir, overwrite=overwrite, inputs=inputs) as tmp:
         stages = _Stages(o.progress)
-        verdict = _run_stages(job, stages, tmp, reference_dir, requant, names, (build, target_format))
+        verdict = _run_stages(job, stages, tmp, reference_dir, requant, names)
         options = {**o.record(), "reference": str(reference_dir) if reference_dir else None, "requant": requant,
                    "variants": names, "prompts": len(job.prompts())}
-        decision = job.__dict__.get("offset_decision")  # only what the stages measured: never measured here
-        if decision is not None:
+        if "layer-offset" in stages.results:  # only what the stages measured: never measured here
+            decision = stages.results["layer-offset"]
             options["target_layer_offset"] = decision.offset
             options["target_layer_offset_measured"] = decision.record()
         from .provenance import provenance, target_record
 
-        if build is not None:
-            target_dir = Path(job.target_spec)  # the folder built (or, when building failed, what it was built from)
+        # the folder built (or, when building failed, what it was built from)
+        target_dir = job.target_spec.path if job.builds_target and "target" not in stages.results else job.target_dir
         result = RunResult(str(gguf_path), str(target_dir), str(tmp), verdict, stages.outcomes, stages.results,
                            provenance({"gguf": job.gguf or gguf_path, "target": target_record(target_dir)}, options),
                            _since(before, counts()) | {"wall seconds": round(time.monotonic() - start, 1)})
@@ -135,25 +132,17 @@ def run(job, out_dir, reference_dir=None, requant: str = DEFAULT_REQUANT, varian
     return result
 
 
-def _run_stages(job, stages: "_Stages", out: Path, reference_dir, requant: str, names: list[str],
-                build=(None, None)) -> str:
-    """Run the stages in order into `out`; the verdict (PASS, or the verdict or stage that stopped the run).
-    `build`: the GGUF or checkpoint the target is built from into OUT/target (None: the target is a
-    folder already) and the format of its weights."""
-    from .stages.check import check
+def _run_stages(job, stages: "_Stages", out: Path, reference_dir, requant: str, names: list[str]) -> str:
+    """Run the stages in order into `out`; the verdict (PASS, or the verdict or stage that stopped the run)."""
+    from .stages.check import check, gguf_source
     from .stages.convert import convert
     from .stages.drift import drift
-    from .stages.target import export_target
     from .stages.verify import with_tap_scan
 
     o = job.options
     try:
-        source, target_format = build
-        if source is not None:
-            built = stages.run("target", lambda: export_target(source, out / "target", target_format,
-                                                               progress=o.progress), _target_judgement)
-            job.target_spec = Path(built.out_dir)  # every later stage opens the folder built
-            job.__dict__.pop("target", None)
+        if job.builds_target:  # every later stage opens the folder built
+            stages.run("target", lambda: job.build_target(out / "target"), _target_judgement)
         if job.ambiguous():
             # a GGUF that cannot tell how its target layer ids were written: measured against the target
             stages.run("layer-offset", lambda: job.offset_decision, lambda r: (True, " ".join(r.summary())))
@@ -161,8 +150,8 @@ def _run_stages(job, stages: "_Stages", out: Path, reference_dir, requant: str, 
                                               progress=o.progress),
                    lambda r: (True, f"{r.n_tensors} tensors, target layer ids {r.target_layer_ids_written}"))
         if reference_dir:
-            stages.run("check", lambda: check(job.gguf, reference_dir, map_path=o.map_path,
-                                              target_layer_offset=job.target_layer_offset, progress=o.progress),
+            stages.run("check", lambda: check(gguf_source(job.gguf, o.map_path, job.target_layer_offset), reference_dir,
+                                              progress=o.progress),
                        lambda r: (r.passed, "; ".join(r.summary()[:2])))
         else:
             stages.skip("check", "no --reference given")

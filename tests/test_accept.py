@@ -5,9 +5,10 @@ import json
 import pytest
 
 from gguf2ov.errors import Gguf2ovError
-from gguf2ov.draft.source import open_draft
+from opened import open_draft
 from gguf2ov.report import render
 from gguf2ov.runtime.genai import Generation, read_prompts
+from gguf2ov.runtime.genai import GenerationSettings
 from gguf2ov.stages.accept import AcceptResult, PromptAcceptance, judge, per_position_acceptance, run_acceptance
 
 
@@ -50,7 +51,7 @@ def test_bad_precision_and_prompts(tmp_path):
     target = _ir_folder(tmp_path / "target")
     draft = _ir_folder(tmp_path / "draft")
     with pytest.raises(Gguf2ovError, match="precision"):
-        run_acceptance(target, draft, ["a"], precision="bf16")
+        run_acceptance(target, draft, ["a"], GenerationSettings(precision="bf16"))
     with pytest.raises(Gguf2ovError, match="no prompts"):
         run_acceptance(target, draft, ["", "  "])
     empty = tmp_path / "p.txt"

@@ -14,7 +14,8 @@ from safetensors.torch import load_file, save_file
 from gguf2ov.checks import diagnose
 from gguf2ov.cli import main
 from gguf2ov.job import Job, Options
-from gguf2ov.stages.check import check, stats
+from gguf2ov.stages.check import stats
+from opened import check
 
 # Hidden 256 so K-quants apply (ne[0] % 256 == 0); 4 query heads on 2 kv heads like a real GQA draft.
 H, LAYERS, HEADS, KV_HEADS, HEAD_DIM, FFN = 256, 2, 4, 2, 64, 512
@@ -72,7 +73,7 @@ def draft(tmp_path_factory):
     gguf = root / "draft-Q4_K_M.gguf"
     write_dflash_gguf(ref, gguf, mix="Q4_K_M")
     converted = root / "converted"
-    Job(gguf, None, Options(progress=False)).convert(converted)
+    Job.of(gguf, None, Options(progress=False)).convert(converted)
     return {"root": root, "ref": ref, "gguf": gguf, "converted": converted}
 
 
@@ -150,7 +151,7 @@ def test_converted_folder_passes(draft):
 
 def test_sharded_reference_and_source(draft, tmp_path):
     sharded = tmp_path / "sharded"
-    Job(draft["gguf"], None, Options(progress=False)).convert(sharded, dtype="f32", max_shard_size=1 << 20)
+    Job.of(draft["gguf"], None, Options(progress=False)).convert(sharded, dtype="f32", max_shard_size=1 << 20)
     assert (sharded / "model.safetensors.index.json").is_file()
     assert check(draft["converted"], sharded, progress=False).passed
     assert check(sharded, draft["ref"], progress=False).passed

@@ -30,7 +30,7 @@ def _hf_values(gguf_path, name):
 
 def test_convert_f32_equals_dequantized_values(draft, tmp_path):
     out = tmp_path / "hf"
-    result = Job(draft, None, Options(progress=False)).convert(out, dtype="f32")
+    result = Job.of(draft, None, Options(progress=False)).convert(out, dtype="f32")
     assert result.n_tensors == 3 + 11 * DRAFT["layers"]
     assert result.target_layer_ids_declared == [i + 1 for i in DRAFT["target_layers"]]
     assert result.target_layer_ids_written == DRAFT["target_layers"]
@@ -51,7 +51,7 @@ def test_convert_f32_equals_dequantized_values(draft, tmp_path):
 def test_convert_half_dtypes_match_torch_casts(draft, tmp_path, monkeypatch, dtype, torch_dtype):
     monkeypatch.setattr("gguf2ov.hf.write.ENCODE_CHUNK", 1000)  # tensors are then written in several slices
     out = tmp_path / dtype
-    Job(draft, None, Options(progress=False)).convert(out, dtype=dtype)
+    Job.of(draft, None, Options(progress=False)).convert(out, dtype=dtype)
     tensors = load_torch(out / "model.safetensors")
     expected = torch.from_numpy(_hf_values(draft, "blk.0.ffn_up.weight")).to(torch_dtype)
     got = tensors["layers.0.mlp.up_proj.weight"]
@@ -76,7 +76,7 @@ def test_bf16_rounding_matches_torch():
 
 def test_sharding_with_a_tiny_limit(draft, tmp_path):
     out = tmp_path / "sharded"
-    result = Job(draft, None, Options(progress=False)).convert(out, dtype="f32", max_shard_size=40_000)
+    result = Job.of(draft, None, Options(progress=False)).convert(out, dtype="f32", max_shard_size=40_000)
     index = json.loads((out / "model.safetensors.index.json").read_text())
     shards = sorted(set(index["weight_map"].values()))
     assert len(shards) > 2 and shards[0] == f"model-00001-of-{len(shards):05d}.safetensors"
@@ -88,7 +88,7 @@ def test_sharding_with_a_tiny_limit(draft, tmp_path):
         merged |= part
     assert len(merged) == result.n_tensors == len(index["weight_map"])
     assert index["metadata"]["total_size"] == sum(v.nbytes for v in merged.values())
-    single = load_numpy(Job(draft, None, Options(progress=False)).convert(tmp_path / "single", dtype="f32").out_dir + "/model.safetensors")
+    single = load_numpy(Job.of(draft, None, Options(progress=False)).convert(tmp_path / "single", dtype="f32").out_dir + "/model.safetensors")
     for k, v in single.items():
         np.testing.assert_array_equal(merged[k], v)
 
@@ -174,4 +174,4 @@ def test_json_report(draft, tmp_path):
 
 def test_convert_refuses_an_unknown_dtype(draft, tmp_path):
     with pytest.raises(Gguf2ovError, match="unknown dtype"):
-        Job(draft).convert(tmp_path / "x", dtype="int4")
+        Job.of(draft).convert(tmp_path / "x", dtype="int4")

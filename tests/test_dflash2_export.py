@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 from gguf2ov.errors import Gguf2ovError
 from gguf2ov.job import Job, Options
 from gguf2ov.draft.reference import reference_outputs
-from gguf2ov.draft.source import open_draft
+from opened import open_draft
 from gguf2ov.ir.variants import parse_variant
 from gguf2ov.numerics import compile_exact
 from gguf2ov.runtime.draft_ir import synthetic_steps
@@ -56,7 +56,7 @@ def _steps(config):
 @pytest.mark.parametrize("weight_format", ["fp32", "fp16", "int8", "int4"])
 def test_every_variant_exports_the_convolutions_and_verifies(checkpoints, weight_format):
     out = checkpoints["root"] / f"out-{weight_format}"
-    result = Job(checkpoints["live"], None, Options(progress=False)).export(out, weight_format, overwrite=True)
+    result = Job.of(checkpoints["live"], None, Options(progress=False)).export(out, parse_variant(weight_format), overwrite=True)
     assert result.verify.ok and result.dflash_version == 2
     model = ov.Core().read_model(str(out / "openvino_model.xml"))
     projections = [op for op in model.get_ops() if "kernel_projection/aten::linear/MatMul" in op.get_friendly_name()]
@@ -128,7 +128,7 @@ def test_conv_tensors_with_a_v1_config_are_refused(checkpoints, tmp_path):
     (ckpt / "config.json").write_text((checkpoints["v1"] / "config.json").read_text())
     with pytest.raises(Gguf2ovError, match="DFlash 2 tensors .*attention_conv.*drop them, run without an error and be "
                                            "accepted less") as e:
-        Job(ckpt, None, Options(progress=False)).export(tmp_path / "out")
+        Job.of(ckpt, None, Options(progress=False)).export(tmp_path / "out")
     assert "conv_kernel_size" in e.value.hint
     assert not (tmp_path / "out").exists()
 
@@ -139,7 +139,7 @@ def test_a_dflash2_config_without_conv_tensors_is_refused(checkpoints, tmp_path)
     (ckpt / "model.safetensors").write_bytes((checkpoints["v1"] / "model.safetensors").read_bytes())
     (ckpt / "config.json").write_text((checkpoints["live"] / "config.json").read_text())
     with pytest.raises(Gguf2ovError, match=r"8 missing \(layers\.0\.attention_conv\.base_kernel") as e:
-        Job(ckpt, None, Options(progress=False)).export(tmp_path / "out")
+        Job.of(ckpt, None, Options(progress=False)).export(tmp_path / "out")
     assert "both convolutions" in e.value.hint
 
 
@@ -158,21 +158,21 @@ def test_bad_convolution_geometry_is_one_error(checkpoints, tmp_path, key, value
     (ckpt / "model.safetensors").write_bytes((checkpoints["live"] / "model.safetensors").read_bytes())
     (ckpt / "config.json").write_text(json.dumps(config))
     with pytest.raises(Gguf2ovError, match=message):
-        Job(ckpt, None, Options(progress=False)).export(tmp_path / "out")
+        Job.of(ckpt, None, Options(progress=False)).export(tmp_path / "out")
 
 
 @pytest.mark.parametrize("weight_format", ["fp32", "int4"])
 def test_verify_flags_an_ir_without_the_convolutions(checkpoints, weight_format):
     """The v1 export of the same weights, verified against the DFlash 2 checkpoint, fails in words."""
     out = checkpoints["root"] / f"v1-{weight_format}"
-    export_draft(open_draft(checkpoints["v1"]), out, weight_format, overwrite=True, progress=False)
-    result = verify_draft(out, reference=checkpoints["live"])
+    export_draft(open_draft(checkpoints["v1"]), out, parse_variant(weight_format), overwrite=True, progress=False)
+    result = verify_draft(out, reference=open_draft(checkpoints["live"]))
     finding = result.finding("checkpoint-match")
     assert not result.ok and finding.status == "fail"
     assert "DFlash 2 draft (4 convolution projections)" in finding.reason
     assert "multiplies by 15 weights instead of 19" in finding.reason
     # the same IR verified against its own v1 source passes: the check is about the pairing
-    assert verify_draft(out, reference=checkpoints["v1"]).ok
+    assert verify_draft(out, reference=open_draft(checkpoints["v1"])).ok
 
 
 def test_a_dflash2_gguf_exports_its_own_grid_for_the_convolutions(tmp_path):
@@ -185,7 +185,7 @@ def test_a_dflash2_gguf_exports_its_own_grid_for_the_convolutions(tmp_path):
     gguf = open_gguf(tmp_path / "draft.gguf")
     assert gguf.tensors["blk.0.attn_conv_base"].ne == (256, 2, 2) and gguf.tensors["blk.0.attn_conv_base"].qtype.name == "F32"
     assert gguf.tensors["blk.0.ffn_conv_proj.weight"].qtype.name == "Q4_K"
-    result = Job(tmp_path / "draft.gguf", None, Options(progress=False)).export(tmp_path / "out", "gguf")
+    result = Job.of(tmp_path / "draft.gguf", None, Options(progress=False)).export(tmp_path / "out", parse_variant("gguf"))
     finding = result.verify.finding("checkpoint-match")
     assert finding.status == "pass" and "(gguf)" in finding.reason  # held to float32's tolerance
     provenance = json.loads((tmp_path / "out" / "gguf2ov.json").read_text())

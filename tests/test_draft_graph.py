@@ -14,7 +14,7 @@ import pytest
 from gguf2ov.job import Job, Options
 from gguf2ov.draft.graph import build_draft_ir
 from gguf2ov.draft.reference import reference_outputs
-from gguf2ov.draft.source import open_draft
+from opened import open_draft
 from gguf2ov.ir.variants import parse_variant
 from gguf2ov.ir.weights import save_ir
 from gguf2ov.runtime.draft_ir import block_feeds, run_draft
@@ -172,7 +172,7 @@ def test_sliding_layers_of_a_config_without_is_causal_attend_causally(tmp_path):
     ov.save_model(trace_optimum(draft, trace / "t.xml"), str(trace / "openvino_model.xml"), compress_to_fp16=False)
     theirs = run_draft(trace / "openvino_model.xml", steps, segmented=False).outputs
     assert np.abs(theirs[-1] - ours[-1]).max() > 1e-3
-    result = Job(tmp_path / "causal", None, Options(progress=False)).export(tmp_path / "out")
+    result = Job.of(tmp_path / "causal", None, Options(progress=False)).export(tmp_path / "out")
     assert result.causal_layers == [0, 1, 2]
     assert any("attend causally inside the block" in line for line in result.summary())
 

@@ -29,7 +29,7 @@ def test_variant_names_round_trip_and_bad_names_are_refused():
 def drift_run(fixtures_dir, tmp_path_factory):
 
     out = tmp_path_factory.mktemp("drift") / "variants"
-    result = Job(fixtures_dir / "draft-Q4_K_M.gguf", fixtures_dir / "target", Options(progress=False)).drift(out, variants=["fp32", "int8", "int4_asym_g16", "int4_asym_g128", "gguf"])
+    result = Job.of(fixtures_dir / "draft-Q4_K_M.gguf", fixtures_dir / "target", Options(progress=False)).drift(out, variants=["fp32", "int8", "int4_asym_g16", "int4_asym_g128", "gguf"])
     return out, result
 
 
@@ -81,7 +81,7 @@ def test_gguf_variant_stores_the_codes_compressed(drift_run):
 @pytest.mark.slow
 def test_export_int4_keeps_rt_info_and_passes_verify(fixtures_dir, tmp_path):
 
-    r = Job(fixtures_dir / "draft-Q4_K_M.gguf", None, Options(progress=False)).export(tmp_path / "int4", "int4")
+    r = Job.of(fixtures_dir / "draft-Q4_K_M.gguf", None, Options(progress=False)).export(tmp_path / "int4", parse_variant("int4"))
     assert r.weight_format == "int4_asym_g16"
     assert r.verify.ok
     assert r.rt_info.get("dflash_mode") == "True"
@@ -98,7 +98,7 @@ def test_drift_refuses_bad_variants_before_any_work(tmp_path, capsys):
 def test_gguf_variant_needs_a_gguf_source(fixtures_dir, tmp_path):
 
     with pytest.raises(Gguf2ovError, match="GGUF"):
-        Job(fixtures_dir / "draft-ref").export(tmp_path / "x", "gguf")
+        Job.of(fixtures_dir / "draft-ref").export(tmp_path / "x", parse_variant("gguf"))
     assert not (tmp_path / "x").exists()
 
 

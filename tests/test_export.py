@@ -6,10 +6,12 @@ import dflash_builders as b
 import numpy as np
 import pytest
 
+from opened import TargetIR
 from gguf2ov import cli
 from gguf2ov.errors import Gguf2ovError
+from gguf2ov.ir.variants import parse_variant
 from gguf2ov.job import Job, Options
-from gguf2ov.draft.source import open_draft
+from opened import open_draft
 from gguf2ov.report import render
 from gguf2ov.stages.export import export_draft
 
@@ -49,12 +51,12 @@ def test_cli_export_writes_a_verified_draft(tmp_path, checkpoint):
 
     # An existing output is kept unless --overwrite.
     with pytest.raises(Gguf2ovError, match="already exists"):
-        Job(checkpoint, None, Options(progress=False)).export(out)
+        Job.of(checkpoint, None, Options(progress=False)).export(out)
 
 
 @pytest.mark.slow
 def test_fp16_export_passes_verify_and_halves_the_weights(tmp_path, checkpoint):
-    result = Job(checkpoint, None, Options(progress=False)).export(tmp_path / "fp16", "fp16")
+    result = Job.of(checkpoint, None, Options(progress=False)).export(tmp_path / "fp16", parse_variant("fp16"))
     assert result.verify.ok, render(result.verify)
     assert result.verify.figures["weight_precision"] == "fp16"
     assert result.verify.figures["max_abs_diff"] <= result.verify.figures["tolerance"]
@@ -73,7 +75,7 @@ def test_genai_runs_the_fp16_draft(tmp_path_factory, checkpoint):
     from gguf2ov.runtime.genai import Prompt, generate, generation_config, make_pipeline, properties
 
     draft = tmp_path_factory.mktemp("genai") / "draft"
-    export_draft(open_draft(checkpoint), draft, "fp16", progress=False)
+    export_draft(open_draft(checkpoint), draft, parse_variant("fp16"), progress=False)
     target, props = b.target_dir(tmp_path_factory), properties("f32")
     alone = make_pipeline(target, "CPU", props)
     with_draft = make_pipeline(target, "CPU", props, draft)
@@ -89,7 +91,7 @@ def test_genai_runs_the_fp16_draft(tmp_path_factory, checkpoint):
 def test_model_prefix_is_refused_before_export(tmp_path, checkpoint):
     prefixed = b.prefixed_checkpoint(checkpoint, tmp_path / "prefixed")
     with pytest.raises(Gguf2ovError, match=r"'model\.' prefix .*strict=False") as e:
-        Job(prefixed, None, Options(progress=False)).export(tmp_path / "out")
+        Job.of(prefixed, None, Options(progress=False)).export(tmp_path / "out")
     assert "model.fc.weight" in e.value.message and "strip" in e.value.hint
     assert not (tmp_path / "out").exists() and no_leftovers(tmp_path)
 
@@ -100,22 +102,23 @@ def test_wrong_fc_width_is_refused(tmp_path):
     config["dflash_config"]["target_layer_ids"] = [0, 1, 2]  # fc was trained for two layers
     (ckpt / "config.json").write_text(json.dumps(config))
     with pytest.raises(Gguf2ovError, match=r"fc\.weight \(64, 128\) != \(64, 192\)") as e:
-        Job(ckpt, None, Options(progress=False)).export(tmp_path / "out")
+        Job.of(ckpt, None, Options(progress=False)).export(tmp_path / "out")
     assert "target_layer_ids" in e.value.hint
 
 
 def test_bad_sources_are_refused(tmp_path):
     with pytest.raises(Gguf2ovError, match="does not exist"):
-        Job(tmp_path / "nope").export(tmp_path / "out")
+        Job.of(tmp_path / "nope").export(tmp_path / "out")
     (tmp_path / "x.bin").write_bytes(b"not a gguf")
     with pytest.raises(Gguf2ovError, match="neither a GGUF"):
-        Job(tmp_path / "x.bin").export(tmp_path / "out")
+        Job.of(tmp_path / "x.bin").export(tmp_path / "out")
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / "config.json").write_text(json.dumps({"model_type": "qwen3", "hidden_size": 8}))
     with pytest.raises(Gguf2ovError, match="no dflash_config"):
-        Job(tmp_path / "ckpt").export(tmp_path / "out")
+        Job.of(tmp_path / "ckpt").export(tmp_path / "out")
     with pytest.raises(Gguf2ovError, match="unknown variant 'int3'"):  # before the source is read
-        Job(tmp_path / "nope").export(tmp_path / "out", "int3")
+        variant = parse_variant("int3")
+        Job.of(tmp_path / "nope").export(tmp_path / "out", variant)
 
 
 def test_interrupt_leaves_no_output(tmp_path, checkpoint, monkeypatch, capsys):
@@ -139,19 +142,19 @@ def test_failed_verify_leaves_no_output(tmp_path, checkpoint, monkeypatch):
 
     monkeypatch.setattr(verify, "verify_draft", broken)
     with pytest.raises(Gguf2ovError, match="fails verification: block-rows"):
-        Job(checkpoint, None, Options(progress=False)).export(tmp_path / "out")
+        Job.of(checkpoint, None, Options(progress=False)).export(tmp_path / "out")
     assert not (tmp_path / "out").exists() and no_leftovers(tmp_path)
 
 
 @pytest.mark.slow
 def test_export_from_gguf_passes_verify(tmp_path, tmp_path_factory):
-    result = Job(b.draft_gguf(tmp_path_factory), None, Options(progress=False)).export(tmp_path / "draft")
+    result = Job.of(b.draft_gguf(tmp_path_factory), None, Options(progress=False)).export(tmp_path / "draft")
     assert result.source_kind == "gguf" and result.verify.ok, render(result.verify)
     # against the dequantized weights, converted to f32 in the export's scratch folder
     assert result.verify.finding("checkpoint-match").status == "pass"
     from gguf2ov.stages.verify import verify_draft
 
-    with_target = verify_draft(tmp_path / "draft", target=b.target_dir(tmp_path_factory))
+    with_target = verify_draft(tmp_path / "draft", target=TargetIR.open(b.target_dir(tmp_path_factory)))
     assert with_target.ok, render(with_target)
 
 

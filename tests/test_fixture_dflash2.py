@@ -10,6 +10,7 @@ import pytest
 from gguf2ov.job import Job, Options
 from gguf2ov.ir.variants import variant_from_flags
 from gguf2ov.runtime.genai import read_prompts
+from gguf2ov.runtime.genai import GenerationSettings
 from gguf2ov.stages.accept import run_acceptance
 
 REPO = Path(__file__).resolve().parents[1]
@@ -145,15 +146,14 @@ MAX_NEW_TOKENS, K = 100, 7
 
 
 def _accept(fixtures_dir, prompts_dir, draft_dir):
-    return run_acceptance(fixtures_dir / "target", draft_dir, read_prompts(prompts_dir / "prompts.txt"),
-                          max_new_tokens=MAX_NEW_TOKENS, num_assistant_tokens=K, precision="f32", progress=False)
+    return run_acceptance(fixtures_dir / "target", draft_dir, read_prompts(prompts_dir / "prompts.txt"), GenerationSettings(max_new_tokens=MAX_NEW_TOKENS, num_assistant_tokens=K, precision="f32"), progress=False)
 
 
 @pytest.fixture(scope="module")
 def v1_accepted(fixtures_dir, fix2, tmp_path_factory):
     """The v1 fixture draft's acceptance on the same target and prompts: the bar DFlash 2 must reach."""
     out = tmp_path_factory.mktemp("v1") / "draft"
-    Job(fixtures_dir / "draft-Q4_K_M.gguf", None, Options(progress=False)).export(out)
+    Job.of(fixtures_dir / "draft-Q4_K_M.gguf", None, Options(progress=False)).export(out)
     r = _accept(fixtures_dir, fix2, out)
     assert r.overall.identical
     return r.overall.accepted_tokens
@@ -164,7 +164,7 @@ def v1_accepted(fixtures_dir, fix2, tmp_path_factory):
 def test_every_export_is_accepted_at_least_as_the_v1_draft(fixtures_dir, fix2, v1_accepted, tmp_path,
                                                            weight_format, options):
     out = tmp_path / "draft"
-    result = Job(fix2 / "draft-Q4_K_M.gguf", None, Options(progress=False)).export(
+    result = Job.of(fix2 / "draft-Q4_K_M.gguf", None, Options(progress=False)).export(
         out, variant_from_flags(weight_format, **options))
     assert result.dflash_version == 2 and result.verify.ok
     r = _accept(fixtures_dir, fix2, out)
@@ -182,7 +182,7 @@ def test_identity_convolutions_are_accepted_clearly_less_and_verify_flags_them(f
     for mode in ("real", "identity", "no-shift"):
         ckpt = fix2 / "draft-ref" if mode == "real" else \
             b.edit_convolutions(fix2 / "draft-ref", tmp_path / mode / "ckpt", mode)
-        Job(ckpt, None, Options(progress=False)).export(tmp_path / mode / "draft")
+        Job.of(ckpt, None, Options(progress=False)).export(tmp_path / mode / "draft")
         runs[mode] = _accept(fixtures_dir, fix2, tmp_path / mode / "draft")
         assert runs[mode].overall.identical
     real, identity, no_shift = (runs[m].overall for m in ("real", "identity", "no-shift"))
@@ -191,7 +191,9 @@ def test_identity_convolutions_are_accepted_clearly_less_and_verify_flags_them(f
     assert no_shift.accepted_tokens < real.accepted_tokens
     assert [p.accepted_tokens for p in runs["no-shift"].prompts] != [p.accepted_tokens for p in runs["real"].prompts]
     # the identity IR runs and attaches without a word; given the real checkpoint, verify says it is wrong
-    checked = verify_draft(tmp_path / "identity" / "draft", reference=fix2 / "draft-ref")
+    from opened import open_draft
+
+    checked = verify_draft(tmp_path / "identity" / "draft", reference=open_draft(fix2 / "draft-ref"))
     assert not checked.ok and checked.finding("checkpoint-match").status == "fail"
 
 
@@ -199,7 +201,7 @@ def test_identity_convolutions_are_accepted_clearly_less_and_verify_flags_them(f
 def test_drift_measures_the_selector_against_the_top1_path(fixtures_dir, fix2, tmp_path):
 
     prompts = read_prompts(fix2 / "prompts.txt")
-    result = Job(fix2 / "draft-Q4_K_M.gguf", fixtures_dir / "target", Options(prompts=tuple(prompts) if prompts else None, progress=False)).drift(tmp_path / "drift", variants=["fp32"])
+    result = Job.of(fix2 / "draft-Q4_K_M.gguf", fixtures_dir / "target", Options(prompts=tuple(prompts) if prompts else None, progress=False)).drift(tmp_path / "drift", variants=["fp32"])
     s = result.selector
     assert s is not None and s.blocks >= len(prompts) and s.proposals == 7
     assert 0 < s.top1_accepted <= s.proposals and 0 <= s.selector_accepted <= s.proposals
@@ -213,7 +215,7 @@ def test_drift_measures_the_selector_against_the_top1_path(fixtures_dir, fix2, t
     state["candidate_selector.successor_codebook"] = state["candidate_selector.successor_codebook"] * 0
     save_file(state, str(zeroed / "model.safetensors"))
     (zeroed / "config.json").write_text((fix2 / "draft-ref" / "config.json").read_text())
-    flat = Job(zeroed, fixtures_dir / "target", Options(prompts=tuple(prompts) if prompts else None, progress=False)).drift(tmp_path / "drift-zeroed", variants=["fp32"]).selector
+    flat = Job.of(zeroed, fixtures_dir / "target", Options(prompts=tuple(prompts) if prompts else None, progress=False)).drift(tmp_path / "drift-zeroed", variants=["fp32"]).selector
     assert flat.selector_accepted == flat.top1_accepted
     assert flat.selector_by_position == flat.top1_by_position
 
@@ -225,7 +227,7 @@ def test_verifys_numpy_reference_is_the_pytorch_reference(fix2):
     import torch
 
     from gguf2ov.draft.reference import reference_outputs
-    from gguf2ov.draft.source import open_draft
+    from opened import open_draft
     from gguf2ov.runtime.draft_ir import synthetic_steps
     from gguf2ov.tools.dflash2_torch import load_dflash2
 

@@ -12,8 +12,10 @@ from pathlib import Path
 import dflash_builders as b
 import pytest
 
+from gguf2ov.ir.variants import parse_variant
+from gguf2ov.runtime.genai import GenerationSettings
 from gguf2ov.job import Job, Options
-from gguf2ov.draft.source import open_draft
+from opened import open_draft
 
 MAX_FIXTURE_BYTES = 20 * 1024 * 1024
 K = 7  # num_assistant_tokens; the draft was trained on blocks of K+1
@@ -86,9 +88,8 @@ def _accept(fixtures_dir, draft_dir):
     """The acceptance run as `gguf2ov accept` makes it (a BROKEN verdict says what verify finds)."""
     from gguf2ov.runtime.genai import read_prompts
 
-    options = Options(prompts=tuple(read_prompts(fixtures_dir / "prompts.txt")), max_new_tokens=MAX_NEW_TOKENS,
-                      num_assistant_tokens=K, precision="f32", progress=False)
-    return Job(None, fixtures_dir / "target", options).accept(draft_dir)
+    options = Options(prompts=tuple(read_prompts(fixtures_dir / "prompts.txt")), progress=False, generation=GenerationSettings(max_new_tokens=MAX_NEW_TOKENS, num_assistant_tokens=K, precision="f32"))
+    return Job.of(None, fixtures_dir / "target", options).accept(draft_dir)
 
 
 @pytest.mark.slow
@@ -121,7 +122,7 @@ def test_random_draft_is_rejected(fixtures_dir, tmp_path):
 def test_the_gguf_exported_weight_by_weight_is_accepted_as_the_reference(fixtures_dir, tmp_path, weight_format):
     """The streamed export of the Q4_K_M file (its dequantized values, or its own grid) in GenAI."""
 
-    Job(fixtures_dir / "draft-Q4_K_M.gguf", None, Options(progress=False)).export(tmp_path / "draft", weight_format)
+    Job.of(fixtures_dir / "draft-Q4_K_M.gguf", None, Options(progress=False)).export(tmp_path / "draft", parse_variant(weight_format))
     r = _accept(fixtures_dir, tmp_path / "draft")
     o = r.overall
     assert o.identical, [p.first_difference for p in r.prompts]

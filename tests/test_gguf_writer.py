@@ -86,7 +86,7 @@ def test_round_trip_q4_k_m(tmp_path):
     assert result.n_tensors == len(state) == 58
 
     out = tmp_path / "back"
-    back = Job(gguf_path, None, Options(progress=False)).convert(out, dtype="f32")
+    back = Job.of(gguf_path, None, Options(progress=False)).convert(out, dtype="f32")
     assert back.target_layer_ids_written == TARGET_IDS
     tensors = load_numpy(out / "model.safetensors")
     for hf_name, original in state.items():
@@ -111,7 +111,7 @@ def test_legacy_layout_needs_the_offset_flag(tmp_path, capsys):
     assert "tokenizer.ggml.mask_token_id" not in gguf.metadata
     assert main(["convert", str(gguf_path), "-o", str(tmp_path / "x")]) == 1
     assert "dflash.mask_token_id" in capsys.readouterr().err
-    result = Job(gguf_path, None, Options(target_layer_offset=0, progress=False)).convert(tmp_path / "x")
+    result = Job.of(gguf_path, None, Options(target_layer_offset=0, progress=False)).convert(tmp_path / "x")
     assert result.config["dflash_config"] == {"block_size": 16, "mask_token_id": MASK, "target_layer_ids": TARGET_IDS}
 
 
@@ -162,7 +162,7 @@ def test_dflash2_is_written_in_llama_cpp_layout(tmp_path):
     """Conv bases F32 without .weight (ne {H, ks, 2}), conv projections and the selector under
     llama.cpp's names and quantized by the Q4_K_M rule, the DFlash 2 keys, target layers + 1; and
     the file converts back to the same DFlash 2 checkpoint."""
-    from gguf2ov.stages.check import check
+    from opened import check
 
     vocab = 300
     config, state = _checkpoint(tmp_path / "ckpt", vocab_size=vocab, dflash2=True)
@@ -190,7 +190,7 @@ def test_dflash2_is_written_in_llama_cpp_layout(tmp_path):
     assert m["dflash.target_layers"] == [i + 1 for i in TARGET_IDS] and m["dflash.block_size"] == 16
 
     out = tmp_path / "back"
-    Job(gguf_path, None, Options(progress=False)).convert(out, dtype="f32")
+    Job.of(gguf_path, None, Options(progress=False)).convert(out, dtype="f32")
     written = json.loads((out / "config.json").read_text())
     assert written["architectures"] == ["DFlash2DraftModel"] and written["is_causal"] is False
     assert written["dflash_config"] == config["dflash_config"]
@@ -214,7 +214,7 @@ def test_dflash2_is_written_in_llama_cpp_layout(tmp_path):
 def test_a_v1_file_keeps_the_v1_architecture(tmp_path):
     _checkpoint(tmp_path / "ckpt", layers=2)
     write_dflash_gguf(tmp_path / "ckpt", tmp_path / "v1.gguf", mix="F32")
-    config = Job(tmp_path / "v1.gguf", None, Options(progress=False)).convert(tmp_path / "back").config
+    config = Job.of(tmp_path / "v1.gguf", None, Options(progress=False)).convert(tmp_path / "back").config
     assert config["architectures"] == ["DFlashDraftModel"] and "is_causal" not in config
 
 

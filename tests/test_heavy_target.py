@@ -10,7 +10,7 @@ import dflash_builders as b
 import pytest
 
 from gguf2ov.errors import Gguf2ovError
-from gguf2ov.draft.source import open_draft
+from opened import open_draft
 
 EXTRA_LAYERS = 2
 PROMPT = "The red fox lives in the forest. It likes to eat"
@@ -102,7 +102,7 @@ def test_the_comparison_sees_an_appended_layer_that_is_not_a_no_op(tmp_path_fact
     logits, and nothing the draft reads before it: the check compares what it should."""
     from safetensors.numpy import load_file, save_file
 
-    from gguf2ov.stages.target import export_target
+    from opened import build_target
     from gguf2ov.tools.widen import TOLERANCE, same_function, write_widened_checkpoint
 
     hf = _target_hf(tmp_path_factory)
@@ -115,8 +115,8 @@ def test_the_comparison_sees_an_appended_layer_that_is_not_a_no_op(tmp_path_fact
     assert not weights[name].any()
     weights[name] = weights["model.layers.0.self_attn.o_proj.weight"]
     save_file(weights, str(work / "hf" / "model.safetensors"), metadata={"format": "pt"})
-    export_target(hf, work / "original", weight_format="fp32", progress=False)
-    export_target(work / "hf", work / "wide", weight_format="fp32", progress=False)
+    build_target(hf, work / "original", weight_format="fp32", progress=False)
+    build_target(work / "hf", work / "wide", weight_format="fp32", progress=False)
 
     diffs = same_function(work / "original", work / "wide", n, cfg["vocab_size"])
     assert set(diffs) == {"logits", "final norm", *(f"layer {i}" for i in range(n - 1))}
@@ -136,6 +136,7 @@ def test_widened_target_folder_runs_in_genai_like_the_original(tmp_path_factory)
     import openvino as ov
 
     from gguf2ov.runtime.target import read_locators
+    from gguf2ov.runtime.genai import GenerationSettings
     from gguf2ov.stages.accept import run_acceptance
     from gguf2ov.cli.widen import widen_target
     from gguf2ov.stages.export import export_draft
@@ -174,8 +175,7 @@ def test_widened_target_folder_runs_in_genai_like_the_original(tmp_path_factory)
     # Same function in GenAI: greedy text equal, and a draft attached to either target sees the same
     # hidden states, so it proposes and gets accepted exactly the same tokens.
     draft = export_draft(open_draft(b.draft_gguf(tmp_path_factory)), out / "draft", progress=False)
-    runs = [run_acceptance(t, draft.out_dir, [PROMPT], max_new_tokens=NEW_TOKENS, num_assistant_tokens=3,
-                           progress=False) for t in (out / "base", folder)]
+    runs = [run_acceptance(t, draft.out_dir, [PROMPT], GenerationSettings(max_new_tokens=NEW_TOKENS, num_assistant_tokens=3), progress=False) for t in (out / "base", folder)]
     texts = {r.prompts[0].text_target for r in runs} | {r.prompts[0].text_draft for r in runs}
     assert len(texts) == 1 and runs[0].overall.generated_tokens > 0
     assert runs[0].overall.accepted_tokens == runs[1].overall.accepted_tokens

@@ -16,7 +16,7 @@ from openvino import opset13 as ops
 from gguf2ov.errors import Gguf2ovError
 from gguf2ov.ir import nncf_weights as nw
 from gguf2ov.ir.irweights import matmul_weights
-from gguf2ov.draft.source import open_draft
+from opened import open_draft
 from gguf2ov.ir.variants import parse_variant
 from gguf2ov.numerics import compile_exact
 

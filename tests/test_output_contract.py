@@ -204,7 +204,7 @@ def test_run(fixtures_dir, prompts, tmp_path):
 def test_target(fixtures_dir, tmp_path):
     code, data, md, _ = quiet_run(["target", fixtures_dir / "target-hf", "-o", tmp_path / "t"], *reports(tmp_path, "t"))
     assert code == 0 and data["state_variables"] == 8 and data["arch"] == "qwen3"
-    assert md.startswith("## gguf2ov target") and "| paged-attention | pass |" in md
+    assert md.startswith("## gguf2ov target") and "| target-paged | pass |" in md
 
 
 @pytest.mark.slow

@@ -199,7 +199,7 @@ def test_genai_loads_the_repository_from_the_paths_the_graph_names(fixtures_dir,
     from gguf2ov.runtime.genai import properties
 
     draft = tmp_path / "draft"
-    Job(fixtures_dir / "draft-Q4_K_M.gguf", None, Options(progress=False)).export(draft)
+    Job.of(fixtures_dir / "draft-Q4_K_M.gguf", None, Options(progress=False)).export(draft)
     ovms_repository(fixtures_dir / "target", draft, tmp_path / "models", name="org/tiny", progress=False)
     model = tmp_path / "models" / "org" / "tiny"
     options = llm_options(parse_graph((model / "graph.pbtxt").read_text()).node[0])

@@ -6,6 +6,7 @@ import dflash_builders as b
 import pytest
 
 from gguf2ov import cli
+from gguf2ov.runtime.genai import GenerationSettings
 from gguf2ov.job import Job, Options
 from gguf2ov.maps.load import shipped_maps
 from gguf2ov.run import run
@@ -70,8 +71,8 @@ def test_run_calls_a_random_draft_broken(fixtures_dir, heavy_target, tmp_path):
     cfg = json.loads((fixtures_dir / "draft-ref" / "config.json").read_text())
     write_dflash_gguf(b.random_checkpoint(cfg, tmp_path / "random"), tmp_path / "random-Q4_K_M.gguf",
                       tokenizer_dir=fixtures_dir / "target-hf")
-    options = Options(prompts=tuple(read_prompts(fixtures_dir / "prompts.txt")[:2]), max_new_tokens=40, progress=False)
-    result = run(Job(tmp_path / "random-Q4_K_M.gguf", heavy_target, options), tmp_path / "run", variants=["fp32"])
+    options = Options(prompts=tuple(read_prompts(fixtures_dir / "prompts.txt")[:2]), progress=False, generation=GenerationSettings(max_new_tokens=40))
+    result = run(Job.of(tmp_path / "random-Q4_K_M.gguf", heavy_target, options), tmp_path / "run", variants=["fp32"])
     assert result.verdict == "BROKEN"
     assert [s.status for s in result.stages][-1] == "fail"
     # the tap scan does not blame the layers of a draft that predicts nothing at any of them

@@ -12,7 +12,7 @@ import pytest
 from gguf2ov import cli
 from gguf2ov.checks.taps import CLEAR_MARGIN, FITS
 from gguf2ov.errors import Gguf2ovError
-from gguf2ov.runtime.target import Target
+from gguf2ov.runtime.target import TargetIR
 
 LABELS = list(ot.FORMATS)
 
@@ -32,7 +32,7 @@ def fp32_draft(tmp_path_factory, fixtures_dir):
 @pytest.mark.slow
 @pytest.mark.parametrize("label", LABELS)
 def test_embedding_head_and_taps_are_found_by_structure_in_every_form(targets, label):
-    reference, target = Target.open(targets["fp32"]), Target.open(targets[label])
+    reference, target = TargetIR.open(targets["fp32"]), TargetIR.open(targets[label])
     names = {"fp32": "aten::", "fp16": "ov_ext::"}
     if label in names:  # the two spellings optimum writes, which no name lookup here depends on
         assert names[label] in target.embedding.get_friendly_name() + target.head.get_friendly_name() \
@@ -132,7 +132,7 @@ def headless_target(target, out):
 
     shutil.copytree(target, out)
     model = ov.Core().read_model(str(target / "openvino_model.xml"))
-    head = Target.open(target).head
+    head = TargetIR.open(target).head
     nodes = {op.get_friendly_name(): op for op in model.get_ordered_ops()}
     weight = ops.parameter(head.input_value(1).get_partial_shape(), np.float32, name="head_weight")
     nodes[head.get_friendly_name()].input(1).replace_source_output(weight.output(0))
@@ -146,7 +146,7 @@ def test_a_target_without_a_locatable_head_fails_and_says_what_was_looked_for(ta
                                                                               tmp_path, capsys):
     broken = headless_target(targets["int8"], tmp_path / "headless")
     with pytest.raises(Gguf2ovError, match="looked for the MatMul of a constant weight that makes the logits"):
-        Target.open(broken).head
+        TargetIR.open(broken).head
     report = tmp_path / "verify.json"
     assert cli.main(["verify", str(fp32_draft), "--target", str(broken), "--json", str(report), "--quiet"]) == 1
     checks = {c["name"]: c for c in json.loads(report.read_text())["checks"]}

@@ -61,7 +61,7 @@ def test_inspect_result(gguf):
 
 def test_convert_result(gguf, tmp_path):
 
-    result = Job(gguf, None, Options(progress=False)).convert(tmp_path / "hf")
+    result = Job.of(gguf, None, Options(progress=False)).convert(tmp_path / "hf")
     text, data, md = three_forms(result)
     assert data["n_tensors"] == 25 and data["target_layer_ids_written"] == [1, 2] and data["dtype"] == "bf16"
     in_all("written dflash_config.target_layer_ids = [1, 2]", text, md)
@@ -70,7 +70,7 @@ def test_convert_result(gguf, tmp_path):
 
 @pytest.fixture(scope="module")
 def check_result(gguf, fixtures_dir):
-    from gguf2ov.stages.check import check
+    from opened import check
 
     return check(gguf, fixtures_dir / "draft-ref", progress=False)
 
@@ -96,7 +96,7 @@ def test_check_result_in_full_and_as_the_terminal_shows_it(check_result):
 @pytest.fixture(scope="module")
 def export_result(gguf, tmp_path_factory):
 
-    return Job(gguf, None, Options(progress=False)).export(tmp_path_factory.mktemp("export") / "draft")
+    return Job.of(gguf, None, Options(progress=False)).export(tmp_path_factory.mktemp("export") / "draft")
 
 
 @pytest.mark.slow
@@ -123,7 +123,7 @@ def test_verify_result(export_result):
 @pytest.mark.slow
 def test_drift_result(gguf, tmp_path):
 
-    result = Job(gguf, None, Options(progress=False)).drift(tmp_path / "variants", variants=["fp32", "int8"])
+    result = Job.of(gguf, None, Options(progress=False)).drift(tmp_path / "variants", variants=["fp32", "int8"])
     text, data, md = three_forms(result)
     int8 = next(v for v in data["variants"] if v["name"] == "int8")
     assert int8["verified"] is True and 0 < int8["rel_err"] < 0.05
@@ -202,13 +202,13 @@ def _tap_scan(verdict="fits"):
 
 @pytest.mark.slow
 def test_target_result(fixtures_dir, tmp_path):
-    from gguf2ov.stages.target import export_target
+    from opened import build_target
 
-    result = export_target(fixtures_dir / "target-hf", tmp_path / "t", progress=False)
+    result = build_target(fixtures_dir / "target-hf", tmp_path / "t", progress=False)
     text, data, md = three_forms(result)
     assert data["locators"]["0"] == "__module.model.layers.0/aten::add/Add_1"
     assert "| runtime_options/KV_CACHE_PRECISION | f16 |" in md
-    in_all("target checks: 6/6 pass", text, md)
+    in_all("target checks: 7/7 pass", text, md)
 
 
 def test_tap_scan():

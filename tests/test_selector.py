@@ -6,7 +6,7 @@ import numpy as np
 
 from gguf2ov.checks.selector import accepted, draft_logits, selector_walk
 from gguf2ov.draft.config import draft_config
-from gguf2ov.runtime.target import Target
+from gguf2ov.runtime.target import TargetIR
 
 # a valid draft config: the multiplier and softcap live under dflash_config, as a DFlash 2 config holds them
 CONFIG = {"model_type": "qwen3", "hidden_size": 2, "num_hidden_layers": 1, "num_attention_heads": 1,
@@ -50,7 +50,7 @@ def test_draft_logits_apply_the_drafts_multiplier_and_softcap():
 
 def test_greedy_continuation_is_the_targets_own_next_token_at_every_step(fixtures_dir):
     """Decoding with the KV state gives the tokens a full forward pass over the sequence predicts."""
-    target = Target.open(fixtures_dir / "target")
+    target = TargetIR.open(fixtures_dir / "target")
     prompt = target.tokenize("The history of the printing press begins")
     sequence = target.greedy(prompt, 12)
     assert len(sequence) == len(prompt) + 12 and list(sequence[:len(prompt)]) == list(prompt)

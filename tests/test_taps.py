@@ -15,9 +15,9 @@ from gguf2ov import cli
 from gguf2ov.checks.taps import CLEAR_MARGIN, FITS, MISFIT, candidate_sets, scan_taps
 from gguf2ov.errors import Gguf2ovError
 from gguf2ov.job import Job, Options
-from gguf2ov.draft.source import open_draft
+from opened import open_draft
 from gguf2ov.runtime.genai import read_prompts
-from gguf2ov.runtime.target import Target
+from gguf2ov.runtime.target import TargetIR
 from gguf2ov.stages.export import export_draft
 from gguf2ov.stages.verify import verify_draft
 
@@ -37,7 +37,7 @@ def drafts(fixtures_dir, tmp_path_factory):
 
 
 def test_the_trained_layers_win_with_a_clear_margin(fixtures_dir, drafts, prompts):
-    scan = scan_taps(drafts / "right", fixtures_dir / "target", prompts=prompts)
+    scan = scan_taps(drafts / "right", TargetIR.open(fixtures_dir / "target"), prompts=prompts)
     assert scan.verdict == FITS and scan.best == "configured" and scan.best_ids == [1, 2]
     assert scan.margin >= CLEAR_MARGIN
     assert [s.label for s in scan.sets] == ["configured", "shift -1", "shift +1"]
@@ -49,7 +49,7 @@ def test_the_trained_layers_win_with_a_clear_margin(fixtures_dir, drafts, prompt
 
 
 def test_wrong_layers_are_named_with_the_shift_that_fits(fixtures_dir, drafts, prompts):
-    scan = scan_taps(drafts / "wrong", fixtures_dir / "target", prompts=prompts)
+    scan = scan_taps(drafts / "wrong", TargetIR.open(fixtures_dir / "target"), prompts=prompts)
     assert scan.configured == [0, 1]
     assert scan.verdict == MISFIT and scan.best_ids == [1, 2] and scan.best_shift == 1
     assert scan.lag >= CLEAR_MARGIN
@@ -73,14 +73,14 @@ def test_genai_accepts_far_less_from_a_draft_one_layer_off(fixtures_dir, drafts,
 
 
 def test_named_sets_are_scored_beside_the_shifts(fixtures_dir, drafts, prompts):
-    scan = scan_taps(drafts / "right", fixtures_dir / "target", prompts=prompts[:2], shifts=(), named=[[0, 3]])
+    scan = scan_taps(drafts / "right", TargetIR.open(fixtures_dir / "target"), prompts=prompts[:2], shifts=(), named=[[0, 3]])
     assert [(s.label, s.ids) for s in scan.sets] == [("configured", [1, 2]), ("named 1", [0, 3])]
     with pytest.raises(Gguf2ovError, match="outside the target's layers"):
         candidate_sets([1, 2], range(4), named=[[3, 4]])
 
 
 def test_one_target_pass_gives_every_tap(fixtures_dir):
-    target = Target.open(fixtures_dir / "target")
+    target = TargetIR.open(fixtures_dir / "target")
     tokens = target.tokenize("The wise owl lives in the old oak tree.")
     every = target.layer_states(tokens, target.tap_layers)
     assert target.tap_layers == [0, 1, 2, 3] and every.shape == (4, len(tokens), 256)
@@ -89,12 +89,12 @@ def test_one_target_pass_gives_every_tap(fixtures_dir):
 
 
 def test_verify_fails_the_wrong_offset_and_names_the_right_one(fixtures_dir, drafts, prompts):
-    wrong = verify_draft(drafts / "wrong", target=fixtures_dir / "target", prompts=prompts)
+    wrong = verify_draft(drafts / "wrong", target=TargetIR.open(fixtures_dir / "target"), prompts=prompts)
     fit = wrong.finding("layer-fit")
     assert not wrong.ok and fit.status == "fail"
     assert "made with --target-layer-offset -1, the GGUF fits --target-layer-offset 0" in fit.reason
     assert wrong.taps.best_ids == [1, 2]
-    right = verify_draft(drafts / "right", target=fixtures_dir / "target", prompts=prompts)
+    right = verify_draft(drafts / "right", target=TargetIR.open(fixtures_dir / "target"), prompts=prompts)
     assert right.ok and right.finding("layer-fit").status == "pass"
     assert "Target layer tap scan" in [t.title for t in right.tables()]
 
@@ -144,9 +144,9 @@ def test_an_ambiguous_file_resolves_to_the_right_offset(fixtures_dir, tmp_path, 
     path = fixtures_dir / "draft-legacy-Q4_K_M.gguf" if kind == "first converter" else \
         _current_without_mask_key(fixtures_dir, tmp_path)
     with pytest.raises(Gguf2ovError) as refused:
-        Job(path, None, Options(progress=False)).convert(tmp_path / "refused")
+        Job.of(path, None, Options(progress=False)).convert(tmp_path / "refused")
     assert "--target" in refused.value.hint
-    result = Job(path, fixtures_dir / "target", Options(progress=False, prompts=tuple(prompts) if prompts else None)).convert(tmp_path / "ckpt")
+    result = Job.of(path, fixtures_dir / "target", Options(progress=False, prompts=tuple(prompts) if prompts else None)).convert(tmp_path / "ckpt")
     decision = result.offset_decision
     assert decision.offset == offset and result.target_layer_ids_written == ids
     assert decision.scan.margin >= CLEAR_MARGIN
@@ -156,7 +156,7 @@ def test_an_ambiguous_file_resolves_to_the_right_offset(fixtures_dir, tmp_path, 
     assert options["target_layer_offset_measured"]["ids"] == ids
     # the other offset, forced, is what verify --target fails
     draft = export_draft(open_draft(path, target_layer_offset=-1 if offset == 0 else 0), tmp_path / "forced", progress=False)
-    verified = verify_draft(draft.out_dir, target=fixtures_dir / "target", prompts=prompts)
+    verified = verify_draft(draft.out_dir, target=TargetIR.open(fixtures_dir / "target"), prompts=prompts)
     assert verified.finding("layer-fit").status == "fail"
     assert f"fits --target-layer-offset {offset}" in verified.finding("layer-fit").reason
 
@@ -167,12 +167,12 @@ def test_a_file_listing_layer_zero_has_one_choice_and_the_scan_checks_it(fixture
     path = _copy_gguf(fixtures_dir / "draft-Q4_K_M.gguf", tmp_path / "zero.gguf", drop=("dflash.target_layers",),
                       put={"dflash.target_layers": ([0, 1], GGUFValueType.ARRAY, GGUFValueType.INT32)})
     with pytest.raises(Gguf2ovError, match="only choice inside the target") as refused:
-        Job(path, fixtures_dir / "target", Options(prompts=tuple(prompts) if prompts else None, progress=False)).settle_offset()
+        Job.of(path, fixtures_dir / "target", Options(prompts=tuple(prompts) if prompts else None, progress=False)).offset_decision
     assert "[1, 2]" in refused.value.message
 
 
 def test_export_settles_the_offset_and_verifies_against_the_target(fixtures_dir, tmp_path, prompts):
-    result = Job(fixtures_dir / "draft-legacy-Q4_K_M.gguf", fixtures_dir / "target", Options(progress=False, prompts=tuple(prompts) if prompts else None)).export(tmp_path / "ir")
+    result = Job.of(fixtures_dir / "draft-legacy-Q4_K_M.gguf", fixtures_dir / "target", Options(progress=False, prompts=tuple(prompts) if prompts else None)).export(tmp_path / "ir")
     assert result.target_layer_ids == [1, 2] and result.offset_decision.offset == 0
     assert result.verify.finding("layer-fit").status == "pass"
     options = json.loads((tmp_path / "ir" / "gguf2ov.json").read_text())["options"]
@@ -181,8 +181,8 @@ def test_export_settles_the_offset_and_verifies_against_the_target(fixtures_dir,
 
 def test_check_with_a_target_reports_the_layer_fit(fixtures_dir, prompts):
 
-    result = Job(fixtures_dir / "draft-legacy-Q4_K_M.gguf", fixtures_dir / "target", Options(progress=False, prompts=tuple(prompts) if prompts else None)).check(fixtures_dir / "draft-ref")
+    result = Job.of(fixtures_dir / "draft-legacy-Q4_K_M.gguf", fixtures_dir / "target", Options(progress=False, prompts=tuple(prompts) if prompts else None)).check(fixtures_dir / "draft-ref")
     assert not result.passed
     assert any(d.code == "layer_fit" and "--target-layer-offset 0" in d.message for d in result.diagnoses)
-    right = Job(fixtures_dir / "draft-Q4_K_M.gguf", fixtures_dir / "target", Options(progress=False, prompts=tuple(prompts) if prompts else None)).check(fixtures_dir / "draft-ref")
+    right = Job.of(fixtures_dir / "draft-Q4_K_M.gguf", fixtures_dir / "target", Options(progress=False, prompts=tuple(prompts) if prompts else None)).check(fixtures_dir / "draft-ref")
     assert right.passed and right.taps.verdict == FITS

@@ -10,9 +10,9 @@ from ggufs import Q, decoder_kv, decoder_tensors, write_gguf
 
 from gguf2ov.cli import main
 from gguf2ov.errors import Gguf2ovError
-from gguf2ov.draft.source import open_draft
-from gguf2ov.target.source import open_target
-from gguf2ov.stages.target import export_target
+from opened import open_draft
+from opened import open_target
+from opened import build_target
 
 QWEN3_LAYER = ["attn_norm", "ffn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down",
                "attn_q_norm", "attn_k_norm"]
@@ -50,12 +50,17 @@ def test_a_checkpoint_becomes_a_checked_target_folder(tmp_path, fixtures_dir, ca
     assert record["options"]["variant"] == "fp32" and record["sources"]["source"]["sha256"]
     report = json.loads((tmp_path / "r.json").read_text())
     assert {c["name"]: c["status"] for c in report["checks"]} == dict.fromkeys(
-        ["inputs", "logits", "state", "locators", "genai-finders", "paged-attention"], "pass")
+        ["target-inputs", "target-logits", "target-state", "target-locators", "target-embedding", "target-head",
+         "target-paged"], "pass")
+    # what GenAI attaches the draft to carries optimum's f32 names, which irweights reads weights back by
+    reasons = {c["name"]: c["reason"] for c in report["checks"]}
+    assert "__module.model.embed_tokens/aten::embedding/Gather" in reasons["target-embedding"]
+    assert "lm_head __module.lm_head/aten::linear/MatMul" in reasons["target-head"]
     assert report["locators"]["3"] == "__module.model.norm/aten::mul/Multiply_1"
 
 
 def test_a_gguf_target_states_its_config_and_generation_ids(tmp_path, q4_k_m, fixtures_dir):
-    result = export_target(q4_k_m, tmp_path / "t", tokenizer_dir=fixtures_dir / "target-hf", progress=False)
+    result = build_target(q4_k_m, tmp_path / "t", tokenizer_dir=fixtures_dir / "target-hf", progress=False)
     assert result.weight_format == "gguf" and result.transcoded == 29  # every 2-D weight; 17 F32 norms
     config = json.loads((tmp_path / "t" / "config.json").read_text())
     ref = json.loads((fixtures_dir / "target-hf" / "config.json").read_text())
@@ -75,7 +80,7 @@ def test_the_gguf_format_carries_the_files_grid_embedding_included(tmp_path, q4_
     from gguf2ov.ir.irweights import ir_weights
     from gguf2ov.numerics import compile_exact
 
-    result = export_target(q4_k_m, tmp_path / "t", tokenizer_dir=fixtures_dir / "target-hf",
+    result = build_target(q4_k_m, tmp_path / "t", tokenizer_dir=fixtures_dir / "target-hf",
                            compact_grid=compact_grid, progress=False)
     grid = "compact" if compact_grid else "folded"
     assert result.grid == grid
@@ -100,7 +105,7 @@ def test_the_gguf_format_carries_the_files_grid_embedding_included(tmp_path, q4_
 
 @pytest.mark.parametrize("weight_format", ["fp16", "int4"])
 def test_other_formats_keep_what_genai_finds(tmp_path, fixtures_dir, weight_format):
-    result = export_target(fixtures_dir / "target-hf", tmp_path / weight_format, weight_format=weight_format,
+    result = build_target(fixtures_dir / "target-hf", tmp_path / weight_format, weight_format=weight_format,
                            progress=False)
     assert all(c.status == "pass" for c in result.checks)
     if weight_format == "int4":  # optimum-cli's defaults for a model it has no preset for
@@ -315,10 +320,11 @@ def fixture_draft(tmp_path_factory, fixtures_dir):
 
 
 def _accept(target, draft, fixtures_dir):
+    from gguf2ov.runtime.genai import GenerationSettings
     from gguf2ov.stages.accept import run_acceptance
 
     prompts = [line.strip() for line in (fixtures_dir / "prompts.txt").read_text().splitlines() if line.strip()]
-    return run_acceptance(target, draft, prompts, max_new_tokens=100, num_assistant_tokens=7, progress=False)
+    return run_acceptance(target, draft, prompts, GenerationSettings(max_new_tokens=100, num_assistant_tokens=7), progress=False)
 
 
 @pytest.mark.slow

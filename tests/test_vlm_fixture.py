@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from dflash_builders import draft_model
 
-from gguf2ov.draft.source import open_draft
+from opened import open_draft
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES_ROOT = REPO / "fixtures"
@@ -122,13 +122,13 @@ def test_vlm_fixture_files_and_budget(vlm_dir):
 
 @pytest.mark.slow
 def test_vlm_reference_draft_is_accepted_on_text_prompts(vlm_dir, vlm_builder, tmp_path):
+    from gguf2ov.runtime.genai import GenerationSettings
     from gguf2ov.stages.accept import run_acceptance
     from gguf2ov.stages.export import export_draft
 
     export_draft(open_draft(vlm_dir / "draft-ref"), tmp_path / "draft", progress=False)
     prompts = [p for p in (vlm_dir / "prompts.txt").read_text().splitlines() if p.strip()]
-    r = run_acceptance(vlm_dir / "target", tmp_path / "draft", prompts, max_new_tokens=vlm_builder.MAX_NEW_TOKENS,
-                       num_assistant_tokens=vlm_builder.K, precision="f32", progress=False)
+    r = run_acceptance(vlm_dir / "target", tmp_path / "draft", prompts, GenerationSettings(max_new_tokens=vlm_builder.MAX_NEW_TOKENS, num_assistant_tokens=vlm_builder.K, precision="f32"), progress=False)
     assert r.pipeline == "VLMPipeline"
     s = vlm_builder.summarize(r, "text")
     assert s["identical"], [(p.text_target, p.text_draft) for p in r.prompts if not p.identical]

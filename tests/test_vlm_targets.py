@@ -11,9 +11,11 @@ import dflash_builders as b
 import numpy as np
 import pytest
 
+from opened import open_draft
 from gguf2ov.job import Job, Options
 from gguf2ov.runtime.genai import read_prompts
-from gguf2ov.runtime.target import Target
+from gguf2ov.runtime.target import TargetIR
+from gguf2ov.runtime.genai import GenerationSettings
 from gguf2ov.stages.accept import run_acceptance
 from gguf2ov.stages.verify import verify_draft
 
@@ -30,7 +32,7 @@ def vlm(fixtures_dir) -> Path:
 @pytest.fixture(scope="module")
 def draft(vlm, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("vlm") / "draft"
-    Job(vlm / "draft-Q4_K_M.gguf", None, Options(progress=False)).export(out)
+    Job.of(vlm / "draft-Q4_K_M.gguf", None, Options(progress=False)).export(out)
     return out
 
 
@@ -44,7 +46,7 @@ def test_the_targets_taps_and_embeddings_are_the_hf_models(vlm):
     import torch
     from transformers import Gemma4ForConditionalGeneration
 
-    target = Target.open(vlm / "target")
+    target = TargetIR.open(vlm / "target")
     assert target.kind == "vlm" and target.config["num_hidden_layers"] == 4
     ids = json.loads((vlm / "draft-ref" / "config.json").read_text())["dflash_config"]["target_layer_ids"]
     tokens = target.tokenize("The red fox lives in the forest.")
@@ -61,7 +63,7 @@ def test_the_targets_taps_and_embeddings_are_the_hf_models(vlm):
 
 
 def test_verify_reads_the_language_model_and_text_config(vlm, draft):
-    result = verify_draft(draft, target=vlm / "target", reference=vlm / "draft-Q4_K_M.gguf")
+    result = verify_draft(draft, target=TargetIR.open(vlm / "target"), reference=open_draft(vlm / "draft-Q4_K_M.gguf"))
     assert result.ok, [c for c in result.checks if c.status == "fail"]
     assert "openvino_language_model.xml: 4 layers, hidden 128" in result.finding("target").reason
     assert result.finding("target-locators").status == "pass"
@@ -77,15 +79,14 @@ def test_a_vlm_target_without_annotation_is_refused_as_genai_would(vlm, draft, t
     rt = tree.getroot().find("rt_info")
     rt.remove(rt.find("hidden_states_decoder_layers"))
     tree.write(xml)
-    finding = verify_draft(draft, target=bare).finding("target-locators")
+    finding = verify_draft(draft, target=TargetIR.open(bare)).finding("target-locators")
     assert finding.status == "fail"
     assert "Eagle3 fallback found 0 outputs for 2 requested target layers" in finding.reason
 
 
 @pytest.mark.slow
 def test_vlm_pipeline_accepts_the_converted_draft_on_text_and_image_prompts(vlm, draft):
-    r = run_acceptance(vlm / "target", draft, _prompts(vlm), max_new_tokens=100, num_assistant_tokens=7,
-                       precision="f32", progress=False)
+    r = run_acceptance(vlm / "target", draft, _prompts(vlm), GenerationSettings(max_new_tokens=100, num_assistant_tokens=7, precision="f32"), progress=False)
     assert r.pipeline == "VLMPipeline" and r.device == "CPU"
     assert r.overall.identical, [p.first_difference for p in r.prompts]
     text, image = r.by_kind["text"], r.by_kind["image"]
@@ -99,9 +100,8 @@ def test_vlm_pipeline_accepts_the_converted_draft_on_text_and_image_prompts(vlm,
 def test_a_random_draft_on_a_vlm_target_is_broken(vlm, tmp_path):
     config = json.loads((vlm / "draft-ref" / "config.json").read_text())
     b.random_checkpoint(config, tmp_path / "random")
-    Job(tmp_path / "random", None, Options(progress=False)).export(tmp_path / "draft")
-    r = run_acceptance(vlm / "target", tmp_path / "draft", read_prompts(vlm / "prompts.txt"), max_new_tokens=60,
-                       num_assistant_tokens=7, precision="f32", progress=False)
+    Job.of(tmp_path / "random", None, Options(progress=False)).export(tmp_path / "draft")
+    r = run_acceptance(vlm / "target", tmp_path / "draft", read_prompts(vlm / "prompts.txt"), GenerationSettings(max_new_tokens=60, num_assistant_tokens=7, precision="f32"), progress=False)
     assert r.overall.identical and r.verdict == "BROKEN", r.summary()
 
 
@@ -109,7 +109,7 @@ def test_a_random_draft_on_a_vlm_target_is_broken(vlm, tmp_path):
 def test_run_on_a_vlm_target_names_the_pipeline(vlm, tmp_path):
     from gguf2ov.run import run
 
-    job = Job(vlm / "draft-Q4_K_M.gguf", vlm / "target", Options(prompts=tuple(_prompts(vlm)), progress=False))
+    job = Job.of(vlm / "draft-Q4_K_M.gguf", vlm / "target", Options(prompts=tuple(_prompts(vlm)), progress=False))
     result = run(job, tmp_path / "run", reference_dir=vlm / "draft-ref", variants=["fp32", "int4_asym_g16"])
     stages = {s.name: s.status for s in result.stages}
     assert all(stages[s] == "pass" for s in ("convert", "check", "drift", "verify:gguf")), result.stages

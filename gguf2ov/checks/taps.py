@@ -239,18 +239,15 @@ def decide(scored: list[TapSet], blocks: int, threshold: float = CLEAR_MARGIN):
 def scan_taps(draft_dir, target, prompts=None, shifts=SHIFTS, named=(), configured=None,
               new_tokens: int = DEFAULT_NEW_TOKENS, blocks_per_prompt: int = DEFAULT_BLOCKS_PER_PROMPT,
               threshold: float = CLEAR_MARGIN) -> TapScan:
-    """Scan the draft IR in `draft_dir` against `target` (a folder or a `target.Target`).
+    """Scan the draft IR in `draft_dir` against `target` (a runtime.target.TargetIR).
 
     `configured` overrides the draft's own target_layer_ids (the ids its config states); `named` are
     further layer sets to score; `prompts` default to accept's.
     """
     from ..runtime.draft_ir import DraftIR
     from ..runtime.genai import DEFAULT_PROMPTS
-    from ..runtime.target import Target
-
     start = time.perf_counter()
     draft = DraftIR(draft_dir)
-    target = target if isinstance(target, Target) else Target.open(target)
     configured = list(configured or draft.config.target_layer_ids)
     tappable = target.tap_layers
     if not tappable:
@@ -318,3 +315,53 @@ class OffsetDecision:
                 "margin": self.scan.margin, "blocks": self.scan.blocks,
                 "sets": {s.label: {"ids": s.ids, "lowest_share": s.lowest_share, "mean_logprob": s.mean_logprob,
                                    "top1": s.top1} for s in self.sets()}}
+
+
+def settle_offset(gguf, amap, target, scan, progress: bool = True) -> OffsetDecision | None:
+    """The target layer offset of a GGUF whose layout is ambiguous, measured against `target` (a
+    runtime.target.TargetIR) with the tap scan; None when the file settles it. Refuses (Gguf2ovError)
+    when the measurement cannot tell. `scan(offset, shifts, named) -> TapScan` scans the GGUF read with
+    that offset (the job exports it to a temporary folder first)."""
+    from ..maps.arch_map import flag_option
+    from ..progress import step
+
+    why = amap.flag_ambiguity(gguf, "target_layer_offset")
+    if not why:
+        return None
+    hf_key, gguf_key = amap.flag_rule("target_layer_offset")
+    rule = amap.config[hf_key]
+    declared = list(gguf.metadata[gguf_key])
+    tappable = set(target.tap_layers)
+    choices, invalid = {}, {}
+    for offset in rule.get("choices", {}):
+        ids = [i + int(offset) for i in declared]
+        if any(i < rule.get("min", 0) for i in ids):
+            invalid[int(offset)] = f"ids {ids} below {rule.get('min', 0)}"
+        elif not all(i in tappable for i in ids):
+            invalid[int(offset)] = f"ids {ids} outside the target's layers"
+        else:
+            choices[int(offset)] = ids
+    flag = flag_option(rule["flag"])
+    if not choices:
+        raise Gguf2ovError(f"{gguf.path}: no choice of {flag} puts {declared} inside the target "
+                           f"({'; '.join(f'offset {o}: {w}' for o, w in invalid.items())})",
+                           hint="is this the target the draft was made for?")
+    first = next(iter(choices))
+    step(f"{gguf.path.name}: target layer layout ambiguous; measuring offsets {sorted(choices)} against "
+         f"{target.path}", progress)
+    others = {f"offset {o}": ids for o, ids in choices.items() if o != first}
+    single = not others
+    result = scan(first, SHIFTS if single else (), others)
+    labels = {"configured": first, **{f"offset {o}": o for o in choices}}
+    if single:
+        if result.verdict == MISFIT:
+            raise Gguf2ovError(f"{gguf.path}: {flag} {first} is the only choice inside the target, but the tap "
+                               f"scan says the draft fits other layers: {result.finding()}",
+                               hint="is this the target the draft was made for?")
+        return OffsetDecision(str(gguf.path), declared, why, choices, invalid, first, choices[first], result)
+    if not result.clear:
+        raise Gguf2ovError(f"{gguf.path}: the tap scan cannot tell which {flag} fits: {result.finding()}",
+                           hint=f"pass {flag} explicitly (-1: the current llama.cpp converter, 0: its first one), "
+                                "or scan with more prompts (--prompts)")
+    offset = labels[result.best]
+    return OffsetDecision(str(gguf.path), declared, why, choices, invalid, offset, choices[offset], result)

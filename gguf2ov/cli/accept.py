@@ -3,7 +3,6 @@
 from pathlib import Path
 
 from ..job import Job
-from ..stages.accept import require_inputs
 from . import args as a
 from .output import add_output_arguments, emit
 
@@ -20,7 +19,6 @@ def configure_parser(parser) -> None:
 
 def main(args) -> int:
     job = Job.from_args(args, source=None)
-    require_inputs(args.target, args.draft, args.max_new_tokens, args.num_assistant_tokens, args.repeats,
-                   args.precision)
+    job.options.generation.check()
     result = job.accept(args.draft)
     return emit(result, args, title="Acceptance", code=0 if result.verdict == "PASS" else 1)

@@ -61,6 +61,26 @@ def variant_from_args(args, default_group_size: int):
                               default_group_size=default_group_size)
 
 
+def target_build(weight_format: str | None = None, group_size: int | None = None, sym: bool = False,
+                 ratio: float | None = None, all_layers: bool = False, compact_grid: bool = False,
+                 tokenizer_dir=None, map_path=None):
+    """How a command builds a target from the model a target argument names: `build(source)` makes its
+    `sources.TargetBuild` (the weight format defaults to `gguf` for a GGUF, `fp32` for a checkpoint)."""
+    from ..ir.variants import TARGET_GROUP_SIZE, require_source_for
+    from ..sources import TargetBuild
+
+    def build(source):
+        variant = variant_from_flags(weight_format or ("gguf" if source.kind == "gguf" else "fp32"), group_size,
+                                     sym, ratio, all_layers, default_group_size=TARGET_GROUP_SIZE)
+        require_source_for(variant, source.kind)
+        if map_path is not None and source.kind != "gguf":
+            raise Gguf2ovError("--map applies to a GGUF source only", hint="a checkpoint folder is read by its config.json")
+        return TargetBuild(source, variant, compact_grid, Path(tokenizer_dir) if tokenizer_dir else None,
+                           Path(map_path) if map_path else None)
+
+    return build
+
+
 def acceptance_arguments(parser, device_help: str = "device of every GenAI run") -> None:
     parser.add_argument("--max-new-tokens", type=int, default=100)
     parser.add_argument("--num-assistant-tokens", type=int, default=7, help="tokens the draft proposes per step (K)")
@@ -76,9 +96,6 @@ def min_corr_argument(parser) -> None:
                         help="the Pearson correlation every tensor must reach (default 0.99)")
 
 
-def output_folder_arguments(parser, help: str) -> None:
-    parser.add_argument("-o", "--output", required=True, metavar="OUT_DIR", help=help)
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
 
 
 def parse_list(value: str | None) -> list[str] | None:

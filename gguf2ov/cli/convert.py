@@ -6,10 +6,11 @@ from pathlib import Path
 
 from ..errors import Gguf2ovError, printable
 from ..hf.write import DEFAULT_MAX_SHARD_SIZE, DTYPES
-from ..job import Job
+from ..job import Job, Options
 from ..outputs import require_output_dir
 from ..report import render, write_reports
-from ..stages.check import TerminalView, check
+from ..sources import CheckpointSpec
+from ..stages.check import TerminalView
 from . import args as a
 from .output import add_output_arguments, emit, report_path, stdout_is_report
 
@@ -57,7 +58,8 @@ def main(args) -> int:
         return 0
     # the written checkpoint checked, shown under --quiet only when it fails (the exit code alone would
     # not say what is wrong); with --json - / --markdown -, stdout holds that document: the table goes to stderr
-    checked = check(result.out_dir, args.reference, min_corr=args.min_corr, progress=not args.quiet)
+    checked = Job(CheckpointSpec(Path(result.out_dir)), options=Options(progress=not args.quiet)).check(
+        args.reference, min_corr=args.min_corr)
     if not args.quiet or not checked.passed:
         out = sys.stderr if stdout_is_report(args) else sys.stdout
         out.write(render(TerminalView(checked), "text", title=checked.title))

@@ -3,11 +3,9 @@ source (and a target) before it is put in place."""
 
 from pathlib import Path
 
-from ..gguf.read import is_gguf_file
 from ..job import Job
 from ..ir.variants import DEFAULT_GROUP_SIZE, require_source_for
 from ..outputs import require_output_dir
-from ..sources import resolve
 from . import args as a
 from .output import add_output_arguments, emit
 
@@ -28,13 +26,9 @@ def configure_parser(parser) -> None:
 
 def main(args) -> int:
     variant = a.variant_from_args(args, DEFAULT_GROUP_SIZE)
-    source = Path(resolve(args.source))
-    if not source.exists():
-        from ..errors import Gguf2ovError
-
-        raise Gguf2ovError(f"{source} does not exist")
-    require_source_for(variant, "gguf" if is_gguf_file(source) else "checkpoint")
-    require_output_dir(Path(args.output), args.overwrite, inputs=(source, args.map, args.target))  # before reading
     job = Job.from_args(args)
+    require_source_for(variant, job.draft_spec.kind)
+    # before the source is read
+    require_output_dir(Path(args.output), args.overwrite, inputs=(job.draft_spec.path, args.map, args.target))
     result = job.export(args.output, variant, overwrite=args.overwrite)
     return emit(result, args, title="Draft export")

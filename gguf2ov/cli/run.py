@@ -1,5 +1,6 @@
 """`gguf2ov run DRAFT.gguf --target DIR -o OUT`: the whole job, with one report."""
 
+from ..errors import Gguf2ovError
 from ..job import Job
 from ..ir.variants import FORMATS
 from ..report import render
@@ -30,10 +31,13 @@ def configure_parser(p) -> None:
 
 
 def main(args) -> int:
-    job = Job.from_args(args, "gguf")
+    job = Job.from_args(args, "gguf", build=a.target_build(args.target_format))
+    if args.target_format is not None and not job.builds_target:
+        raise Gguf2ovError(f"--target-format {args.target_format} applies to a target the run builds; "
+                           f"{args.target} is an OpenVINO folder already",
+                           hint="leave --target-format out, or pass the GGUF or checkpoint to build the target from")
     result = run(job, args.output, reference_dir=args.reference, requant=args.requant,
-                 variants=a.parse_list(args.variants), overwrite=args.overwrite,
-                 target_format=args.target_format)
+                 variants=a.parse_list(args.variants), overwrite=args.overwrite)
     text = render(result.results["drift"], "text") + "\n" if "drift" in result.results else ""
     text += render(result, "text", title="gguf2ov run") + "\n"
     return emit(result, args, title="gguf2ov run", text=text, markdown=markdown_report(result),

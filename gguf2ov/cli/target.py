@@ -2,8 +2,8 @@
 Face checkpoint, weight by weight."""
 
 from ..ir.variants import TARGET_GROUP_SIZE
-from ..sources import resolve
-from ..stages.target import export_target
+from ..job import Job, Options
+from ..sources import model_source
 from . import args as a
 from .output import add_output_arguments, emit
 
@@ -28,7 +28,8 @@ def configure_parser(parser) -> None:
 
 
 def main(args) -> int:
-    result = export_target(resolve(args.source), args.output, weight_format=args.weight_format, group_size=args.group_size,
-                           sym=args.sym, ratio=args.ratio, all_layers=args.all_layers, tokenizer_dir=args.tokenizer,
-                           map_path=args.map, compact_grid=args.compact_grid, overwrite=args.overwrite, progress=not args.quiet)
+    build = a.target_build(args.weight_format, args.group_size, args.sym, args.ratio, args.all_layers,
+                           args.compact_grid, args.tokenizer, args.map)
+    job = Job(target_spec=build(model_source(args.source, "target")), options=Options(progress=not args.quiet))
+    result = job.build_target(args.output, overwrite=args.overwrite)
     return emit(result, args, title="gguf2ov target")

@@ -1,9 +1,7 @@
 """`gguf2ov verify DRAFT_DIR`: an exported draft IR against the DFlash contract, its source and a target."""
 
 from ..errors import Gguf2ovError
-from ..runtime.genai import given_prompts
-from ..sources import resolve
-from ..stages.verify import verify_draft
+from ..job import Job
 from . import args as a
 from .output import add_output_arguments, emit
 
@@ -33,9 +31,7 @@ def parse_layer_sets(values) -> list[list[int]]:
 
 
 def main(args) -> int:
-    # the target and the source as paths: verify reports what a folder lacks as a finding
-    reference = resolve(args.checkpoint) if args.checkpoint else None
-    result = verify_draft(args.draft_dir, target=args.target, reference=reference, tap_scan=not args.no_tap_scan,
-                          prompts=given_prompts(args.prompts, args.image, default=None),
-                          named_layers=parse_layer_sets(args.layers))
+    named = parse_layer_sets(args.layers)
+    job = Job.from_args(args, source="checkpoint" if args.checkpoint else None)
+    result = job.verify(args.draft_dir, tap_scan=not args.no_tap_scan, named=named)
     return emit(result, args, title="DFlash draft verification", code=0 if result.ok else 1)

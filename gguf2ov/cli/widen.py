@@ -15,7 +15,8 @@ from ..names import IR_XML, PROVENANCE_FILE
 from ..outputs import atomic_dir, atomic_write_text, require_output_dir
 from ..progress import step
 from ..provenance import provenance
-from ..stages.target import export_target
+from ..job import Job, Options
+from ..sources import CheckpointSpec, TargetBuild
 from ..tools.widen import (DEFAULT_EXTRA_LAYERS, DEFAULT_INTERMEDIATE_SIZE, TOLERANCE, WidenResult, ir_summary,
                            read_qwen3_config, same_function, widened_config, write_widened_checkpoint)
 from .output import add_output_arguments, emit
@@ -67,9 +68,9 @@ def widen_target(
         step(f"widening {target_hf_dir}: +{extra_layers} layers, intermediate {intermediate_size}", progress)
         written = write_widened_checkpoint(target_hf_dir, scratch / "hf", extra_layers, intermediate_size)
         step(f"building the original target ({WEIGHT_FORMAT}) to compare with", progress)
-        export_target(target_hf_dir, scratch / "original", weight_format=WEIGHT_FORMAT, progress=False)
+        _build_target(target_hf_dir, scratch / "original")
         step(f"building the widened target ({WEIGHT_FORMAT})", progress)
-        built = export_target(scratch / "hf", scratch / "target", weight_format=WEIGHT_FORMAT, progress=False)
+        built = _build_target(scratch / "hf", scratch / "target")
         step("comparing the widened target with the original", progress)
         diffs = same_function(scratch / "original", scratch / "target", n_layers, int(config["vocab_size"]))
         if not max(diffs.values()) < TOLERANCE:
@@ -94,3 +95,11 @@ def widen_target(
         intermediate_size=(inter, intermediate_size), parameters=written["parameters"], max_abs_diff=diffs,
         locators=n_locators, weight_types=weight_types, files=files, seconds=time.perf_counter() - start,
     )
+
+
+def _build_target(hf_dir: Path, out: Path):
+    """The f32 OpenVINO target of a checkpoint folder, as `gguf2ov target` builds it."""
+    from ..ir.variants import parse_variant
+
+    build = TargetBuild(CheckpointSpec(hf_dir), parse_variant(WEIGHT_FORMAT))
+    return Job(target_spec=build, options=Options(progress=False)).build_target(out)

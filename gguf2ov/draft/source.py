@@ -1,6 +1,6 @@
 """A DFlash draft opened once, from a GGUF file or a checkpoint folder, for every stage of a command.
 
-`open_draft()` reads and validates the config, checks the tensor names and shapes strictly against
+`open_draft_gguf()` and `open_draft_checkpoint()` read and validate the config, checks the tensor names and shapes strictly against
 the draft model, and then hands out one weight at a time: float32 values (dequantized from the
 memory-mapped GGUF, or read from the memory-mapped safetensors), or the GGUF's raw quantized
 bytes for the `gguf` variant. Nothing holds the whole draft in memory, so a 1-3 B draft is
@@ -128,31 +128,23 @@ class DraftSource(TensorSource):
                 f"{sum(int(np.prod(s)) for s in self.expected.values()) / 1e6:.1f} M parameters")
 
 
-def open_draft(path, map_path=None, target_layer_offset: int | None = None, offset_decision=None) -> DraftSource:
-    """Open a dflash GGUF (a path, or a GgufFile already opened) or a draft checkpoint folder,
-    validated and ready to stream weights. `offset_decision`: the tap scan that chose the offset."""
-    from ..gguf.read import GgufFile, is_gguf_file
+def open_draft_gguf(gguf, map_path=None, target_layer_offset: int | None = None, offset_decision=None) -> DraftSource:
+    """Open a dflash GGUF (an opened, memory-mapped GgufFile) through its map, validated and ready to
+    stream weights. `offset_decision`: the tap scan that chose the offset."""
+    from ..maps.load import open_mapped
 
-    gguf = path if isinstance(path, GgufFile) else None
-    path = Path(gguf.path if gguf else path)
-    if not path.exists():
-        raise Gguf2ovError(f"{path} does not exist")
-    if gguf or is_gguf_file(path):
-        from ..maps.load import open_mapped
+    mapped = open_mapped(gguf, map_path, target_layer_offset)
+    config = draft_config(mapped.config, gguf.path)
+    found = {e.hf_name: e.shape for e in mapped.plan if e.hf_name is not None}
+    applied = target_layer_offset if target_layer_offset is not None else mapped.amap.flag_add("target_layer_offset")
+    return DraftSource(gguf.path, "gguf", config, found, mapped=mapped, target_layer_offset=applied,
+                       offset_decision=offset_decision)
 
-        mapped = open_mapped(gguf or path, map_path, target_layer_offset)
-        config = draft_config(mapped.config, path)
-        found = {e.hf_name: e.shape for e in mapped.plan if e.hf_name is not None}
-        applied = target_layer_offset if target_layer_offset is not None else mapped.amap.flag_add("target_layer_offset")
-        return DraftSource(path, "gguf", config, found, mapped=mapped, target_layer_offset=applied,
-                           offset_decision=offset_decision)
-    if not path.is_dir():
-        raise Gguf2ovError(f"{path} is neither a GGUF file nor a checkpoint folder")
-    if target_layer_offset is not None:
-        raise Gguf2ovError("--target-layer-offset applies to a GGUF source only",
-                           hint="a checkpoint's config.json already holds the target layer ids")
-    config = read_draft_config(path)
+
+def open_draft_checkpoint(path: Path) -> DraftSource:
+    """Open a draft checkpoint folder, validated and ready to stream weights."""
     from ..hf.checkpoint import Checkpoint
 
+    config = read_draft_config(path)
     checkpoint = Checkpoint(path)  # memory-mapped safetensors, read one tensor at a time
     return DraftSource(path, "checkpoint", config, dict(checkpoint.shapes), checkpoint=checkpoint)

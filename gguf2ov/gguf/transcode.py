@@ -300,7 +300,7 @@ def grid_weight(raw, qtype, shape, folded: bool = False, postpone=None):
     memory" above).
 
     `postpone(type, shape, make, name)`: builds the Constants as PostponedConstants whose values
-    `make()` returns only while OpenVINO writes the .bin (requantize.WeightForms passes it); the
+    `make()` returns only while OpenVINO writes the .bin (ir.weights.WeightForms passes it); the
     tensor is then decoded once, then, not held in memory until the model is saved.
     """
     try:

@@ -101,14 +101,6 @@ def ir_weights(model_or_path, kinds=("MatMul", "Gather")) -> dict[str, np.ndarra
 
 # --- what the IR's weights are stored as ------------------------------------------------------------
 
-def weight_precision(model) -> str:
-    """f32, f16, int, or gguf (the file's own grid, exact): how the IR stores its MatMul weights."""
-    if model.has_rt_info(["gguf2ov", "variant"]) and model.get_rt_info(["gguf2ov", "variant"]).astype(str) == "gguf":
-        return "gguf"
-    types = {src.get_output_element_type(0) for src in weight_constants(model)}
-    if any(not t.is_real() for t in types):
-        return "int"
-    return "f16" if any(t.get_type_name() in ("f16", "bf16") for t in types) else "f32"
 
 
 def weight_constants(model) -> list:

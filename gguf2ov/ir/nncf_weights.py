@@ -1,7 +1,7 @@
 """NNCF weight compression one weight at a time, equal to `nncf.compress_weights` on the whole model.
 
-`requantize.compress` hands a whole fp32 draft to `nncf.compress_weights`, which needs every
-weight in f32 at once. The streamed export instead compresses each [out, in] weight as it
+optimum-intel hands a whole fp32 model to `nncf.compress_weights`, which needs every weight in
+f32 at once. The streamed export instead compresses each [out, in] weight as it
 arrives. That is only the same model if every weight gets the settings NNCF's whole-model pass
 would have given it, so this module splits that pass in two:
 

@@ -55,6 +55,7 @@ class ArchMap:
     legacy: dict
     group_hf: dict = field(default_factory=dict)
     compare: dict = field(default_factory=dict)   # HF key -> [other places a config may hold it]
+    target: dict | None = None                    # how gguf2ov target builds it (None: not a target)
 
     # -- config ------------------------------------------------------------------------------------
 

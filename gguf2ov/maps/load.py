@@ -31,6 +31,10 @@ Map sections:
 - `legacy`: config rules an older converter used (only used to write GGUF in the old layout).
 - `compare`: HF config key -> other places a published config may hold it; the keys `check`
   compares with a reference.
+- `target`: how `gguf2ov target` builds the architecture (a map without it is no target): `mixers`
+  (layer type -> the kind of layer that mixes tokens in it), `mlp` (the kind of every layer's MLP)
+  and `forward` (what its forward does beyond the kinds' own: norms scaling by 1 + w, a scaled
+  embedding, q/k norms, ...). The kinds are `gguf2ov/target/layers/`, which checks the names.
 
 Maps are found in the shipped `tensor_maps/` and in the folders named by GGUF2OV_MAPS (paths
 separated like PATH) or passed as `maps_dir`: adding an architecture is one YAML file there.
@@ -51,7 +55,8 @@ from .arch_map import ArchMap, PlanEntry, TensorRule, short
 from .rules import OPS, VALUE_TYPES, is_number, valid_shape_expr, valid_type
 
 TOP_LEVEL_KEYS = {"arch", "extends", "unset", "strip_hf_prefix", "hf", "config", "tensors", "optional", "groups",
-                  "group_hf", "shapes", "legacy", "compare"}
+                  "group_hf", "shapes", "legacy", "compare", "target"}
+TARGET_KEYS = {"mixers", "mlp", "forward"}
 # Sections whose entries `unset` can drop (the ones that are mappings).
 UNSET_SECTIONS = ("hf", "config", "tensors", "optional", "groups", "group_hf", "shapes", "legacy", "compare")
 # Extra folders of maps, separated like PATH (os.pathsep).
@@ -315,8 +320,15 @@ def _build(data: dict, name: str) -> ArchMap:
             raise bad(f"compare names {key!r}, which is not a config key of this map")
         if not isinstance(places, list) or not all(isinstance(p, str) for p in places):
             raise bad(f"compare {key} must list the other places a config may hold it")
+    target = data.get("target")
+    if target is not None:
+        if not isinstance(target, dict) or set(target) - TARGET_KEYS or not isinstance(target.get("mixers"), dict) \
+                or not all(isinstance(k, str) and isinstance(v, str) for k, v in target["mixers"].items()) \
+                or not isinstance(target.get("mlp"), str) or not isinstance(target.get("forward", {}), dict):
+            raise bad("target must hold `mixers` (layer type -> kind), `mlp` (a kind) and optionally `forward` "
+                      "(a mapping of forward options)")
     return ArchMap(arch, name, dict(data.get("hf") or {}), config, rules, shapes, legacy, group_hf,
-                   {k: list(v) for k, v in compare.items()})
+                   {k: list(v) for k, v in compare.items()}, target)
 
 
 def _rule(hf_key, rule, arch, bad, typed: bool = True) -> dict:

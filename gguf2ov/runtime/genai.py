@@ -1,7 +1,7 @@
 """OpenVINO GenAI as every stage runs it: the pipeline for a text or a VLM target, with or without
 a DFlash draft, the greedy generation config, and a generate that counts what the draft did.
 
-What GenAI 2026.4.1 needs for DFlash (measured; FACTS.md and notes/vlm-dflash.md):
+What GenAI 2026.4.1 needs for DFlash (measured):
 - a scheduler config with prefix caching off, on `LLMPipeline` and `VLMPipeline` alike (the VLM
   default turns it on, and DFlash's paged-attention path refuses it);
 - greedy decoding, one sequence, `assistant_confidence_threshold` 0;
@@ -13,6 +13,7 @@ entries of the main model's `m_batch_sizes` (each step emits accepted + 1 tokens
 candidates the sum of the draft model's.
 """
 
+import dataclasses
 import re
 import time
 from dataclasses import dataclass
@@ -25,6 +26,35 @@ from ..work import count
 
 PRECISIONS = ("f32", "auto")
 PIPELINES = {"llm": "LLMPipeline", "vlm": "VLMPipeline"}
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """How every GenAI generation of a job runs: greedy, `max_new_tokens` per prompt, `num_assistant_tokens`
+    proposals per step with a draft, on `device` at `precision` (f32: byte-comparable text), `repeats`
+    timed runs per prompt."""
+
+    max_new_tokens: int = 100
+    num_assistant_tokens: int = 7
+    device: str = "CPU"
+    precision: str = "f32"
+    repeats: int = 1
+    apply_chat_template: bool = False
+
+    def check(self) -> "GenerationSettings":
+        """Refuse settings no run can take, before the minutes the target alone costs."""
+        if self.repeats < 1 or self.max_new_tokens < 1 or self.num_assistant_tokens < 1:
+            raise Gguf2ovError("--repeats, --max-new-tokens and --num-assistant-tokens must be at least 1")
+        properties(self.precision)
+        return self
+
+    def alone(self) -> "GenerationSettings":
+        """What the target's own run depends on: everything but the draft's proposals."""
+        return dataclasses.replace(self, num_assistant_tokens=0)
+
+    def record(self) -> dict:
+        return {"device": self.device, "precision": self.precision, "max_new_tokens": self.max_new_tokens,
+                "num_assistant_tokens": self.num_assistant_tokens, "repeats": self.repeats}
 
 
 @dataclass(frozen=True)

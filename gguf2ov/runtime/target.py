@@ -22,7 +22,6 @@ takes embeddings, and a text-embeddings model, which makes them from token ids (
 them there); GenAI embeds the draft's block with the latter, and so does `embed()`.
 """
 
-import json
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -34,26 +33,12 @@ from ..names import (DETOKENIZER_IR, IR_XML, LOCATORS_KEY, TOKENIZER_IR, VLM_LAN
                      VLM_TEXT_EMBEDDINGS)
 from ..numerics import compile_exact, compile_plain, core
 from ..work import count
+from ..target.ir import embedding_lookup, logits_matmul, read_locators
 from .genai import target_kind
 
-# Between the logits output and the head's MatMul, what GenAI's find_llm_matmul steps over.
-_HEAD_WRAPPERS = ("Add", "Transpose", "Convert")
 # Rows per head sub-model call: bounds the [rows, vocab] float32 logits (152k-token vocabulary:
 # 64 rows are 39 MB).
 HEAD_ROWS = 64
-
-
-def read_locators(model) -> dict[int, dict] | None:
-    """{layer id: {"producer": node name, "output_index": i}} from the target IR, or None."""
-    rt = model.get_rt_info()
-    if LOCATORS_KEY not in rt:
-        return None
-    try:
-        layers = json.loads(rt[LOCATORS_KEY].astype(str))["layers"]
-        return {int(k): v for k, v in layers.items()}
-    except (ValueError, KeyError, TypeError) as e:
-        raise Gguf2ovError(f"the target's {LOCATORS_KEY} rt_info is not valid JSON with a 'layers' map: {e}") from e
-
 
 # --- what a target folder must hold -----------------------------------------------------------------
 
@@ -84,79 +69,16 @@ def require_target_dir(target_dir) -> None:
 
 
 
-# --- the pieces, by graph structure -----------------------------------------------------------------
-
-
-def _from_constants(output, seen: dict) -> bool:
-    """Whether `output` is computed from constants alone (a weight, through any decompression)."""
-    node = output.get_node()
-    key = node.get_name()
-    if key not in seen:
-        kind = node.get_type_name()
-        seen[key] = kind == "Constant" or (kind not in ("Parameter", "ReadValue") and node.get_input_size() > 0
-                                           and all(_from_constants(v, seen) for v in node.input_values()))
-    return seen[key]
-
-
-def _token_ids(model):
-    """The Parameter that takes token ids: `input_ids`, or the one input of a text-embeddings model."""
-    params = model.get_parameters()
-    named = next((p for p in params if "input_ids" in p.output(0).get_names()), None)
-    return named if named is not None or len(params) != 1 else params[0]
-
-
-def embedding_lookup(model, where) -> "object":
-    """The Gather that turns the token-id Parameter into embeddings: its indices come from the
-    Parameter (through Converts), its data is a constant [vocab, hidden] subgraph."""
-    ids = _token_ids(model)
-    if ids is not None:
-        frontier, seen = [ids.output(0)], {}
-        while frontier:
-            output = frontier.pop()
-            for target in output.get_target_inputs():
-                node = target.get_node()
-                if node.get_type_name() == "Gather" and target.get_index() == 1:
-                    table = node.input_value(0)
-                    if table.get_partial_shape().rank.get_length() == 2 and _from_constants(table, seen):
-                        return node
-                elif node.get_type_name() == "Convert":
-                    frontier.append(node.output(0))
-    raise Gguf2ovError(f"{where}: no token-embedding lookup found: looked for a Gather of the input_ids Parameter "
-                       "in a constant [vocab, hidden] table",
-                       hint="export the target with optimum-intel (text-generation-with-past) or `gguf2ov target`")
-
-
-def logits_matmul(model, where) -> "object":
-    """The MatMul that makes the `logits` output from a constant weight (GenAI grafts its weight
-    onto the draft), found through an Add, a Transpose, a Convert or a tanh softcap."""
-    result = next((o for o in model.outputs if "logits" in o.get_names()), model.outputs[0] if model.outputs else None)
-    node = result.get_node() if result is not None else None
-    seen = {}
-    for _ in range(6):
-        if node is None:
-            break
-        kind = node.get_type_name()
-        if kind == "MatMul" and _from_constants(node.input_value(1), seen):
-            return node
-        if kind == "Result" or kind in _HEAD_WRAPPERS:
-            node = node.input_value(0).get_node()
-        elif kind == "Multiply" and node.input_value(0).get_node().get_type_name() == "Tanh":  # cap * tanh(x / cap)
-            node = node.input_value(0).get_node().input_value(0).get_node()
-            node = node.input_value(0).get_node() if node.get_type_name() == "Divide" else None
-        else:
-            break
-    raise Gguf2ovError(f"{where}: no lm_head found: looked for the MatMul of a constant weight that makes the "
-                       "logits output (directly or through Add, Transpose or a tanh softcap)",
-                       hint="export the target with optimum-intel (text-generation-with-past) or `gguf2ov target`")
-
-
 @dataclass
-class Target:
+class TargetIR:
+    """An OpenVINO target folder as a draft sees it (optimum-intel's export, or one `gguf2ov target`
+    built): read when first used, compiled at most once."""
+
     path: Path
     kind: str = "llm"  # "llm" | "vlm"
 
     @classmethod
-    def open(cls, path) -> "Target":
+    def open(cls, path) -> "TargetIR":
         path = Path(path)
         kind = target_kind(path)
         if kind is None:
@@ -189,6 +111,33 @@ class Target:
         return read_locators(self.model)
 
     @cached_property
+    def built_as(self):
+        """The config as `gguf2ov target` builds it (target.config.TargetConfig), for an architecture
+        this tool builds; None for another, whose checks need no layer kinds."""
+        from ..target.config import target_config
+
+        try:
+            return target_config(self.config, self.path / "config.json")
+        except Gguf2ovError:
+            return None
+
+    def findings(self, taps=()) -> list:
+        """What GenAI needs of this target (target.checks.target_findings), `taps` the layer ids a draft
+        reads; the paged conversion, which copies the graph, is made once."""
+        from ..target.checks import target_findings
+
+        n_layers = self.config.get("num_hidden_layers")
+        return target_findings(self.model, self.built_as, taps, paged=self._paged_finding,
+                               num_layers=n_layers if isinstance(n_layers, int) else None,
+                               embedding_model=self._embedding_model)
+
+    @cached_property
+    def _paged_finding(self):
+        from ..target.checks import paged_finding
+
+        return paged_finding(self.model, self.built_as) if self.built_as is not None else None
+
+    @cached_property
     def _embedding_model(self):
         """The model whose Gather looks token ids up: the target's own, or a VLM's text-embeddings model."""
         return core().read_model(str(self.path / VLM_TEXT_EMBEDDINGS)) if self.kind == "vlm" else self.model
@@ -216,7 +165,7 @@ class Target:
         for name in self._HOLDING_THE_IR:
             self.__dict__.pop(name, None)
 
-    def require_attach_points(self) -> "Target":
+    def require_attach_points(self) -> "TargetIR":
         """The embedding Gather and the head MatMul that GenAI attaches a draft to, found before any
         work: a target without them gets one error naming what was looked for."""
         self.embedding, self.head  # noqa: B018  (each raises what it looked for)

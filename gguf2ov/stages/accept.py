@@ -25,8 +25,8 @@ from ..numerics import EXACT, describe_numerics, numerics, rounds_unlike_exact
 from ..progress import progress as progress_bar
 from ..progress import step
 from ..report import Table
-from ..runtime.genai import (PIPELINES, Generation, Prompt, as_prompts, generate, generation_config, make_pipeline,
-                             properties, target_kind)
+from ..runtime.genai import (PIPELINES, Generation, GenerationSettings, Prompt, as_prompts, generate,
+                             generation_config, make_pipeline, properties, target_kind)
 from ..runtime.target import require_not_gguf_named, require_target_dir
 from ..work import count
 
@@ -148,7 +148,8 @@ def _first_difference(a: str, b: str) -> int | None:
     return next((i for i in range(n) if a[i] != b[i]), n)
 
 
-def _require_dirs(target_dir: Path, draft_dir: Path) -> None:
+def require_dirs(target_dir: Path, draft_dir: Path) -> None:
+    """What an acceptance run needs of its folders, checked before the minutes the target alone takes."""
     require_target_dir(target_dir)
     require_not_gguf_named("draft", draft_dir)
     if not draft_dir.is_dir():
@@ -156,19 +157,6 @@ def _require_dirs(target_dir: Path, draft_dir: Path) -> None:
     if not (draft_dir / IR_XML).is_file():
         raise Gguf2ovError(f"draft folder {draft_dir} has no openvino_model.xml",
                            hint="export the draft first (gguf2ov export)")
-
-
-def require_inputs(target_dir, draft_dir, max_new_tokens: int, num_assistant_tokens: int, repeats: int,
-                   precision: str) -> None:
-    """What an acceptance run needs, checked before the minutes the target alone takes."""
-    require_options(max_new_tokens, num_assistant_tokens, repeats, precision)
-    _require_dirs(Path(target_dir), Path(draft_dir))
-
-
-def require_options(max_new_tokens: int, num_assistant_tokens: int, repeats: int, precision: str) -> None:
-    if repeats < 1 or max_new_tokens < 1 or num_assistant_tokens < 1:
-        raise Gguf2ovError("--repeats, --max-new-tokens and --num-assistant-tokens must be at least 1")
-    properties(precision)
 
 
 def per_position_acceptance(runs: list[Generation], k: int) -> tuple[float, ...]:
@@ -219,22 +207,22 @@ def judge(overall: PromptAcceptance, precision: str) -> tuple[str, list[str]]:
     return "PASS", reasons
 
 
-def _pipeline_runs(target_dir, draft_dir, device: str, props: dict, prompts, max_new_tokens: int,
-                   num_assistant_tokens: int | None, apply_chat_template: bool, repeats: int = 1,
-                   warm_up: bool = True, show: bool = False, failed: str = "", hint: str | None = None
-                   ) -> list[list[Generation]]:
-    """Per prompt, its `repeats` greedy generations in one GenAI pipeline (the target alone when
-    `draft_dir` is None), the pipeline dropped before returning. GenAI's errors become one
+def _pipeline_runs(target_dir, draft_dir, settings: GenerationSettings, props: dict, prompts, warm_up: bool = True,
+                   show: bool = False, failed: str = "", hint: str | None = None) -> list[list[Generation]]:
+    """Per prompt, its `settings.repeats` greedy generations in one GenAI pipeline (the target alone
+    when `draft_dir` is None), the pipeline dropped before returning. GenAI's errors become one
     Gguf2ovError: `failed` says what was being run, `hint` what to check."""
+    s = settings
     try:
-        pipe = make_pipeline(target_dir, device, props, draft_dir)
-        cfg = generation_config(pipe, max_new_tokens, num_assistant_tokens, apply_chat_template)
+        pipe = make_pipeline(target_dir, s.device, props, draft_dir)
         speculative = draft_dir is not None
+        cfg = generation_config(pipe, s.max_new_tokens, s.num_assistant_tokens if speculative else None,
+                                s.apply_chat_template)
         if warm_up:  # the first call compiles kernels and allocates the KV cache
             generate(pipe, prompts[0], cfg, speculative)
         runs: list[list[Generation]] = [[] for _ in prompts]
         label = "target+draft" if speculative else "target"
-        for _ in range(repeats):
+        for _ in range(s.repeats):
             for i, p in enumerate(progress_bar(prompts, desc=label, enabled=show, unit="prompt")):
                 runs[i].append(generate(pipe, p, cfg, speculative))
         del pipe
@@ -252,8 +240,8 @@ class Baseline:
 
     target_dir: Path
     prompts: tuple[Prompt, ...]
-    settings: tuple  # (max_new_tokens, device, precision, repeats, apply_chat_template)
-    runs: tuple      # per prompt, its timed Generations
+    settings: GenerationSettings  # as the target alone ran (`alone()`: no proposals)
+    runs: tuple                   # per prompt, its timed Generations
 
 
 def _prompts(prompts) -> tuple[Prompt, ...]:
@@ -263,59 +251,41 @@ def _prompts(prompts) -> tuple[Prompt, ...]:
     return prompts
 
 
-def target_alone(target_dir, prompts, max_new_tokens: int = 100, device: str = "CPU", precision: str = "f32",
-                 repeats: int = 1, progress: bool = True, apply_chat_template: bool = False) -> Baseline:
+def target_alone(target_dir, prompts, settings: GenerationSettings = GenerationSettings(),
+                 progress: bool = True) -> Baseline:
     """Greedy generation with the target alone, once, for any number of drafts' runs."""
-    target_dir, prompts = Path(target_dir), _prompts(prompts)
-    require_options(max_new_tokens, 1, repeats, precision)
+    target_dir, prompts, settings = Path(target_dir), _prompts(prompts), settings.check().alone()
     require_target_dir(target_dir)
     kind = target_kind(target_dir)
     if kind != "vlm" and any(p.images for p in prompts):
         raise Gguf2ovError(f"image prompts need a VLM target; {target_dir} is a text model",
                            hint="pass a folder exported with optimum-intel's image-text-to-text task")
-    step(f"target alone ({PIPELINES[kind]}): {len(prompts)} prompt(s) x {repeats}", progress)
+    step(f"target alone ({PIPELINES[kind]}): {len(prompts)} prompt(s) x {settings.repeats}", progress)
     count("target-alone baselines (GenAI)")
-    runs = _pipeline_runs(target_dir, None, device, properties(precision, device), prompts, max_new_tokens, None,
-                          apply_chat_template, repeats, show=progress, failed=f"on target {target_dir}",
+    runs = _pipeline_runs(target_dir, None, settings, properties(settings.precision, settings.device), prompts,
+                          show=progress, failed=f"on target {target_dir}",
                           hint="check that the target folder runs on its own (gguf2ov verify --target)")
-    return Baseline(target_dir, prompts, (max_new_tokens, device, precision, repeats, apply_chat_template),
-                    tuple(tuple(r) for r in runs))
+    return Baseline(target_dir, prompts, settings, tuple(tuple(r) for r in runs))
 
 
-def run_acceptance(
-    target_dir,
-    draft_dir,
-    prompts: list[str],
-    max_new_tokens: int = 100,
-    num_assistant_tokens: int = 7,
-    device: str = "CPU",
-    precision: str = "f32",
-    repeats: int = 1,
-    progress: bool = True,
-    apply_chat_template: bool = False,
-    baseline: Baseline | None = None,
-    explain=None,
-) -> AcceptResult:
+def run_acceptance(target_dir, draft_dir, prompts, settings: GenerationSettings = GenerationSettings(),
+                   baseline: Baseline | None = None, explain=None, progress: bool = True) -> AcceptResult:
     """Generate greedily with the target alone (or take `baseline`, made once for several drafts)
     and with the draft attached; compare and count. `explain() -> [reasons]` says why a draft that
     is never accepted is not working (the job gives verify's findings)."""
     target_dir, draft_dir = Path(target_dir), Path(draft_dir)
-    prompts = _prompts(prompts)
-    require_options(max_new_tokens, num_assistant_tokens, repeats, precision)
-    _require_dirs(target_dir, draft_dir)
-    settings = (max_new_tokens, device, precision, repeats, apply_chat_template)
+    prompts, gen = _prompts(prompts), settings.check()
+    require_dirs(target_dir, draft_dir)
     if baseline is None:
-        baseline = target_alone(target_dir, prompts, *settings[:4], progress=progress,
-                                apply_chat_template=apply_chat_template)
-    elif (baseline.target_dir, baseline.prompts, baseline.settings) != (target_dir, prompts, settings):
+        baseline = target_alone(target_dir, prompts, gen, progress=progress)
+    elif (baseline.target_dir, baseline.prompts, baseline.settings) != (target_dir, prompts, gen.alone()):
         raise ValueError("the baseline was made for another target, prompts or settings")
     kind = target_kind(target_dir)
-    props = properties(precision, device)
+    props = properties(gen.precision, gen.device)
     base = [list(r) for r in baseline.runs]
 
-    step(f"target + draft (K={num_assistant_tokens}): {len(prompts)} prompt(s) x {repeats}", progress)
-    spec = _pipeline_runs(target_dir, draft_dir, device, props, prompts, max_new_tokens, num_assistant_tokens,
-                          apply_chat_template, repeats, show=progress,
+    step(f"target + draft (K={gen.num_assistant_tokens}): {len(prompts)} prompt(s) x {gen.repeats}", progress)
+    spec = _pipeline_runs(target_dir, draft_dir, gen, props, prompts, show=progress,
                           failed=f"on target {target_dir} with draft {draft_dir}",
                           hint="check that the draft was exported for this target (gguf2ov verify) and that the "
                                "target IR carries hidden_states_decoder_layers")
@@ -344,10 +314,9 @@ def run_acceptance(
             text_draft=s.text,
         ))
 
-    in_force = numerics(device, props)
-    if precision == "f32" and rounds_unlike_exact(in_force):
-        per_prompt = _recheck_exactly(per_prompt, prompts, target_dir, draft_dir, device, props, max_new_tokens,
-                                      num_assistant_tokens, apply_chat_template, progress)
+    in_force = numerics(gen.device, props)
+    if gen.precision == "f32" and rounds_unlike_exact(in_force):
+        per_prompt = _recheck_exactly(per_prompt, prompts, target_dir, draft_dir, gen, props, progress)
     overall = _total(per_prompt, base, spec)
     kinds = sorted({p.kind for p in prompts})
     by_kind = {} if len(kinds) < 2 else {
@@ -356,20 +325,20 @@ def run_acceptance(
     # Image prompts count for identical text; acceptance is judged on the text prompts when there are any.
     judged = dataclasses.replace(by_kind["text"], identical=overall.identical,
                                  identical_exact=overall.identical_exact) if by_kind else overall
-    verdict, reasons = judge(judged, precision)
+    verdict, reasons = judge(judged, gen.precision)
     if verdict == "BROKEN" and explain is not None:
         reasons += explain()
     return AcceptResult(
         verdict=verdict,
         reasons=tuple(reasons),
-        per_position_acceptance=per_position_acceptance([runs[-1] for runs in spec], num_assistant_tokens),
+        per_position_acceptance=per_position_acceptance([runs[-1] for runs in spec], gen.num_assistant_tokens),
         target_dir=str(target_dir),
         draft_dir=str(draft_dir),
-        device=device,
-        precision=precision,
-        max_new_tokens=max_new_tokens,
-        num_assistant_tokens=num_assistant_tokens,
-        repeats=repeats,
+        device=gen.device,
+        precision=gen.precision,
+        max_new_tokens=gen.max_new_tokens,
+        num_assistant_tokens=gen.num_assistant_tokens,
+        repeats=gen.repeats,
         prompts=tuple(per_prompt),
         overall=overall,
         properties=props,
@@ -379,10 +348,10 @@ def run_acceptance(
     )
 
 
-def _recheck_exactly(per_prompt, prompts, target_dir, draft_dir, device, props, max_new_tokens, num_assistant_tokens,
-                     apply_chat_template, progress) -> list[PromptAcceptance]:
+def _recheck_exactly(per_prompt, prompts, target_dir, draft_dir, settings: GenerationSettings, props,
+                     progress) -> list[PromptAcceptance]:
     """The prompts whose texts part, generated again with the plugin's dynamic quantization off and a
-    float32 KV cache (its default is u8 on x86, FACTS.md 12: the real Gemma 3 target's greedy text
+    float32 KV cache (its default is u8 on x86: the real Gemma 3 target's greedy text
     parts from float32 at a near tie under it).
 
     With it on (VNNI/AMX CPUs, compressed weights) the target's verify pass over K+1 tokens and its
@@ -396,9 +365,9 @@ def _recheck_exactly(per_prompt, prompts, target_dir, draft_dir, device, props, 
     exact = {**props, **EXACT}
     subset = [prompts[i] for i in differing]
     step(f"texts part on {len(subset)} prompt(s) under the plugin's arithmetic: rechecking {EXACT_RECHECK}", progress)
+    once = dataclasses.replace(settings, repeats=1)
     texts = [[runs[0].text for runs in _pipeline_runs(
-        target_dir, draft, device, exact, subset, max_new_tokens, num_assistant_tokens if draft else None,
-        apply_chat_template, warm_up=False,
+        target_dir, draft, once, exact, subset, warm_up=False,
         failed=f"rechecking {draft_dir} on {target_dir} {EXACT_RECHECK}")] for draft in (None, draft_dir)]
     out = list(per_prompt)
     for i, alone, drafted in zip(differing, *texts):

@@ -135,8 +135,11 @@ def _severity(t: TensorFinding):
 # --- sources ------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class _Source:
-    """What is checked: names and shapes up front, tensors one by one."""
+class CheckSource:
+    """What is checked: names and shapes up front, tensors one by one (`checkpoint_source` of a folder,
+    `gguf_source` of a GGUF read through its map)."""
+    path: Path
+    from_gguf: bool
     shapes: dict[str, tuple[int, ...]]
     config: dict | None
     tensors: Iterator[tuple[str, np.ndarray, str | None, str]]  # (hf_name, float32 array, gguf_name, qtype)
@@ -144,7 +147,7 @@ class _Source:
     amap: ArchMap | None = None       # the GGUF's map (its `compare` keys count too)
 
 
-def _checkpoint_source(path: Path) -> _Source:
+def checkpoint_source(path: Path) -> CheckSource:
     ckpt = Checkpoint(path)
     qtypes = ckpt.recorded_qtypes()
 
@@ -156,13 +159,14 @@ def _checkpoint_source(path: Path) -> _Source:
     # that a shift names the right fix.
     offset = (ckpt.provenance().get("options") or {}).get("target_layer_offset")
     offset = offset if isinstance(offset, int) else flag_default("target_layer_offset")
-    return _Source(dict(ckpt.shapes), ckpt.config, tensors(), offset)
+    return CheckSource(Path(path), False, dict(ckpt.shapes), ckpt.config, tensors(), offset)
 
 
-def _gguf_source(path, map_path, target_layer_offset) -> _Source:
+def gguf_source(gguf, map_path=None, target_layer_offset: int | None = None) -> CheckSource:
+    """A GGUF (an opened GgufFile) read through its map, as check compares it."""
     # The reference settles what the file cannot: where convert refuses ambiguous target layers
     # without --target-layer-offset, the check takes the map's default and names any shift.
-    mapped = open_mapped(path, map_path, target_layer_offset, allow_ambiguous=True)
+    mapped = open_mapped(gguf, map_path, target_layer_offset, allow_ambiguous=True)
     arch_map, config = mapped.amap, mapped.config
     shapes = {e.hf_name: tuple(e.shape) for e in mapped.plan if e.hf_name}
     tensors = ((hf_name, array, gguf_name, getattr(qtype, "name", str(qtype)))
@@ -170,30 +174,13 @@ def _gguf_source(path, map_path, target_layer_offset) -> _Source:
     if target_layer_offset is None:
         rule = arch_map.flag_rule("target_layer_offset")
         target_layer_offset = arch_map.config[rule[0]].get("add", 0) if rule else flag_default("target_layer_offset")
-    return _Source(shapes, config, tensors, target_layer_offset, arch_map)
-
-
-def _open_source(source, map_path, target_layer_offset) -> _Source:
-    from ..gguf.read import GgufFile
-
-    if isinstance(source, GgufFile):  # opened once by the caller
-        return _gguf_source(source, map_path, target_layer_offset)
-    source = Path(source)
-    if source.is_dir():
-        if map_path or target_layer_offset is not None:
-            raise Gguf2ovError("--map and --target-layer-offset apply to a GGUF source, not to a checkpoint folder",
-                               hint="pass the GGUF file instead, or drop those options")
-        return _checkpoint_source(source)
-    if not source.is_file():
-        raise Gguf2ovError(f"{source}: no such file or folder")
-    return _gguf_source(source, map_path, target_layer_offset)
+    return CheckSource(gguf.path, True, shapes, config, tensors, target_layer_offset, arch_map)
 
 
 # --- the check ----------------------------------------------------------------------------------
 
-def check(source, reference, min_corr: float = 0.99, map_path=None, target_layer_offset: int | None = None,
-          progress: bool = True, scan=None) -> CheckResult:
-    """Compare `source` (an opened GgufFile, or a converted checkpoint folder) with the reference
+def check(src: CheckSource, reference, min_corr: float = 0.99, progress: bool = True, scan=None) -> CheckResult:
+    """Compare `src` (a GGUF read through its map, or a converted checkpoint folder) with the reference
     checkpoint folder. `scan`: the tap scan of the source on a target (checks.taps.TapScan, made by
     the job), whose verdict becomes the `layer_fit` diagnosis."""
     from ..progress import progress as progress_bar
@@ -201,14 +188,9 @@ def check(source, reference, min_corr: float = 0.99, map_path=None, target_layer
     start = time.perf_counter()
     if not 0.0 < min_corr <= 1.0:
         raise Gguf2ovError(f"--min-corr must be in (0, 1], got {min_corr}")
-    from ..gguf.read import GgufFile
-
-    source = source if isinstance(source, GgufFile) else Path(source)
     reference = Path(reference)
     ref = Checkpoint(reference)
-    src = _open_source(source, map_path, target_layer_offset)
-    from_gguf = isinstance(source, GgufFile) or not source.is_dir()
-    source = getattr(source, "path", source)
+    from_gguf = src.from_gguf
 
     missing = [n for n in ref.shapes if n not in src.shapes]
     rows: list[TensorFinding] = []
@@ -269,7 +251,7 @@ def check(source, reference, min_corr: float = 0.99, map_path=None, target_layer
                                        scan.finding(src.target_layer_offset if from_gguf else None)))
             passed = False
     by_qtype, overall = _quant_summaries(rows)
-    return CheckResult(str(source), str(reference), min_corr, passed, rows, config, by_qtype, overall, diagnoses,
+    return CheckResult(str(src.path), str(reference), min_corr, passed, rows, config, by_qtype, overall, diagnoses,
                        round(time.perf_counter() - start, 3), scan)
 
 

@@ -270,10 +270,10 @@ def plot_drift(variants: list[VariantDrift], path) -> str | None:
 
 def drift(draft, out_dir, variants=None, target=None, prompts=None, verify=None, accept=None,
           overwrite: bool = False, progress: bool = True) -> DriftResult:
-    """Build every variant of `draft` (a model.source.DraftSource, opened once: every variant streams
+    """Build every variant of `draft` (a draft.source.DraftSource, opened once: every variant streams
     from it) under `out_dir`, and measure its drift.
 
-    `target` (a runtime.target.Target): contexts from its hidden states, proposals through its
+    `target` (a runtime.target.TargetIR): contexts from its hidden states, proposals through its
     lm_head. `verify(folder) -> VerifyResult` checks each variant (the job's: against the source and
     the target); `accept(folder) -> AcceptResult` runs each on the target in GenAI. The target's
     compiled model is released once its blocks are made, before any draft is compiled: the CPU
@@ -298,7 +298,7 @@ def drift(draft, out_dir, variants=None, target=None, prompts=None, verify=None,
     if target is not None:
         target.require_attach_points()  # before minutes of export, not after
 
-    with atomic_dir(out_dir, overwrite=overwrite, inputs=(draft.path, getattr(target, "path", None))) as tmp:
+    with atomic_dir(out_dir, overwrite=overwrite, inputs=(draft.path, target.path if target is not None else None)) as tmp:
         block = draft.config.block_size
         if target is not None:
             blocks = target_blocks(target, draft.config, prompts or DEFAULT_PROMPTS, block)

@@ -93,17 +93,16 @@ class ExportResult:
 # --- the stage ------------------------------------------------------------------------------------
 
 
-def export_draft(draft, out_dir, variant="fp32", validate=None, overwrite: bool = False, progress: bool = True,
+def export_draft(draft, out_dir, variant=None, validate=None, overwrite: bool = False, progress: bool = True,
                  observe=None) -> ExportResult:
-    """Export `draft` (a model.source.DraftSource, opened once by the caller) as one variant (a
-    `Variant` or its name) into `out_dir`, put in place only when complete.
+    """Export `draft` (a draft.source.DraftSource, opened once by the caller) as one variant (an
+    ir.variants.Variant; None: fp32) into `out_dir`, put in place only when complete.
 
     `validate(folder) -> VerifyResult` runs on the written folder before it is put in place (the
     job's verify against the source and the target): if it raises, nothing is written.
     `observe(name, output, values)` sees each weight as it is made (drift measures it there).
     """
-    variant = parse_variant(variant) if isinstance(variant, str) else variant
-    out_dir = Path(out_dir)
+    out_dir, variant = Path(out_dir), variant or parse_variant("fp32")
     require_source_for(variant, draft.kind)
     start = time.perf_counter()
     with atomic_dir(out_dir, overwrite=overwrite, inputs=(draft.path,)) as tmp:

@@ -5,10 +5,10 @@ embedding Gather that the draft attaches to), and optimum-intel needs the full c
 PyTorch (6-9 GB for an 8B model). This stage builds the graph optimum-intel writes, with the
 locators DFlash needs, weight by weight (target_graph.py), and writes a folder GenAI's
 LLMPipeline loads as a target: the IR, config.json, generation_config.json, the OpenVINO tokenizer
-and detokenizer, and gguf2ov.json. Before the folder is put in place, the written IR is checked
-statically (`check_target_ir`): interface, state variables, locators on live nodes of the hidden
-width, the embedding and lm_head GenAI finds, and OpenVINO's SDPAToPagedAttention turning every
-attention into paged attention with the config's sliding windows.
+and detokenizer, and gguf2ov.json. Before the folder is put in place, the written IR is checked as `verify --target`
+checks any target (`target/checks.py`): interface, state variables, locators on live nodes of the
+hidden width, the embedding and lm_head GenAI attaches a draft to, and OpenVINO's paged conversion
+making of every layer what its kind must become.
 """
 
 import json
@@ -17,10 +17,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..checks.findings import Finding
+from ..findings import Finding
 from ..errors import Gguf2ovError
 from ..names import CONFIG_FILE, DETOKENIZER_IR, IR_XML, PROVENANCE_FILE, TOKENIZER_IR
-from ..outputs import atomic_dir, atomic_write_text, require_output_dir
+from ..outputs import atomic_dir, atomic_write_text
 from ..progress import step
 from ..provenance import provenance
 from ..report import Table, human_bytes
@@ -30,7 +30,6 @@ GENERATION_CONFIG = "generation_config.json"
 TOKENIZER_MODEL_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 TOKENIZER_FILES = TOKENIZER_MODEL_FILES + ("tokenizer_config.json", "special_tokens_map.json", "merges.txt",
                                            "added_tokens.json", "chat_template.jinja")
-INPUTS = ("input_ids", "attention_mask", "position_ids", "beam_idx")
 
 
 @dataclass(frozen=True)
@@ -88,47 +87,31 @@ class TargetExportResult:
 # --- the stage ------------------------------------------------------------------------------------
 
 
-def export_target(source, out_dir, weight_format: str | None = None, group_size: int | None = None, sym: bool = False,
-                  ratio: float | None = None, all_layers: bool = False, tokenizer_dir=None, map_path=None,
-                  compact_grid: bool = False, overwrite: bool = False, progress: bool = True) -> TargetExportResult:
-    """Build the OpenVINO target of `source` (a GGUF file or a checkpoint folder) in `out_dir`.
+def export_target(target, out_dir, variant, tokenizer_from, compact_grid: bool = False, overwrite: bool = False,
+                  progress: bool = True, sources: dict | None = None) -> TargetExportResult:
+    """Build the OpenVINO target of `target` (a target.source.TargetSource: a GGUF through its map, or
+    a checkpoint folder) in `out_dir`, its weights as `variant` (an ir.variants.Variant).
 
-    `weight_format`: fp32 | fp16 | int8 | int4 | gguf (default: gguf for a GGUF source, fp32 for a
-    checkpoint), with optimum-cli's NNCF flags and its int4 defaults for a model it has no preset
-    for (asymmetric, group 128, ratio 1). `tokenizer_dir`: a Hugging Face tokenizer folder (or an
-    OpenVINO target folder with openvino_tokenizer.xml) to use instead of the source's own.
-    `compact_grid`: `gguf` weights in the file's own factorisation (IR 1.00x the GGUF's tensor bytes)
-    instead of folded (~1.38x), which the CPU plugin runs in ~2/3 of the memory (gguf/transcode.py).
+    `tokenizer_from`: "gguf" (the file's vocabulary) or a folder (`tokenizer_source`). `compact_grid`:
+    `gguf` weights in the file's own factorisation (IR 1.00x the GGUF's tensor bytes) instead of
+    folded (~1.38x), which the CPU plugin runs in ~2/3 of the memory (gguf/transcode.py). `sources`:
+    further inputs provenance records (a --tokenizer folder).
     """
-    from ..gguf.read import is_gguf_file, open_gguf
-    from ..target.source import open_target
-    from ..ir.variants import TARGET_GROUP_SIZE, require_source_for, variant_from_flags
-
-    spec, source, out_dir = source, Path(source), Path(out_dir)  # `spec`: a hub.HubFile keeps where it came from
-    if not source.exists():
-        raise Gguf2ovError(f"{source} does not exist")
-    gguf = is_gguf_file(source)
-    weight_format = weight_format or ("gguf" if gguf else "fp32")
-    variant = variant_from_flags(weight_format, group_size, sym, ratio, all_layers, default_group_size=TARGET_GROUP_SIZE)
-    require_source_for(variant, "gguf" if gguf else "checkpoint")
-    require_output_dir(out_dir, overwrite, inputs=(source, map_path, tokenizer_dir))  # before the source is read
-    tokenizer_from = _tokenizer_source(source, gguf, tokenizer_dir)
-    target = open_target(open_gguf(spec) if gguf else source, map_path)
-    if tokenizer_from == "gguf":
-        _require_vocabulary(target)
     from ..target.graph import target_forms
 
+    if tokenizer_from == "gguf":
+        _require_vocabulary(target)
     forms = target_forms(target, variant, compact_grid)  # NNCF's plan, refused here if NNCF would refuse it
 
     start = time.perf_counter()
     with atomic_dir(out_dir, overwrite=overwrite) as tmp:
         write_target(tmp, target, variant, tokenizer_from, progress, forms)
-        options = {"weight_format": variant.weight_format, "variant": variant.name, "map": str(map_path) if map_path
-                   else None, "source_kind": target.kind, "arch": target.arch, "tokenizer": str(tokenizer_from),
-                   "transcoded": len(forms.transcoded), "grid": _grid_form(forms),
-                   "nncf_backup": sorted(n for n, s in forms.plan.items() if s.backup)}
-        sources = {"source": target, **({"tokenizer": Path(tokenizer_dir)} if tokenizer_dir else {})}
-        atomic_write_text(tmp / PROVENANCE_FILE, json.dumps(provenance(sources, options), indent=2) + "\n")
+        options = {"weight_format": variant.weight_format, "variant": variant.name,
+                   "map": str(target.map_path) if target.map_path else None, "source_kind": target.kind,
+                   "arch": target.arch, "tokenizer": str(tokenizer_from), "transcoded": len(forms.transcoded),
+                   "grid": _grid_form(forms), "nncf_backup": sorted(n for n, s in forms.plan.items() if s.backup)}
+        atomic_write_text(tmp / PROVENANCE_FILE,
+                          json.dumps(provenance({"source": target, **(sources or {})}, options), indent=2) + "\n")
 
         step("checking the written target", progress)
         checks, info = check_target_ir(tmp, target.config)
@@ -139,8 +122,8 @@ def export_target(source, out_dir, weight_format: str | None = None, group_size:
 
     c = target.config
     return TargetExportResult(
-        out_dir=str(out_dir), source=str(source), source_kind=target.kind, arch=target.arch, weight_format=variant.name,
-        hidden_size=c.hidden_size, num_layers=c.num_layers, vocab_size=c.vocab_size,
+        out_dir=str(out_dir), source=str(target.path), source_kind=target.kind, arch=target.arch,
+        weight_format=variant.name, hidden_size=c.hidden_size, num_layers=c.num_layers, vocab_size=c.vocab_size,
         tied_embeddings=c.tie_word_embeddings,
         sliding_layers=[i for i, t in enumerate(c.layer_types) if t == "sliding_attention"], inputs=info["inputs"],
         outputs=info["outputs"], state_variables=info["state_variables"], locators=info["locators"],
@@ -179,8 +162,8 @@ def write_target(folder: Path, target, variant, tokenizer_from, progress: bool =
 
 # --- tokenizer and generation config --------------------------------------------------------------
 
-def _tokenizer_source(source: Path, gguf: bool, tokenizer_dir) -> Path | str:
-    """Where the tokenizer comes from: a folder (--tokenizer, or the checkpoint), or "gguf" (the
+def tokenizer_source(source: Path, gguf: bool, tokenizer_dir) -> Path | str:
+    """Where a target's tokenizer comes from: a folder (--tokenizer, or the checkpoint), or "gguf" (the
     file's vocabulary). Refused before any heavy work when there is none."""
     if tokenizer_dir is not None:
         folder = Path(tokenizer_dir)
@@ -264,56 +247,21 @@ def write_generation_config(folder: Path, target) -> None:
 # --- what was written -----------------------------------------------------------------------------
 
 def check_target_ir(folder, config) -> tuple[list[Finding], dict]:
-    """Static checks of a written target IR against its config, and what the report shows of it.
-
-    Nothing is compiled: the model is read (its weights memory-mapped) and transformed as GenAI
-    will transform it when a draft is attached.
-    """
+    """The written target IR checked as GenAI will use it (target.checks.target_findings), and what
+    the report shows of it. Nothing is compiled: the model is read, its weights memory-mapped."""
     import openvino as ov
 
-    from ..names import LOCATORS_KEY
-    from ..runtime.target import read_locators
+    from ..target.checks import target_findings
+    from ..target.ir import read_locators
 
     model = ov.Core().read_model(str(Path(folder) / IR_XML))
-    c = config
-    checks = []
-
-    def check(name, ok, reason):
-        checks.append(Finding(name, "target-ir", "pass" if ok else "fail", reason))
-
-    names = [p.get_any_name() for p in model.inputs]
-    check("inputs", tuple(names) == INPUTS, ", ".join(names))
-    out = model.outputs
-    vocab = out[0].get_partial_shape()[-1] if out else None
-    check("logits", len(out) == 1 and out[0].get_any_name() == "logits" and vocab.is_static
-          and vocab.get_length() == c.vocab_size,
-          f"{[o.get_any_name() for o in out]}, vocabulary {vocab} (config {c.vocab_size})")
-    variables = sorted(v.get_info().variable_id for v in model.get_variables())
-    expected = sorted(f"past_key_values.{i}.{k}present.{i}.{k}" for i in range(c.num_layers) for k in ("key", "value"))
-    check("state", variables == expected, f"{len(variables)} state variables (2 x {c.num_layers} layers)")
-
     locators = read_locators(model) or {}
-    live = {}
-    for op in model.get_ordered_ops():
-        live.setdefault(op.get_friendly_name(), []).append(op)
-    bad = []
-    for i in range(c.num_layers):
-        loc = locators.get(i)
-        nodes = live.get(loc["producer"], []) if loc else []
-        shape = nodes[0].output(int(loc.get("output_index", 0))).get_partial_shape() if len(nodes) == 1 else None
-        if shape is None or shape.rank.get_length() != 3 or not shape[2].is_static or shape[2].get_length() != c.hidden_size:
-            bad.append(f"layer {i}: {loc['producer'] if loc else 'no locator'}")
-    check("locators", not bad and len(locators) == c.num_layers,
-          f"{LOCATORS_KEY}: {len(locators)} layers on live [.., .., {c.hidden_size}] outputs" if not bad
-          else "; ".join(bad[:4]))
-    checks.append(_genai_finders(model, c))
-    checks.append(_paged_attention(model, c))
     info = {
         "inputs": [_port(p) for p in model.inputs], "outputs": [_port(p) for p in model.outputs],
-        "state_variables": len(variables), "locators": {str(i): v["producer"] for i, v in sorted(locators.items())},
-        "rt_info": _rt_info(model),
+        "state_variables": len(model.get_variables()),
+        "locators": {str(i): v["producer"] for i, v in sorted(locators.items())}, "rt_info": _rt_info(model),
     }
-    return checks, info
+    return target_findings(model, config), info
 
 
 def _port(p) -> list[str]:
@@ -324,70 +272,3 @@ def _rt_info(model) -> dict[str, str]:
     keys = [("runtime_options", "ACTIVATIONS_SCALE_FACTOR"), ("runtime_options", "KV_CACHE_PRECISION"),
             ("gguf2ov", "variant"), ("nncf", "weight_compression", "mode"), ("nncf", "weight_compression", "group_size")]
     return {"/".join(k): model.get_rt_info(list(k)).astype(str) for k in keys if model.has_rt_info(list(k))}
-
-
-def _genai_finders(model, c) -> Finding:
-    """The embedding Gather and the lm_head MatMul as GenAI finds them (eagle3_model_transforms.cpp
-    find_embedding_gather, utils.cpp find_llm_matmul): the first Gather whose table has more than
-    1000 rows or a name with embed_tokens / embedding; the MatMul feeding the first output,
-    directly or through a Divide -> Tanh -> Multiply softcap."""
-    gather = None
-    for op in model.get_ordered_ops():
-        if op.get_type_name() != "Gather":
-            continue
-        data = op.input_value(0)
-        ps = data.get_partial_shape()
-        name = data.get_node().get_friendly_name()
-        big = ps.rank.is_static and ps.rank.get_length() >= 2 and ps[0].is_static and ps[0].get_length() > 1000
-        if big or "embed_tokens" in name or "embedding" in name:
-            gather = op
-            break
-    head = model.output(0).get_node().input_value(0).get_node()
-    if head.get_type_name() == "Multiply" and head.input_value(0).get_node().get_type_name() == "Tanh":
-        head = head.input_value(0).get_node().input_value(0).get_node().input_value(0).get_node()
-    embedding_ok = gather is not None and gather.get_friendly_name().endswith("aten::embedding/Gather")
-    head_ok = head.get_type_name() == "MatMul" and head.get_friendly_name() == "__module.lm_head/aten::linear/MatMul"
-    reason = (f"embedding {gather.get_friendly_name() if gather else 'not found'}, "
-              f"lm_head {head.get_friendly_name()}")
-    return Finding("genai-finders", "target-ir", "pass" if embedding_ok and head_ok else "fail", reason)
-
-
-def _paged_attention(model, c) -> Finding:
-    """What GenAI's SDPAToPagedAttention makes of the graph: one paged attention per layer, with the
-    config's key/value heads, head size, scale and sliding window."""
-    from openvino._offline_transformations import paged_attention_transformation
-
-    paged = model.clone()
-    try:
-        paged_attention_transformation(paged)
-    except RuntimeError as e:
-        from ..errors import library_message
-
-        return Finding("paged-attention", "target-ir", "fail", f"SDPAToPagedAttention failed: {library_message(e)}")
-    found = [op for op in paged.get_ordered_ops() if op.get_type_name() == "PagedAttentionExtension"]
-    wrong = []
-    for i, op in enumerate(found):
-        rt = op.get_rt_info()
-        heads = [int(rt[k].astype(int)) for k in ("num_k_heads", "k_head_size")] if "num_k_heads" in rt else None
-        window = _constant(op.input_value(10))
-        expected = c.sliding_window if c.layer_types[i] == "sliding_attention" else 0
-        if heads != [c.num_kv_heads, c.head_dim] or window != expected:
-            wrong.append(f"layer {i}: heads {heads}, window {window} (expected {[c.num_kv_heads, c.head_dim]}, {expected})")
-    ok = len(found) == c.num_layers and not wrong
-    reason = (f"{len(found)} paged attentions for {c.num_layers} layers" +
-              (f", sliding windows {c.sliding_window} where configured" if c.sliding_window else "") if ok
-              else "; ".join(wrong[:3]) or f"{len(found)} paged attentions for {c.num_layers} layers")
-    return Finding("paged-attention", "target-ir", "pass" if ok else "fail", reason)
-
-
-def _constant(output):
-    """The value of a small constant subgraph (a paged attention's sliding window)."""
-    import openvino as ov
-    from openvino.passes import ConstantFolding, Manager
-
-    sub = ov.Model([ov.opset13.result(output)], [], "value").clone()
-    manager = Manager()
-    manager.register_pass(ConstantFolding())
-    manager.run_passes(sub)
-    node = sub.get_results()[0].input_value(0).get_node()
-    return int(node.get_data().reshape(-1)[0]) if node.get_type_name() == "Constant" else None

@@ -12,19 +12,17 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..checks.findings import Finding
+from ..findings import Finding
 from ..checks.taps import TapScan
 from ..errors import Gguf2ovError, library_message
 from ..ir.irweights import constant_values, weight_matmuls
 from ..ir.variants import format_of_ir
-from ..names import (CONFIG_FILE, DETOKENIZER_IR, IR_XML, PROVENANCE_FILE, SAFETENSORS_FILE, TOKENIZER_IR,
-                     VLM_LANGUAGE_MODEL)
+from ..names import (CONFIG_FILE, DETOKENIZER_IR, IR_XML, PROVENANCE_FILE, SAFETENSORS_FILE, TOKENIZER_IR)
 from ..report import Table
 from ..runtime.draft_ir import CONTEXT_STEPS, synthetic_steps
-from ..runtime.target import Target
+from ..runtime.target import TargetIR
 from ..work import count
 
-TARGET_XMLS = (IR_XML, VLM_LANGUAGE_MODEL)  # a text target's model, a VLM's language model
 DRAFT_INPUTS = ("inputs_embeds", "hidden_states", "position_ids", "attention_mask")
 
 # A projection whose std is within this fraction of `initializer_range` looks freshly initialised.
@@ -77,13 +75,14 @@ class _Draft:
     stateful: bool = False
 
 
-def verify_draft(draft_dir, target=None, reference=None, tap_scan: bool = True, prompts=None,
+def verify_draft(draft_dir, target: TargetIR | None = None, reference=None, tap_scan: bool = True, prompts=None,
                  named_layers=()) -> VerifyResult:
-    """Check the draft IR in `draft_dir`; `reference` (a DraftSource, or the checkpoint folder or
-    dflash GGUF it came from) is what `checkpoint-match` compares its function with.
+    """Check the draft IR in `draft_dir`; `reference` (the draft.source.DraftSource it came from) is
+    what `checkpoint-match` compares its function with (None: a checkpoint folder that also holds
+    the IR is its own reference).
 
-    `target` (a Target or a folder) adds the target checks; with it, `tap_scan` measures which target
-    layers the draft fits best (`with_tap_scan`)."""
+    `target` adds the target checks; with it, `tap_scan` measures which target layers the draft fits
+    best (`with_tap_scan`)."""
     import openvino as ov
 
     count("verify runs")
@@ -92,13 +91,13 @@ def verify_draft(draft_dir, target=None, reference=None, tap_scan: bool = True, 
     figures: dict = {}
     xml = draft_dir / IR_XML
     if reference is None and (draft_dir / SAFETENSORS_FILE).is_file() and (draft_dir / CONFIG_FILE).is_file():
-        reference = draft_dir  # a checkpoint folder that also holds its IR
-    shown = getattr(reference, "path", reference)
-    target_dir = getattr(target, "path", target)
+        from ..draft.source import open_draft_checkpoint
+
+        reference = open_draft_checkpoint(draft_dir)  # a checkpoint folder that also holds its IR
 
     def result():
-        return VerifyResult(str(draft_dir), str(target_dir) if target_dir else None,
-                            str(shown) if shown else None, checks, figures)
+        return VerifyResult(str(draft_dir), str(target.path) if target is not None else None,
+                            str(reference.path) if reference is not None else None, checks, figures)
 
     if not draft_dir.is_dir():
         raise Gguf2ovError(f"draft folder {draft_dir} does not exist")
@@ -116,27 +115,19 @@ def verify_draft(draft_dir, target=None, reference=None, tap_scan: bool = True, 
     checks += _interface_checks(d)
     checks += _behaviour_checks(d, reference, figures)
     if target is not None:
-        target = target if isinstance(target, Target) else _open_target(Path(target))
-        checks += _target_checks(d, target, Path(target_dir))
+        checks += _target_checks(d, target)
         if tap_scan:
             return with_tap_scan(result(), target, prompts, named_layers)
     return result()
 
 
-def with_tap_scan(result: VerifyResult, target: Target | None, prompts=None, named=()) -> VerifyResult:
+def with_tap_scan(result: VerifyResult, target: TargetIR | None, prompts=None, named=()) -> VerifyResult:
     """`result` with the tap scan's `layer-fit`: do the configured ids fit the draft better than their
     shifts? Measured once per draft (the variants of one draft read the same layers)."""
     import dataclasses
 
     fit, scan = _layer_fit_check(Path(result.draft_dir), target, result.checks, prompts, named)
     return dataclasses.replace(result, checks=[*result.checks, fit], taps=scan)
-
-
-def _open_target(path: Path) -> Target | None:
-    try:
-        return Target.open(path)
-    except Gguf2ovError:
-        return None  # the target check says what the folder lacks
 
 
 def _read_json(path: Path) -> dict | None:
@@ -285,12 +276,10 @@ def _checkpoint_check(d: _Draft, reference, steps, ir_out, figures: dict) -> Fin
     import numpy as np
 
     from ..draft.reference import reference_outputs
-    from ..draft.source import DraftSource, open_draft
-
     if reference is None:
         return Finding("checkpoint-match", "behaviour", "skip", "no source: pass --checkpoint (the checkpoint folder or GGUF the IR came from) to compare")
+    source = reference
     try:
-        source = reference if isinstance(reference, DraftSource) else open_draft(reference)
         # optimum-intel's class in NumPy, one layer at a time from the source
         ref = reference_outputs(source, steps)
     except Gguf2ovError as e:
@@ -396,17 +385,15 @@ def _weights_check(d: _Draft, figures: dict | None = None) -> Finding:
 # --- target -------------------------------------------------------------------------------------
 
 
-def _target_checks(d: _Draft, target: Target | None, target_dir: Path) -> list[Finding]:
-    raw = _read_json(target_dir / CONFIG_FILE)
-    if target is None or raw is None:
-        missing = [n for n, ok in ((" or ".join(TARGET_XMLS), target), (CONFIG_FILE, raw)) if ok is None]
-        return [Finding("target", "target", "fail", f"{target_dir} lacks {', '.join(missing)}")]
+def _target_checks(d: _Draft, target: TargetIR) -> list[Finding]:
+    raw = _read_json(target.path / CONFIG_FILE)
+    if raw is None:
+        return [Finding("target", "target", "fail", f"{target.path} lacks {CONFIG_FILE}")]
     cfg = target.config  # a VLM's text_config
     n_layers, hidden, vocab = cfg.get("num_hidden_layers"), cfg.get("hidden_size"), cfg.get("vocab_size")
     out = [Finding("target", "target", "pass", f"{target.model_path.name}: {n_layers} layers, hidden {hidden}, "
                                                f"vocab {vocab}")]
-    out.append(_locator_check(target.model, n_layers, d.ids))
-    out += _lookup_checks(target)
+    out += target.findings(taps=d.ids or [])
 
     if d.hidden is None or hidden is None:
         out.append(Finding("hidden-size", "target", "skip", "hidden size unknown"))
@@ -448,7 +435,7 @@ def _target_checks(d: _Draft, target: Target | None, target_dir: Path) -> list[F
         out.append(Finding("mask-token", "target", "pass" if ok else "fail",
                            f"mask token {d.mask_token_id} {'inside' if ok else 'outside'} the target vocabulary ({vocab})"))
 
-    tok, detok = (target_dir / TOKENIZER_IR).is_file(), (target_dir / DETOKENIZER_IR).is_file()
+    tok, detok = (target.path / TOKENIZER_IR).is_file(), (target.path / DETOKENIZER_IR).is_file()
     out.append(Finding("tokenizer", "target", "pass" if tok and detok else "warn" if tok else "fail",
                        "openvino_tokenizer.xml and openvino_detokenizer.xml present" if tok and detok else
                        "openvino_detokenizer.xml missing: GenAI cannot decode text" if tok else
@@ -457,33 +444,12 @@ def _target_checks(d: _Draft, target: Target | None, target_dir: Path) -> list[F
     return out
 
 
-def _lookup_checks(target: Target) -> list[Finding]:
-    """Where GenAI attaches the draft: the target's token-embedding Gather and its lm_head MatMul,
-    found by structure (the tap scan and drift read them there too)."""
-    out = []
-    try:
-        gather = target.embedding
-        table = gather.input_value(0).get_partial_shape()
-        out.append(Finding("target-embedding", "target", "pass",
-                           f"token embedding {gather.get_friendly_name()} over a {table} table"))
-    except Gguf2ovError as e:
-        out.append(Finding("target-embedding", "target", "fail", e.message + ": GenAI cannot attach the draft's block"))
-    try:
-        head = target.head
-        tied = " (tied to the embedding)" if target.tied else ""
-        out.append(Finding("target-head", "target", "pass",
-                           f"lm_head {head.get_friendly_name()}{tied}, {target.vocab_size} logits"))
-    except Gguf2ovError as e:
-        out.append(Finding("target-head", "target", "fail", e.message + ": GenAI cannot score the draft's rows"))
-    return out
-
-
 # A failure of any of these leaves nothing a tap scan could measure.
 _SCAN_NEEDS = ("target", "target-locators", "target-embedding", "target-head", "hidden-size", "layer-ids", "fc-width",
                "mask-token", "tokenizer", "block-rows", "inputs", "rt-info")
 
 
-def _layer_fit_check(draft_dir: Path, target: Target | None, checks: list[Finding], prompts,
+def _layer_fit_check(draft_dir: Path, target: TargetIR | None, checks: list[Finding], prompts,
                      named) -> tuple[Finding, TapScan | None]:
     """The tap scan's finding, and the scan: do the configured ids fit the draft better than their shifts?"""
     from ..checks.taps import FITS, MISFIT, scan_taps
@@ -515,53 +481,3 @@ def _offset_used(draft_dir: Path) -> int | None:
     from ..maps.load import flag_default
 
     return flag_default("target_layer_offset")
-
-
-def pattern_fallback_layers(target, ids) -> dict[int, str]:
-    """What GenAI does without the annotation: per id, the first Add named `layers.<id>/` whose second
-    input is MatMul(Multiply(...)), the MLP residual add of a Llama/Qwen-style block (GenAI's
-    eagle3::find_decoder_layer_hidden_state_outputs). {id: the Add's name} for the ids it finds."""
-    found = {}
-    for op in target.get_ordered_ops():
-        if op.get_type_name() != "Add" or op.get_input_size() < 2:
-            continue
-        mlp = op.input_value(1).get_node()
-        if mlp.get_type_name() != "MatMul" or mlp.input_value(0).get_node().get_type_name() != "Multiply":
-            continue
-        name = op.get_friendly_name()
-        for i in ids:
-            if i not in found and f"layers.{i}/" in name:
-                found[i] = name
-    return found
-
-
-def _locator_check(target, n_layers, ids) -> Finding:
-    from ..runtime.target import LOCATORS_KEY, read_locators
-
-    try:
-        layers = read_locators(target)
-    except Gguf2ovError as e:
-        return Finding("target-locators", "target", "fail", e.message)
-    if layers is None:
-        found = pattern_fallback_layers(target, ids or [])
-        if ids and len(found) == len(ids):
-            return Finding("target-locators", "target", "warn", f"no {LOCATORS_KEY} rt_info: GenAI will use its name-pattern "
-                           f"fallback, which finds the MLP residual add of layers {sorted(found)} (Llama/Qwen-style "
-                           "blocks); re-export the target with optimum-intel >= 2.2 to be sure")
-        return Finding("target-locators", "target", "fail", f"no {LOCATORS_KEY} rt_info, and GenAI's name-pattern fallback "
-                       f"finds {len(found)} of the {len(ids or [])} draft layers ({sorted(found)}): GenAI will refuse the pair "
-                       f"(\"Eagle3 fallback found {len(found)} outputs for {len(ids or [])} requested target layers\")")
-    ops = {op.get_friendly_name(): op for op in target.get_ops()}
-    missing = [str(k) for k, loc in layers.items() if loc.get("producer") not in ops
-               or int(loc.get("output_index", 0)) >= ops[loc["producer"]].get_output_size()]
-    problems = []
-    if n_layers is not None and len(layers) != n_layers:
-        problems.append(f"{len(layers)} locators for {n_layers} layers")
-    if missing:
-        problems.append(f"producer(s) of layer(s) {', '.join(missing[:6])} not in the target graph")
-    absent = [i for i in ids or [] if i not in layers]
-    if absent:
-        problems.append(f"no locator for draft layer id(s) {absent}")
-    if problems:
-        return Finding("target-locators", "target", "fail", "; ".join(problems))
-    return Finding("target-locators", "target", "pass", f"{len(layers)} locators, every producer found in the graph")

@@ -12,7 +12,8 @@ two stateful steps):
 - inputs `input_ids`, `attention_mask`, `position_ids`, `beam_idx`; output `logits`; one K and
   one V state variable per layer (`past_key_values.N.keypresent.N.key`, ...), reordered by
   `beam_idx`;
-- transformers 5.5.4's forward for qwen3, llama, qwen2 and gemma3 (target_source._FORWARD);
+- transformers 5.5.4's forward for each architecture a map's `target:` section describes, layer
+  kind by layer kind (`layers/`);
 - the attention mask as transformers builds it (causal, padding and, in sliding layers, the window
   `kv > q - window`) in optimum's op sequence: OpenVINO's SDPAToPagedAttention, which GenAI runs on
   a target with a draft attached, reads a sliding layer's window from that sequence
@@ -35,18 +36,15 @@ from collections.abc import Callable
 import numpy as np
 
 from ..names import LOCATORS_KEY
-from ..ir.graph_ops import apply_rope, const, dim, kv_state, linear, named, repeat_kv, rms_norm, rope_tables
+from ..ir.graph_ops import const, dim, linear, named, rms_norm, rope_tables
 from ..ir.graph_ops import ops as _ops
-from .source import EMBEDDING, LM_HEAD, TargetConfig, TargetSource
 from ..ir.variants import VARIANT_RT_INFO
+from .config import EMBEDDING, LM_HEAD, TargetConfig
+from .layers import MIXERS, MLPS, layer_prefix
 
 # optimum's mask fills hidden positions with float16's lowest value, not float32's (patching_utils.py
 # eager_mask_without_vmap): exp() of either is 0 in float32
 MASKED = float(np.finfo(np.float16).min)
-
-
-def _state_name(i: int, kind: str) -> str:
-    return f"past_key_values.{i}.{kind}present.{i}.{kind}"
 
 
 class _Masks:
@@ -90,108 +88,94 @@ class _Masks:
         return ops.select(allowed, const(0.0), const(MASKED))
 
 
+class _Graph:
+    """The target graph under construction, as the layer kinds see it: the inputs, each weight asked
+    for by name, the norms, the attention masks and RoPE tables (made once, when first asked for) and
+    the state variables' Assigns."""
+
+    def __init__(self, config: TargetConfig, weight, vector):
+        ops = _ops()
+        self.config, self.weight, self._vector = config, weight, vector
+        self.input_ids = ops.parameter([-1, -1], np.int64, name="input_ids")
+        self.attention_mask = ops.parameter([-1, -1], np.int64, name="attention_mask")
+        self.position_ids = ops.parameter([-1, -1], np.int64, name="position_ids")
+        self.beam_idx = ops.parameter([-1], np.int32, name="beam_idx")
+        self.params = [self.input_ids, self.attention_mask, self.position_ids, self.beam_idx]
+        for p in self.params:
+            p.output(0).get_tensor().set_names({p.get_friendly_name()})
+        self.batch, self.q_len = dim(self.input_ids, 0), dim(self.input_ids, 1)
+        self.sinks = []
+        self._masks, self._rope = None, {}
+
+    def vector(self, name: str) -> np.ndarray:
+        return self._vector(name)
+
+    def bias(self, name: str, present: bool):
+        return self._vector(name) if present else None
+
+    def norm(self, x, name: str, scope: str):
+        """An RMSNorm of the model's form: Gemma's and Qwen3.5's scale by (1 + w)."""
+        c, w = self.config, self._vector(name)
+        return rms_norm(x, w + np.float32(c.norm_offset) if c.norm_offset else w, c.rms_norm_eps, scope)
+
+    def mask(self, window: int | None, past_len):
+        """The additive mask of a layer (full, or sliding over `window`); `past_len`: the node whose
+        dimension 2 is the cached length, used by the first layer that asks."""
+        if self._masks is None:
+            self._masks = _Masks(self.attention_mask, dim(past_len, 2), self.q_len, self.batch)
+        return self._masks.for_window(window)
+
+    def rope(self, layer_type: str):
+        """cos and sin of a layer type's RoPE, from `position_ids`."""
+        if layer_type not in self._rope:
+            self._rope[layer_type] = rope_tables(self.position_ids, *self.config.rope[layer_type])
+        return self._rope[layer_type]
+
+
 def build_target_model(config: TargetConfig, weight: Callable[[str], object], vector: Callable[[str], np.ndarray],
                        progress: Callable[[str], None] | None = None):
     """(the stateful target `ov.Model`, its hidden-state locators {layer: {producer, output_index}}).
 
     `weight(name)` returns the float32 output for a Linear weight or the embedding table (a
     Constant or a decompression subgraph); `vector(name)` the float32 values of a norm weight or a
-    bias. Each is called once per tensor, in graph order (target_source.target_tensor_shapes), so
-    a caller can stream and free each source tensor.
+    bias. Each is called once per tensor, in graph order (`tensor_shapes`), so a caller can stream
+    and free each source tensor. Each layer is its mixer kind and its MLP kind (`layers/`) between
+    the decoder's norms and residual adds.
     """
     import openvino as ov
 
     ops = _ops()
     c = config
-    heads, kv_heads, hd, eps = c.num_heads, c.num_kv_heads, c.head_dim, c.rms_norm_eps
-
-    input_ids = ops.parameter([-1, -1], np.int64, name="input_ids")
-    attention_mask = ops.parameter([-1, -1], np.int64, name="attention_mask")
-    position_ids = ops.parameter([-1, -1], np.int64, name="position_ids")
-    beam_idx = ops.parameter([-1], np.int32, name="beam_idx")
-    params = [input_ids, attention_mask, position_ids, beam_idx]
-    for p in params:
-        p.output(0).get_tensor().set_names({p.get_friendly_name()})
-
-    def norm(x, name: str, scope: str):
-        w = vector(name)
-        return rms_norm(x, w + np.float32(c.norm_offset) if c.norm_offset else w, eps, scope)
-
-    def bias(name: str, present: bool):
-        return vector(name) if present else None
-
+    g = _Graph(c, weight, vector)
     table = weight(EMBEDDING)
     if "embed_tokens" not in table.get_node().get_friendly_name():
         # GenAI finds the embedding by its table's size or, below 1000 rows, by this name
         table.get_node().set_friendly_name(f"self.{EMBEDDING}/decompressed")
     scope = "__module.model.embed_tokens/aten::"
-    ids = named(ops.convert(input_ids, "i32"), scope + "embedding/Convert")
+    ids = named(ops.convert(g.input_ids, "i32"), scope + "embedding/Convert")
     x = named(ops.gather(table, ids, const(0, np.int64)), scope + "embedding/Gather")
     if c.embedding_scale is not None:
         x = named(ops.multiply(x, const(c.embedding_scale)), scope + "mul/Multiply")
 
-    batch, q_len = dim(input_ids, 0), dim(input_ids, 1)
-    rope = {t: rope_tables(position_ids, *c.rope[t]) for t in sorted(set(c.layer_types))}
-    masks, sinks, locators = None, [], {}
+    locators = {}
+    mlp = MLPS[c.mlp]
     for i in range(c.num_layers):
         if progress:
             progress(f"layer {i + 1}/{c.num_layers}")
-        p = s = f"model.layers.{i}."  # tensor names and node scopes alike
-        layer_type = c.layer_types[i]
-        residual = x
-        normed = norm(x, p + "input_layernorm.weight", s + "input_layernorm")
-
-        def projected(name, count):  # [B, L, count, head_dim]
-            y = linear(normed, weight(p + f"self_attn.{name}.weight"), s + f"self_attn.{name}",
-                       bias(p + f"self_attn.{name}.bias", c.q_bias))
-            return ops.reshape(y, const([0, 0, count, hd], np.int64), True)
-
-        q = projected("q_proj", heads)
-        if c.qk_norm:
-            q = norm(q, p + "self_attn.q_norm.weight", s + "self_attn.q_norm")
-        k = projected("k_proj", kv_heads)
-        if c.qk_norm:
-            k = norm(k, p + "self_attn.k_norm.weight", s + "self_attn.k_norm")
-        v = projected("v_proj", kv_heads)
-        q, k, v = (ops.transpose(t, const([0, 2, 1, 3], np.int64)) for t in (q, k, v))
-        cos, sin = rope[layer_type]
-        q, k = apply_rope(q, cos, sin, hd // 2), apply_rope(k, cos, sin, hd // 2)
-        keys, assign_k = kv_state(k, batch, _state_name(i, "key"), kv_heads, hd, beam_idx)
-        values, assign_v = kv_state(v, batch, _state_name(i, "value"), kv_heads, hd, beam_idx)
-        sinks += [assign_k, assign_v]
-        if masks is None:  # the cached length as optimum reads it: the first layer's key state
-            masks = _Masks(attention_mask, dim(keys.input_value(0).get_node(), 2), q_len, batch)
-        mask = masks.for_window(c.sliding_window if layer_type == "sliding_attention" else None)
-        keys = repeat_kv(keys, kv_heads, heads // kv_heads, hd)
-        values = repeat_kv(values, kv_heads, heads // kv_heads, hd)
-        attn = named(ops.scaled_dot_product_attention(q, keys, values, mask, const(c.attention_scale), causal=False),
-                     f"__module.{s}self_attn/aten::scaled_dot_product_attention/ScaledDotProductAttention")
-        attn = ops.reshape(ops.transpose(attn, const([0, 2, 1, 3], np.int64)), const([0, 0, heads * hd], np.int64), True)
-        attn = linear(attn, weight(p + "self_attn.o_proj.weight"), s + "self_attn.o_proj",
-                      bias(p + "self_attn.o_proj.bias", c.attention_bias))
+        p = layer_prefix(i)  # tensor names and node scopes alike
+        y = MIXERS[c.mixers[i]].build(g, g.norm(x, p + "input_layernorm.weight", p + "input_layernorm"), i)
         if c.sandwich_norms:
-            attn = norm(attn, p + "post_attention_layernorm.weight", s + "post_attention_layernorm")
-        x = named(ops.add(residual, attn), f"__module.{s[:-1]}/aten::add/Add")
-
-        residual = x
+            y = g.norm(y, p + "post_attention_layernorm.weight", p + "post_attention_layernorm")
+        x = named(ops.add(x, y), f"__module.{p[:-1]}/aten::add/Add")
         second = "pre_feedforward_layernorm" if c.sandwich_norms else "post_attention_layernorm"
-        normed = norm(x, p + second + ".weight", s + second)
-        gate = linear(normed, weight(p + "mlp.gate_proj.weight"), s + "mlp.gate_proj",
-                      bias(p + "mlp.gate_proj.bias", c.mlp_bias))
-        if c.activation == "silu":
-            gate = named(ops.swish(gate), f"__module.{s}mlp.act_fn/aten::silu/Swish")
-        else:
-            gate = named(ops.gelu(gate, "tanh"), f"__module.{s}mlp.act_fn/aten::gelu/Gelu")
-        up = linear(normed, weight(p + "mlp.up_proj.weight"), s + "mlp.up_proj", bias(p + "mlp.up_proj.bias", c.mlp_bias))
-        mlp = linear(named(ops.multiply(gate, up), f"__module.{s}mlp/aten::mul/Multiply"),
-                     weight(p + "mlp.down_proj.weight"), s + "mlp.down_proj", bias(p + "mlp.down_proj.bias", c.mlp_bias))
+        y = mlp.build(g, g.norm(x, p + second + ".weight", p + second), i)
         if c.sandwich_norms:
-            mlp = norm(mlp, p + "post_feedforward_layernorm.weight", s + "post_feedforward_layernorm")
-        x = named(ops.add(residual, mlp), f"__module.{s[:-1]}/aten::add/Add_1")
+            y = g.norm(y, p + "post_feedforward_layernorm.weight", p + "post_feedforward_layernorm")
+        x = named(ops.add(x, y), f"__module.{p[:-1]}/aten::add/Add_1")
         if i < c.num_layers - 1:
             locators[i] = x
 
-    x = norm(x, "model.norm.weight", "model.norm")
+    x = g.norm(x, "model.norm.weight", "model.norm")
     locators[c.num_layers - 1] = x
     logits = linear(x, table if c.tie_word_embeddings else weight(LM_HEAD), "lm_head")
     if c.final_logit_softcapping is not None:
@@ -200,8 +184,31 @@ def build_target_model(config: TargetConfig, weight: Callable[[str], object], ve
         logits = named(ops.multiply(logits, cap), "aten::mul/Multiply")
     result = ops.result(logits)
     result.output(0).get_tensor().set_names({"logits"})
-    model = ov.Model([result], sinks, params, "target")
+    model = ov.Model([result], g.sinks, g.params, "target")
     return model, {i: {"producer": node.get_friendly_name(), "output_index": 0} for i, node in locators.items()}
+
+
+def tensor_shapes(c: TargetConfig) -> dict[str, tuple[int, ...]]:
+    """Every tensor the target graph reads, with its shape, in the order `build_target_model` asks
+    for them (the order NNCF walks the weights in): the embedding, each layer's norms around its
+    kinds' own tensors, the final norm and an untied lm_head."""
+    h = c.hidden_size
+    shapes = {EMBEDDING: (c.vocab_size, h)}
+    mlp = MLPS[c.mlp]
+    for i in range(c.num_layers):
+        p = layer_prefix(i)
+        shapes[p + "input_layernorm.weight"] = (h,)
+        shapes.update(MIXERS[c.mixers[i]].tensors(c, i))
+        shapes[p + "post_attention_layernorm.weight"] = (h,)
+        if c.sandwich_norms:
+            shapes[p + "pre_feedforward_layernorm.weight"] = (h,)
+        shapes.update(mlp.tensors(c, i))
+        if c.sandwich_norms:
+            shapes[p + "post_feedforward_layernorm.weight"] = (h,)
+    shapes["model.norm.weight"] = (h,)
+    if not c.tie_word_embeddings:
+        shapes[LM_HEAD] = (c.vocab_size, h)
+    return shapes
 
 
 # --- the target IR of a variant: built, annotated -------------------------------------------------
@@ -220,7 +227,7 @@ def set_target_rt_info(model, locators: dict, variant) -> None:
         variant.format.annotate(model, variant)
 
 
-def target_forms(source: TargetSource, variant, compact_grid: bool = False):
+def target_forms(source, variant, compact_grid: bool = False):
     """The WeightForms of a target: streamed while the IR is written, `gguf` weights folded (the form
     the CPU plugin runs without private copies, gguf/transcode.py) unless `compact_grid`."""
     from ..ir.weights import WeightForms
@@ -228,7 +235,7 @@ def target_forms(source: TargetSource, variant, compact_grid: bool = False):
     return WeightForms(source, variant, streamed=True, folded_grid=not compact_grid)
 
 
-def build_target_ir(source: TargetSource, variant, progress: Callable[[str], None] | None = None, forms=None):
+def build_target_ir(source, variant, progress: Callable[[str], None] | None = None, forms=None):
     """The target `ov.Model` of `variant` (not yet saved; its weights are made while it is saved).
     Returns (model, weight forms); `forms`: the WeightForms made for it already (its NNCF plan
     checked), else `target_forms`."""

@@ -44,8 +44,6 @@ def dflash_value(config, name: str, default=None):
     return get(name, default)
 
 
-def is_dflash2_config(config) -> bool:
-    return all(dflash_value(config, k) is not None for k in DFLASH2_KEYS)
 
 
 # --- the convolution ------------------------------------------------------------------------------

@@ -191,10 +191,10 @@ def same_function(original_dir, widened_dir, n_layers: int, vocab_size: int,
                   length: int = CHECK_TOKENS) -> dict[str, float]:
     """max |diff| between two OpenVINO targets on the same random token ids: the logits, the hidden
     states at target layer ids 0..N-2 of the original (what a draft reads) and the final norm."""
-    from ..runtime.target import Target
+    from ..runtime.target import TargetIR
 
     ids = np.random.default_rng(0).integers(0, vocab_size, length, dtype=np.int64)
-    a, b = Target.open(original_dir), Target.open(widened_dir)
+    a, b = TargetIR.open(original_dir), TargetIR.open(widened_dir)
     diffs = {"logits": float(np.abs(a.logits(ids) - b.logits(ids)).max())}
     shared = list(range(n_layers - 1))
     last_a, last_b = max(a.tap_layers), max(b.tap_layers)

@@ -1,0 +1,192 @@
+"""What GenAI needs of a target IR, checked in one place: by `gguf2ov target` before its folder is put
+in place, and by `verify --target` (and so by `run`) on any target, optimum-intel's exports included.
+
+`target_findings(model, config)` reads the graph (nothing is compiled) and converts a copy of it as
+GenAI does when a draft attaches (OpenVINO's SDPAToPagedAttention). What each layer must come out
+as is its kind's (`layers/`): its state variables, and the paged op the conversion makes of it.
+Without a config this tool can build (a VLM's language model, an architecture it does not know),
+the checks that need no layer kinds still run: the locators, the embedding and the head GenAI picks.
+"""
+
+from ..findings import Finding
+from ..errors import Gguf2ovError, library_message
+from ..names import LOCATORS_KEY
+from .ir import embedding_lookup, genai_embedding, genai_head, logits_matmul, pattern_fallback_layers, read_locators
+
+INPUTS = ("input_ids", "attention_mask", "position_ids", "beam_idx")
+GROUP = "target"
+
+
+def target_findings(model, config=None, taps=(), paged=None, num_layers: int | None = None,
+                    embedding_model=None) -> list[Finding]:
+    """The findings on a target `ov.Model` against its TargetConfig (None: one this tool does not build,
+    `num_layers` then from its config.json). `taps`: the layer ids a draft will read, which must have
+    locators. `paged`: the paged-conversion finding when made already (`paged_finding`).
+    `embedding_model`: the model that looks token ids up, when it is not `model` (a VLM's
+    text-embeddings model)."""
+    out = []
+    n_layers = config.num_layers if config is not None else num_layers
+    if config is not None:
+        out += [_inputs(model), _logits(model, config), _states(model, config)]
+    out.append(_locators(model, n_layers, config.hidden_size if config is not None else None, list(taps)))
+    out += _attach_points(model, embedding_model if embedding_model is not None else model)
+    if config is not None:
+        out.append(paged if paged is not None else paged_finding(model, config))
+    return out
+
+
+def _finding(name: str, ok: bool, reason: str, status: str | None = None) -> Finding:
+    return Finding(name, GROUP, status or ("pass" if ok else "fail"), reason)
+
+
+def port_name(port) -> str:
+    """A port's tensor name, or its node's name when it has none (a Parameter added by hand)."""
+    return min(port.get_names(), default=port.get_node().get_friendly_name())
+
+
+def _inputs(model) -> Finding:
+    names = [port_name(p) for p in model.inputs]
+    return _finding("target-inputs", tuple(names) == INPUTS, ", ".join(names))
+
+
+def _logits(model, c) -> Finding:
+    out = model.outputs
+    vocab = out[0].get_partial_shape()[-1] if out else None
+    ok = len(out) == 1 and "logits" in out[0].get_names() and vocab.is_static and vocab.get_length() == c.vocab_size
+    return _finding("target-logits", ok, f"{[port_name(o) for o in out]}, vocabulary {vocab} (config {c.vocab_size})")
+
+
+def expected_states(c) -> list[str]:
+    """Every state variable the target keeps, by its layers' kinds."""
+    from .layers import MIXERS
+
+    return sorted(v for i in range(c.num_layers) for v in MIXERS[c.mixers[i]].states(c, i))
+
+
+def _states(model, c) -> Finding:
+    from collections import Counter
+
+    variables = sorted(v.get_info().variable_id for v in model.get_variables())
+    kinds = ", ".join(f"{n} {kind}" for kind, n in Counter(c.mixers).items())
+    return _finding("target-state", variables == expected_states(c),
+                    f"{len(variables)} state variables ({len(expected_states(c))} for {c.num_layers} layers: {kinds})")
+
+
+def _locators(model, n_layers, hidden, taps) -> Finding:
+    """`hidden_states_decoder_layers`: one locator per layer on a live node of the hidden width, every
+    tap among them; without the annotation, GenAI's name-pattern fallback must find the taps."""
+    try:
+        layers = read_locators(model)
+    except Gguf2ovError as e:
+        return _finding("target-locators", False, e.message)
+    if layers is None:
+        found = pattern_fallback_layers(model, taps)
+        if taps and len(found) == len(taps):
+            return _finding("target-locators", True, f"no {LOCATORS_KEY} rt_info: GenAI will use its name-pattern "
+                            f"fallback, which finds the MLP residual add of layers {sorted(found)} (Llama/Qwen-style "
+                            "blocks); re-export the target with optimum-intel >= 2.2 to be sure", status="warn")
+        return _finding("target-locators", False, f"no {LOCATORS_KEY} rt_info, and GenAI's name-pattern fallback "
+                        f"finds {len(found)} of the {len(taps)} draft layers ({sorted(found)}): GenAI will refuse the "
+                        f"pair (\"Eagle3 fallback found {len(found)} outputs for {len(taps)} requested target layers\")")
+    nodes = {}
+    for op in model.get_ordered_ops():
+        nodes.setdefault(op.get_friendly_name(), []).append(op)
+    problems = []
+    if n_layers is not None and len(layers) != n_layers:
+        problems.append(f"{len(layers)} locators for {n_layers} layers")
+    bad = []
+    for k, loc in sorted(layers.items()):
+        found = nodes.get(loc.get("producer"), [])
+        index = int(loc.get("output_index", 0))
+        if len(found) != 1 or index >= found[0].get_output_size():
+            bad.append(str(k))
+            continue
+        shape = found[0].output(index).get_partial_shape()
+        if hidden is not None and (shape.rank.is_dynamic or shape.rank.get_length() != 3 or not shape[2].is_static
+                                   or shape[2].get_length() != hidden):
+            bad.append(f"{k} ({shape})")
+    if bad:
+        problems.append(f"producer(s) of layer(s) {', '.join(bad[:6])} not in the target graph"
+                        + (f" as one [.., .., {hidden}] output" if hidden else ""))
+    if absent := [i for i in taps if i not in layers]:
+        problems.append(f"no locator for draft layer id(s) {absent}")
+    if problems:
+        return _finding("target-locators", False, "; ".join(problems))
+    width = f" of the hidden width {hidden}" if hidden else ""
+    return _finding("target-locators", True, f"{len(layers)} locators, every producer found in the graph{width}")
+
+
+def _attach_points(model, embedding_model) -> list[Finding]:
+    """Where GenAI attaches the draft: the embedding Gather and the head MatMul it picks by its own
+    rules must be the ones that look up `input_ids` and make `logits` (the tap scan and drift read
+    the target there too)."""
+    out = []
+    try:
+        lookup = embedding_lookup(embedding_model, "the target")
+        picked = genai_embedding(embedding_model)
+        same = picked is not None and picked.get_name() == lookup.get_name()
+        table = lookup.input_value(0).get_partial_shape()
+        out.append(_finding("target-embedding", same, f"token embedding {lookup.get_friendly_name()} over a {table} "
+                            "table" + ("" if same else f", but GenAI picks "
+                                       f"{picked.get_friendly_name() if picked else 'no Gather'} to attach the draft")))
+    except Gguf2ovError as e:
+        out.append(_finding("target-embedding", False, e.message + ": GenAI cannot attach the draft's block"))
+    try:
+        head = logits_matmul(model, "the target")
+        picked = genai_head(model)
+        same = picked is not None and picked.get_name() == head.get_name()
+        vocab = head.get_output_partial_shape(0)[-1]
+        out.append(_finding("target-head", same, f"lm_head {head.get_friendly_name()}, {vocab} logits"
+                            + ("" if same else ", but GenAI's find_llm_matmul does not reach it")))
+    except Gguf2ovError as e:
+        out.append(_finding("target-head", False, e.message + ": GenAI cannot score the draft's rows"))
+    return out
+
+
+def paged_finding(model, c) -> Finding:
+    """What GenAI's SDPAToPagedAttention makes of the graph: every layer's kind converted (attention to
+    a paged attention with the config's key/value heads, head size and window) and no state op left,
+    which DFlash refuses."""
+    from collections import Counter
+
+    from openvino._offline_transformations import paged_attention_transformation
+
+    from .layers import MIXERS
+
+    paged = model.clone()
+    try:
+        paged_attention_transformation(paged)
+    except RuntimeError as e:
+        return _finding("target-paged", False, f"SDPAToPagedAttention failed: {library_message(e)}")
+    ops = paged.get_ordered_ops()
+    left = [op.get_type_name() for op in ops if op.get_type_name() in ("ReadValue", "Assign")]
+    expected = [MIXERS[c.mixers[i]].paged(c, i) for i in range(c.num_layers)]
+    wrong = [f"{len(left)} state ops left ({', '.join(sorted(set(left)))}): DFlash refuses unmanaged state"] if left else []
+    found = Counter(op.get_type_name() for op in ops)
+    for op_type, n in Counter(e["op"] for e in expected).items():
+        if found[op_type] != n:
+            wrong.append(f"{found[op_type]} {op_type} for {n} layers")
+    attention = [e for e in expected if "heads" in e]
+    for i, (op, want) in enumerate(zip([op for op in ops if op.get_type_name() == "PagedAttentionExtension"], attention)):
+        rt = op.get_rt_info()
+        heads = [int(rt[k].astype(int)) for k in ("num_k_heads", "k_head_size")] if "num_k_heads" in rt else None
+        window = _constant(op.input_value(10))
+        if heads != want["heads"] or window != want["window"]:
+            wrong.append(f"attention {i}: heads {heads}, window {window} (expected {want['heads']}, {want['window']})")
+    kinds = ", ".join(f"{n} {op_type}" for op_type, n in Counter(e["op"] for e in expected).items())
+    window = f", sliding windows {c.sliding_window} where configured" if c.sliding_window else ""
+    return _finding("target-paged", not wrong, "; ".join(wrong[:4]) if wrong else f"{kinds} for {c.num_layers} layers, "
+                    f"no state op left{window}")
+
+
+def _constant(output):
+    """The value of a small constant subgraph (a paged attention's sliding window)."""
+    import openvino as ov
+    from openvino.passes import ConstantFolding, Manager
+
+    sub = ov.Model([ov.opset13.result(output)], [], "value").clone()
+    manager = Manager()
+    manager.register_pass(ConstantFolding())
+    manager.run_passes(sub)
+    node = sub.get_results()[0].input_value(0).get_node()
+    return int(node.get_data().reshape(-1)[0]) if node.get_type_name() == "Constant" else None

@@ -1,0 +1,171 @@
+"""A target's config, resolved the way transformers resolves it, and the architecture it is built as.
+
+Which architectures are targets, and how each is built, is data: a map in `tensor_maps/` with a
+`target:` section names the kind of each layer type (`mixers`), the MLP kind (`mlp`) and what its
+forward does beyond the kinds' own (`forward`). `target_config` fills in every default with
+transformers' config class for the model type (head_dim, layer types, RoPE parameters per layer
+type); transformers is imported for its config classes only (the RoPE tables are computed from
+them in NumPy, `ir/rope.py`), no model is built and no remote code is run.
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import Gguf2ovError
+from ..ir.rope import rope_table
+from ..maps.rules import is_int
+
+ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
+# What a map's `target.forward` may state, and its value when it does not.
+FORWARD_DEFAULTS = {"qk_norm": False, "qkv_bias": False, "sandwich_norms": False, "norm_offset": 0.0,
+                    "scaled_embedding": False}
+
+EMBEDDING = "model.embed_tokens.weight"
+LM_HEAD = "lm_head.weight"
+
+
+def target_arches(maps_dir=None) -> tuple[str, ...]:
+    """The architectures `gguf2ov target` builds: the maps with a `target:` section."""
+    from ..maps.load import shipped_maps
+
+    return tuple(sorted(m.arch for m in shipped_maps(maps_dir) if m.target is not None))
+
+
+@dataclass(frozen=True, eq=False)
+class TargetConfig:
+    """What the target graph is built from: the config resolved as transformers resolves it."""
+
+    raw: dict                      # the config.json written beside the IR
+    arch: str                      # the map's architecture: qwen3 | llama | qwen2 | gemma3 | ...
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    rms_norm_eps: float
+    tie_word_embeddings: bool
+    layer_types: tuple[str, ...]
+    mixers: tuple[str, ...]        # the kind of layer that mixes tokens, per layer (target/layers/)
+    mlp: str                       # the kind of every layer's MLP
+    sliding_window: int | None     # the window of the sliding layers (None: no sliding layer)
+    rope: dict                     # layer type -> (inverse frequencies f32 [rotary dims / 2], attention scaling)
+    attention_scale: float         # query_pre_attn_scalar ** -0.5 (Gemma), else head_dim ** -0.5
+    activation: str                # silu | gelu_tanh
+    attention_bias: bool = False   # q/k/v/o biases (config.attention_bias)
+    qkv_bias: bool = False         # q/k/v biases without an o bias (qwen2)
+    mlp_bias: bool = False
+    qk_norm: bool = False
+    sandwich_norms: bool = False
+    norm_offset: float = 0.0
+    embedding_scale: float | None = None
+    final_logit_softcapping: float | None = None
+    bos_token_id: int | None = None
+    eos_token_id: int | list | None = None
+    pad_token_id: int | None = None
+    hf: object = field(default=None, repr=False)  # transformers' config object: what a kind reads beyond these
+
+    @property
+    def q_bias(self) -> bool:
+        return self.attention_bias or self.qkv_bias
+
+
+def target_config(raw: dict, where, arch: str | None = None, complete: bool = False) -> TargetConfig:
+    """Validate a target's config (config.json, or built from GGUF metadata through its map).
+
+    `complete`: the config written beside the IR states every value the graph is built with
+    (transformers' defaults for what `raw` leaves out), as save_pretrained writes it: for a GGUF,
+    whose metadata states less than a checkpoint's config.json.
+    """
+    from ..maps.load import load_map
+    from .layers import check_kinds
+
+    arch = arch or arch_of(raw.get("model_type"), where)
+    built_as = load_map(arch).target
+    forward = {**FORWARD_DEFAULTS, **(built_as.get("forward") or {})}
+    hf = _hf_config(raw, where)
+    for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size"):
+        if not is_int(getattr(hf, key, None)) or getattr(hf, key) <= 0:
+            raise Gguf2ovError(f"{where}: {key} is {getattr(hf, key, None)!r}, not a positive integer")
+    heads = hf.num_attention_heads
+    kv_heads = getattr(hf, "num_key_value_heads", None) or heads
+    head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // heads
+    if not (is_int(kv_heads) and kv_heads > 0 and heads % kv_heads == 0):
+        raise Gguf2ovError(f"{where}: {heads} attention heads do not split into {kv_heads!r} key/value heads")
+    if not is_int(head_dim) or head_dim <= 0 or head_dim % 2:
+        raise Gguf2ovError(f"{where}: head_dim is {head_dim!r}, not a positive even integer")
+    layers = hf.num_hidden_layers
+    mixers_by_type = built_as["mixers"]
+    layer_types = tuple(getattr(hf, "layer_types", None) or ["full_attention"] * layers)
+    if len(layer_types) != layers or not set(layer_types) <= set(mixers_by_type):
+        raise Gguf2ovError(f"{where}: layer_types must give one of {', '.join(mixers_by_type)} for each of the "
+                           f"{layers} layers, got {list(layer_types)[:8]}")
+    mixers = tuple(mixers_by_type[t] for t in layer_types)
+    check_kinds(arch, mixers, built_as["mlp"])
+    window = getattr(hf, "sliding_window", None) if "sliding_attention" in layer_types else None
+    if "sliding_attention" in layer_types and not (is_int(window) and window > 0):
+        raise Gguf2ovError(f"{where}: sliding layers need a positive sliding_window, got {window!r}")
+    activation = getattr(hf, "hidden_activation", None) or getattr(hf, "hidden_act", None)
+    if activation not in ACTIVATIONS:
+        raise Gguf2ovError(f"{where}: activation {activation!r} is not supported",
+                           hint=f"supported: {', '.join(ACTIVATIONS)}")
+    for key in ("attn_logit_softcapping", "use_bidirectional_attention"):
+        if getattr(hf, key, None):
+            # SDPA (and the paged attention GenAI runs) has no logit cap; bidirectional Gemma is an encoder
+            raise Gguf2ovError(f"{where}: {key} is {getattr(hf, key)!r}: not supported in an OpenVINO LLM target")
+    scalar = getattr(hf, "query_pre_attn_scalar", None)
+    cap = getattr(hf, "final_logit_softcapping", None)
+    return TargetConfig(
+        raw=hf.to_dict() if complete else raw, arch=arch, hidden_size=hf.hidden_size, num_layers=layers,
+        num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, intermediate_size=hf.intermediate_size,
+        vocab_size=hf.vocab_size, rms_norm_eps=float(hf.rms_norm_eps),
+        tie_word_embeddings=bool(getattr(hf, "tie_word_embeddings", False)), layer_types=layer_types,
+        mixers=mixers, mlp=built_as["mlp"], sliding_window=window, rope=_rope(hf, layer_types, head_dim, where),
+        attention_scale=float((scalar or head_dim) ** -0.5), activation=ACTIVATIONS[activation],
+        attention_bias=bool(getattr(hf, "attention_bias", False)), qkv_bias=bool(forward["qkv_bias"]),
+        mlp_bias=bool(getattr(hf, "mlp_bias", False)), qk_norm=bool(forward["qk_norm"]),
+        sandwich_norms=bool(forward["sandwich_norms"]), norm_offset=float(forward["norm_offset"]),
+        # float32, as the embedding module's buffer holds it: Gemma's sqrt(3072) is 55.4256, not 55.43
+        embedding_scale=float(np.float32(hf.hidden_size ** 0.5)) if forward["scaled_embedding"] else None,
+        final_logit_softcapping=float(cap) if cap else None,
+        bos_token_id=getattr(hf, "bos_token_id", None), eos_token_id=getattr(hf, "eos_token_id", None),
+        pad_token_id=getattr(hf, "pad_token_id", None), hf=hf)
+
+
+def arch_of(model_type, where) -> str:
+    """The target map whose HF model type `model_type` is (tensor_maps/<arch>.yaml `hf.model_type`)."""
+    from ..maps.load import load_map
+
+    by_type = {load_map(arch).hf.get("model_type"): arch for arch in target_arches()}
+    if model_type not in by_type:
+        hint = f"supported model types: {', '.join(sorted(t for t in by_type if t))}"
+        if model_type == "gemma3":
+            hint = "a gemma3 checkpoint with a vision tower: export its text model (model_type gemma3_text)"
+        raise Gguf2ovError(f"{where}: model_type {model_type!r} is not a target this tool builds", hint=hint)
+    return by_type[model_type]
+
+
+def _hf_config(raw: dict, where):
+    """transformers' config class for the model type, filled from `raw` (never remote code)."""
+    from transformers import CONFIG_MAPPING
+
+    clean = {k: v for k, v in raw.items() if k not in ("auto_map", "transformers_version")}
+    try:
+        return CONFIG_MAPPING[raw["model_type"]].from_dict(clean)
+    except (TypeError, ValueError, KeyError) as e:  # transformers validates the geometry
+        raise Gguf2ovError(f"{where}: not a valid {raw.get('model_type')} config: {' '.join(str(e).split())[:300]}") \
+            from e
+
+
+def _rope(hf, layer_types, head_dim: int, where) -> dict:
+    """{layer type: (inverse frequencies, attention scaling)}, as transformers' rotary embedding makes them."""
+    tables = {}
+    for layer_type in sorted(set(layer_types)):
+        inv_freq, scaling = rope_table(hf, layer_type, where)
+        if 2 * inv_freq.size != head_dim:
+            raise Gguf2ovError(f"{where}: RoPE rotates {2 * inv_freq.size} of {head_dim} head dimensions: "
+                               "partial rotary embeddings are not supported")
+        tables[layer_type] = (inv_freq, scaling)
+    return tables

@@ -1,0 +1,35 @@
+"""The kinds of layer a target is built from, one module each, by the names the maps give them.
+
+A map's `target:` section names the kind that mixes tokens in each layer type (`mixers`, by the
+config's `layer_types`) and the kind of every layer's MLP (`mlp`). A kind module states, from the
+config alone:
+- `tensors(c, i)`: the tensors it reads in layer `i` (HF names and shapes), in the order the graph
+  asks for them;
+- `build(g, x, i)`: its part of the graph on the normed hidden states `x`, asking `g` (the graph
+  under construction, `target/graph.py`) for each weight by name and adding its state variables;
+- what the IR checks must find of it (`target/checks.py`): `states(c, i)`, the state variables it
+  keeps, and `paged(c, i)`, what OpenVINO's paged conversion (GenAI's, when a draft attaches) makes
+  of it (mixers only).
+
+The decoder layer around them (norms and residuals) is `graph.py`'s. A new kind of layer is one
+module here and one entry below; an architecture made of known kinds is a map alone.
+"""
+
+from ...errors import Gguf2ovError
+from . import attention, mlp
+
+MIXERS = {"attention": attention}
+MLPS = {"dense": mlp}
+
+
+def check_kinds(arch: str, mixers, mlp_kind: str) -> None:
+    """Refuse a map that names a kind this version does not build."""
+    unknown = sorted({m for m in mixers if m not in MIXERS} | ({mlp_kind} - set(MLPS)))
+    if unknown:
+        raise Gguf2ovError(f"the {arch} map builds its layers with {', '.join(unknown)}, which this gguf2ov does "
+                           f"not know (mixers: {', '.join(MIXERS)}; MLPs: {', '.join(MLPS)})",
+                           hint="update gguf2ov, or fix the map's `target:` section")
+
+
+def layer_prefix(i: int) -> str:
+    return f"model.layers.{i}."
