@@ -150,7 +150,7 @@ def _rule_value(rule, config: dict):
         return next(iter(rule["map"].values()))
     if declared == "int":  # a token id (below the vocabulary) is its least, a size 4
         return rule.get("min", 0) if "below" in rule else min(max(4, rule.get("min", 4)), rule.get("max", 4))
-    return {"float": 0.5, "bool": True, "str": "x"}[declared]
+    return {"float": 0.5, "number": 0.5, "bool": True, "str": "x"}[declared]
 
 
 def model_from_map(amap, rng, layers: int = 2):
@@ -161,7 +161,7 @@ def model_from_map(amap, rng, layers: int = 2):
 
     config, extra = {}, {}
     # `below` / `length` read other keys: those first
-    ordered = sorted(amap.config.items(), key=lambda kv: bool(kv[1].get("below") or kv[1].get("length")))
+    ordered = sorted(amap.config.items(), key=lambda kv: isinstance(kv[1].get("below"), str) or "length" in kv[1])
     for key, rule in ordered:
         if "tensor_absent" in rule or "constant" in rule:
             continue  # derived from the file

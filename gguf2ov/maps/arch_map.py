@@ -137,17 +137,20 @@ class ArchMap:
             shift = f", offset {offset:+}" if offset else ""
             hint = self._choices_text(rule, stated) if flag else None
             raise Gguf2ovError(f"{gguf.path}: {hf_key} would be {short(value)} (from {source} = {short(stated)}"
-                               f"{shift}), {bound}", hint=hint or None)
+                               f"{shift}), {bound}", hint=hint or "the file's metadata is malformed; re-download or "
+                               "re-convert the file")
         return value
 
     def _require_relations(self, gguf, config: dict) -> None:
         """`below` and `length`: bounds one config value takes from another the file states."""
         for hf_key, rule in self.config.items():
             value = config_get(config, hf_key)
-            if value is None or not (rule.get("below") or rule.get("length")):
+            key = rule.get("below")
+            key = key if isinstance(key, str) else None  # a number is a bound of its own (out_of_bounds)
+            if value is None or not (key or rule.get("length")):
                 continue
             source = self._source_key(gguf, hf_key)
-            if (key := rule.get("below")) and is_int(limit := config_get(config, key)):
+            if key and is_int(limit := config_get(config, key)):
                 if high := [v for v in value_items(value) if is_number(v) and v >= limit]:
                     raise Gguf2ovError(f"{gguf.path}: {hf_key} would be {short(value)} (from {source}), but "
                                        f"{key} is {limit} (from {self._source_key(gguf, key)}): {short(high[0])} "
@@ -211,6 +214,8 @@ class ArchMap:
                 value = [back[v] for v in value] if isinstance(value, list) else back[value]
             if rule.get("add"):
                 value = [v - rule["add"] for v in value] if isinstance(value, list) else value - rule["add"]
+            if rule.get("type") == "float" and is_number(value):
+                value = float(value)  # a config may say 10000 where the file must hold a float (F32)
             for key in [rule["from"][0], *rule.get("write_also", [])]:
                 out[key.replace("{arch}", self.arch)] = value
         return out
