@@ -188,6 +188,7 @@ def test_dflash2_is_written_in_llama_cpp_layout(tmp_path):
     m = gguf.metadata
     assert {k: m[f"dflash.{k}"] for k in DFLASH2} == DFLASH2
     assert m["dflash.target_layers"] == [i + 1 for i in TARGET_IDS] and m["dflash.block_size"] == 16
+    assert m["dflash.attention.causal"] is False  # a bool, as llama.cpp's converter writes is_causal
 
     out = tmp_path / "back"
     Job(gguf_path, None, Options(progress=False)).convert(out, dtype="f32")
@@ -214,8 +215,25 @@ def test_dflash2_is_written_in_llama_cpp_layout(tmp_path):
 def test_a_v1_file_keeps_the_v1_architecture(tmp_path):
     _checkpoint(tmp_path / "ckpt", layers=2)
     write_dflash_gguf(tmp_path / "ckpt", tmp_path / "v1.gguf", mix="F32")
+    assert "dflash.attention.causal" not in open_gguf(tmp_path / "v1.gguf").metadata  # the config states none
     config = Job(tmp_path / "v1.gguf", None, Options(progress=False)).convert(tmp_path / "back").config
     assert config["architectures"] == ["DFlashDraftModel"] and "is_causal" not in config
+
+
+@pytest.mark.parametrize("where", ["is_causal", "dflash_config.causal"])
+def test_a_v1_config_that_states_causal_writes_it(tmp_path, where):
+    """llama.cpp's converter writes dflash.attention.causal from is_causal, else from
+    dflash_config.causal; the config read back states it as is_causal."""
+    config, _ = _checkpoint(tmp_path / "ckpt", layers=2)
+    if where == "is_causal":
+        config["is_causal"] = False
+    else:
+        config["dflash_config"]["causal"] = False
+    (tmp_path / "ckpt/config.json").write_text(json.dumps(config))
+    write_dflash_gguf(tmp_path / "ckpt", tmp_path / "v1.gguf", mix="F32")
+    assert open_gguf(tmp_path / "v1.gguf").metadata["dflash.attention.causal"] is False
+    back = Job(tmp_path / "v1.gguf", None, Options(progress=False)).convert(tmp_path / "back").config
+    assert back["is_causal"] is False and back["architectures"] == ["DFlashDraftModel"]
 
 
 def test_a_transformers_5_config_keeps_its_rope_base(tmp_path, fixtures_dir):

@@ -256,6 +256,37 @@ def test_dflash2_group_and_optional(tmp_path):
     assert "selector_hidden.weight is [8, 64], expected [9, 64]" in e.value.message
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_v1_draft_follows_its_causal_key(tmp_path, causal):
+    """llama.cpp's converter writes the config's is_causal as dflash.attention.causal, and its
+    runtime follows it: so does the config read back."""
+    write_dflash(tmp_path / "v1.gguf", kv_extra={"dflash.attention.causal": causal})
+    config = load_map("dflash").hf_config(open_gguf(tmp_path / "v1.gguf"))
+    assert config["is_causal"] is causal and config["architectures"] == ["DFlashDraftModel"]
+
+
+def test_a_dflash2_draft_that_says_causal_is_refused(tmp_path, capsys):
+    """DFlash 2 is trained with both-way block attention: a file holding its tensors that says
+    dflash.attention.causal = true contradicts them, and is one error line, not a causal draft."""
+    from gguf2ov.cli import main
+
+    kv = {"dflash.conv_kernel_size": 3, "dflash.attention.causal": False}
+    write_dflash(tmp_path / "v2.gguf", tensors_extra=_dflash2_tensors(), kv_extra=kv)
+    assert load_map("dflash").hf_config(open_gguf(tmp_path / "v2.gguf"))["is_causal"] is False
+    write_dflash(tmp_path / "causal.gguf", tensors_extra=_dflash2_tensors(), kv_extra=kv | {"dflash.attention.causal": True})
+    assert main(["convert", str(tmp_path / "causal.gguf"), "-o", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and len(err.splitlines()) == 2 and "Traceback" not in err
+    assert ("dflash.attention.causal is True (it sets is_causal), but the file holds the dflash2 tensors, and the dflash "
+            "map (tensor_maps/dflash.yaml) makes such a model DFlash2DraftModel with is_causal = False") in err
+    assert err.splitlines()[1].startswith("hint: the file contradicts itself")
+    assert not (tmp_path / "out").exists()
+    # a causal key that is not a bool is the usual type error
+    write_dflash(tmp_path / "odd.gguf", tensors_extra=_dflash2_tensors(), kv_extra=kv | {"dflash.attention.causal": 1})
+    with pytest.raises(Gguf2ovError, match=r"dflash.attention.causal is 1, not true or false \(it sets is_causal\)"):
+        load_map("dflash").hf_config(open_gguf(tmp_path / "odd.gguf"))
+
+
 def test_group_hf_must_name_a_group(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("arch: x\ntensors: {a.weight: a.weight}\ngroups: {g: {b.weight: b.weight}}\n"

@@ -73,9 +73,27 @@ class ArchMap:
             raise Gguf2ovError(f"{gguf.path}: metadata needed by the {self.arch} map ({self.path}) is missing: "
                                + ", ".join(missing))
         for group in sorted(self.groups_present(gguf)):
-            out.update(copy.deepcopy(self.group_hf.get(group, {})))
+            fields = self.group_hf.get(group, {})
+            self._refuse_contradiction(gguf, group, fields, out)
+            out.update(copy.deepcopy(fields))
         self._require_relations(gguf, out)
         return out
+
+    def _refuse_contradiction(self, gguf, group: str, fields: dict, config: dict) -> None:
+        """A group's fixed config fields are what a model with those tensors is: a value the file
+        states for one of them (through a config rule) and that differs contradicts its tensors."""
+        for key, fixed in fields.items():
+            rule = self.config.get(key, {})
+            source = next((k for k in rule.get("from", []) if k in gguf.metadata), None)
+            value = config_get(config, key)
+            if source is None or value is None or (type(value), value) == (type(fixed), fixed):
+                continue
+            model = (fields.get("architectures") or [group])[0]
+            raise Gguf2ovError(f"{gguf.path}: {source} is {short(plain_value(gguf.metadata[source]))} (it sets {key}), "
+                               f"but the file holds the {group} tensors, and the {self.arch} map ({self.path}) makes "
+                               f"such a model {model} with {key} = {short(fixed)}",
+                               hint="the file contradicts itself; re-convert it from its checkpoint, or pass --map with "
+                                    f"a map whose group_hf does not fix {key} if the model really has {short(value)}")
 
     def groups_present(self, gguf) -> set[str]:
         """The tensor groups of which the file holds at least one tensor."""

@@ -27,7 +27,9 @@ Map sections:
 - `optional`: like `tensors`, copied when present; `null` accepts a tensor but does not write it.
 - `groups`: named sets of tensors that are present all together or not at all.
 - `group_hf`: group name -> fixed config fields that apply when the file holds that group (a
-  variant of the architecture that the tensors tell apart, e.g. DFlash 2 within `dflash`).
+  variant of the architecture that the tensors tell apart, e.g. DFlash 2 within `dflash`). A file
+  that states another value for one of them (through a config rule) contradicts its own tensors
+  and is refused.
 - `shapes`: HF template -> expected PyTorch shape, as expressions over config keys.
 - `legacy`: config rules an older converter used (only used to write GGUF in the old layout).
 - `compare`: HF config key -> other places a published config may hold it; the keys `check`
