@@ -151,6 +151,25 @@ def test_tokenizer_is_written_like_llama_cpp(tmp_path):
     assert m["tokenizer.ggml.mask_token_id"] == MASK and m["general.file_type"] == 1
 
 
+def test_each_tokenizer_key_is_written_once(tmp_path, caplog):
+    """The config's bos/eos/pad ids and the tokenizer's special tokens (gguf-py's SpecialVocab) name
+    the same keys: each is written once, the tokenizer's where it has one, as llama.cpp's converter
+    writes them (gguf-py warned "Duplicated key name" and kept the config's)."""
+    import logging
+
+    tok = _tokenizer(tmp_path / "tok")
+    eos = tok.convert_tokens_to_ids("<|endoftext|>")
+    config, _ = _checkpoint(tmp_path / "ckpt", layers=2, vocab_size=len(tok))
+    config.update(bos_token_id=7, eos_token_id=eos + 1, pad_token_id=5)  # the tokenizer states eos only
+    (tmp_path / "ckpt/config.json").write_text(json.dumps(config))
+    with caplog.at_level(logging.WARNING):
+        write_dflash_gguf(tmp_path / "ckpt", tmp_path / "draft.gguf", tokenizer_dir=tmp_path / "tok", mix="F16")
+    assert not [r.getMessage() for r in caplog.records if "Duplicated key" in r.getMessage()]
+    m = open_gguf(tmp_path / "draft.gguf").metadata
+    assert m["tokenizer.ggml.eos_token_id"] == eos  # the tokenizer's
+    assert m["tokenizer.ggml.bos_token_id"] == 7 and m["tokenizer.ggml.padding_token_id"] == 5  # the config's
+
+
 def test_unknown_mix(tmp_path):
     from gguf2ov.errors import Gguf2ovError
 
