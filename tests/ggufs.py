@@ -150,7 +150,7 @@ def _rule_value(rule, config: dict):
         return next(iter(rule["map"].values()))
     if declared == "int":  # a token id (below the vocabulary) is its least, a size 4
         return rule.get("min", 0) if "below" in rule else min(max(4, rule.get("min", 4)), rule.get("max", 4))
-    return {"float": 0.5, "bool": True, "str": "x"}[declared]
+    return {"float": 0.5, "number": 0.5, "bool": True, "str": "x"}[declared]
 
 
 def model_from_map(amap, rng, layers: int = 2):
@@ -160,12 +160,14 @@ def model_from_map(amap, rng, layers: int = 2):
     from gguf2ov.maps.rules import config_get
 
     config, extra = {}, {}
+    # the model holds every group's tensors: a key a group fixes takes that value
+    fixed = {k: v for fields in amap.group_hf.values() for k, v in fields.items()}
     # `below` / `length` read other keys: those first
-    ordered = sorted(amap.config.items(), key=lambda kv: bool(kv[1].get("below") or kv[1].get("length")))
+    ordered = sorted(amap.config.items(), key=lambda kv: isinstance(kv[1].get("below"), str) or "length" in kv[1])
     for key, rule in ordered:
         if "tensor_absent" in rule or "constant" in rule:
             continue  # derived from the file
-        value = layers if key == "num_hidden_layers" else _rule_value(rule, config)
+        value = layers if key == "num_hidden_layers" else fixed[key] if key in fixed else _rule_value(rule, config)
         node = config
         *parents, last = key.split(".")
         for part in parents:

@@ -83,6 +83,7 @@ def test_gguf_is_in_llama_cpp_layout(fix2):
     assert m["dflash.target_layers"] == [i + 1 for i in dc["target_layer_ids"]]
     assert m["tokenizer.ggml.mask_token_id"] == dc["mask_token_id"]
     assert len(m["tokenizer.ggml.tokens"]) == vocab
+    assert m["dflash.attention.causal"] is cfg["is_causal"] is False  # as llama.cpp's converter writes it
 
 
 def test_convert_and_check(fix2, tmp_path, capsys):

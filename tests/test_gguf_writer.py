@@ -151,6 +151,25 @@ def test_tokenizer_is_written_like_llama_cpp(tmp_path):
     assert m["tokenizer.ggml.mask_token_id"] == MASK and m["general.file_type"] == 1
 
 
+def test_each_tokenizer_key_is_written_once(tmp_path, caplog):
+    """The config's bos/eos/pad ids and the tokenizer's special tokens (gguf-py's SpecialVocab) name
+    the same keys: each is written once, the tokenizer's where it has one, as llama.cpp's converter
+    writes them (gguf-py warned "Duplicated key name" and kept the config's)."""
+    import logging
+
+    tok = _tokenizer(tmp_path / "tok")
+    eos = tok.convert_tokens_to_ids("<|endoftext|>")
+    config, _ = _checkpoint(tmp_path / "ckpt", layers=2, vocab_size=len(tok))
+    config.update(bos_token_id=7, eos_token_id=eos + 1, pad_token_id=5)  # the tokenizer states eos only
+    (tmp_path / "ckpt/config.json").write_text(json.dumps(config))
+    with caplog.at_level(logging.WARNING):
+        write_dflash_gguf(tmp_path / "ckpt", tmp_path / "draft.gguf", tokenizer_dir=tmp_path / "tok", mix="F16")
+    assert not [r.getMessage() for r in caplog.records if "Duplicated key" in r.getMessage()]
+    m = open_gguf(tmp_path / "draft.gguf").metadata
+    assert m["tokenizer.ggml.eos_token_id"] == eos  # the tokenizer's
+    assert m["tokenizer.ggml.bos_token_id"] == 7 and m["tokenizer.ggml.padding_token_id"] == 5  # the config's
+
+
 def test_unknown_mix(tmp_path):
     from gguf2ov.errors import Gguf2ovError
 
@@ -188,6 +207,7 @@ def test_dflash2_is_written_in_llama_cpp_layout(tmp_path):
     m = gguf.metadata
     assert {k: m[f"dflash.{k}"] for k in DFLASH2} == DFLASH2
     assert m["dflash.target_layers"] == [i + 1 for i in TARGET_IDS] and m["dflash.block_size"] == 16
+    assert m["dflash.attention.causal"] is False  # a bool, as llama.cpp's converter writes is_causal
 
     out = tmp_path / "back"
     Job.of(gguf_path, None, Options(progress=False)).convert(out, dtype="f32")
@@ -214,8 +234,25 @@ def test_dflash2_is_written_in_llama_cpp_layout(tmp_path):
 def test_a_v1_file_keeps_the_v1_architecture(tmp_path):
     _checkpoint(tmp_path / "ckpt", layers=2)
     write_dflash_gguf(tmp_path / "ckpt", tmp_path / "v1.gguf", mix="F32")
+    assert "dflash.attention.causal" not in open_gguf(tmp_path / "v1.gguf").metadata  # the config states none
     config = Job.of(tmp_path / "v1.gguf", None, Options(progress=False)).convert(tmp_path / "back").config
     assert config["architectures"] == ["DFlashDraftModel"] and "is_causal" not in config
+
+
+@pytest.mark.parametrize("where", ["is_causal", "dflash_config.causal"])
+def test_a_v1_config_that_states_causal_writes_it(tmp_path, where):
+    """llama.cpp's converter writes dflash.attention.causal from is_causal, else from
+    dflash_config.causal; the config read back states it as is_causal."""
+    config, _ = _checkpoint(tmp_path / "ckpt", layers=2)
+    if where == "is_causal":
+        config["is_causal"] = False
+    else:
+        config["dflash_config"]["causal"] = False
+    (tmp_path / "ckpt/config.json").write_text(json.dumps(config))
+    write_dflash_gguf(tmp_path / "ckpt", tmp_path / "v1.gguf", mix="F32")
+    assert open_gguf(tmp_path / "v1.gguf").metadata["dflash.attention.causal"] is False
+    back = Job.of(tmp_path / "v1.gguf", None, Options(progress=False)).convert(tmp_path / "back").config
+    assert back["is_causal"] is False and back["architectures"] == ["DFlashDraftModel"]
 
 
 def test_a_transformers_5_config_keeps_its_rope_base(tmp_path, fixtures_dir):

@@ -277,8 +277,8 @@ def test_untrusted_names_cannot_forge_lines_or_escape_sequences(tmp_path, capsys
     ({"dflash.block_count": True}, "dflash.block_count is True, not an integer"),
     ({"tokenizer.ggml.mask_token_id": (2**64 - 1, GGUFValueType.UINT64)}, "dflash_config.mask_token_id would be 18446744073709551615 (from tokenizer.ggml.mask_token_id = "
      "18446744073709551615), outside the 64-bit integer range"),
-    ({"dflash.attention.layer_norm_rms_epsilon": float("nan")}, "layer_norm_rms_epsilon is nan, not a finite number"),
-    ({"dflash.rope.freq_base": float("inf")}, "dflash.rope.freq_base is inf, not a finite number"),
+    ({"dflash.attention.layer_norm_rms_epsilon": float("nan")}, "layer_norm_rms_epsilon is nan, not a finite float"),
+    ({"dflash.rope.freq_base": float("inf")}, "dflash.rope.freq_base is inf, not a finite float"),
     ({"dflash.rope.freq_base": 0.0}, "rope_theta would be 0.0 (from dflash.rope.freq_base = 0.0), not above 0"),
     ({"dflash.block_size": 1}, "dflash_config.block_size would be 1 (from dflash.block_size = 1), below 2"),
     ({"tokenizer.ggml.tokens": [f"t{i}" for i in range(100)]},

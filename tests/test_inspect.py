@@ -44,3 +44,44 @@ def test_inspect_unknown_arch_still_lists_tensors(tmp_path):
     assert result.map_path is None and result.map_fits is None
     assert "no map for architecture 'mamba'" in result.map_problems[0]
     assert result.tensors[0].ne == [32, 2] and result.tensors[0].shape == [2, 32]
+
+
+def _with_a_duplicate_key(path):
+    """A draft whose metadata states tokenizer.ggml.bos_token_id twice (0, then 5): gguf-py's writer
+    keeps one value per key, so the second key is written under another name of the same length and
+    renamed in the file's bytes."""
+    write_dflash(path, kv_extra={"tokenizer.ggml.bos_token_id": 0, "tokenizer.ggml.bos_token_iX": 5})
+    data = path.read_bytes()
+    assert data.count(b"tokenizer.ggml.bos_token_iX") == 1
+    path.write_bytes(data.replace(b"tokenizer.ggml.bos_token_iX", b"tokenizer.ggml.bos_token_id"))
+
+
+def test_inspect_warns_about_a_duplicate_key(tmp_path, capsys):
+    """llama.cpp's loader and gguf-py's reader refuse a file that states a key twice; inspect shows
+    it and warns, every other command refuses it in one error line."""
+    path = tmp_path / "dup.gguf"
+    _with_a_duplicate_key(path)
+    warning = ("warning: metadata key tokenizer.ggml.bos_token_id appears 2 times (0, 5); shown: the first. llama.cpp "
+               "and gguf-py refuse such a file, as every other gguf2ov command does")
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr()
+    assert warning in out.out and out.err == ""
+    assert main(["inspect", str(path), "--json", "-"]) == 0
+    out = capsys.readouterr()
+    data = json.loads(out.out)
+    assert data["metadata"]["tokenizer.ggml.bos_token_id"] == "0" and data["warnings"] == [warning[len("warning: "):]]
+    assert out.err.strip() == warning  # stdout is the document: the warning goes to stderr
+    assert main(["inspect", str(path), "--quiet"]) == 0
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.strip() == warning  # --quiet: warnings still show
+    assert main(["convert", str(path), "-o", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}: metadata key tokenizer.ggml.bos_token_id appears 2 times; llama.cpp and "
+                          "gguf-py refuse such a file\nhint: ") and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_inspect_of_a_file_without_duplicates_has_no_warning(tmp_path):
+    write_dflash(tmp_path / "draft.gguf")
+    result = inspect(tmp_path / "draft.gguf")
+    assert result.warnings == [] and "warning" not in render(result, "text")

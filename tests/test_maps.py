@@ -210,9 +210,10 @@ def test_negative_layer_id_is_refused(tmp_path):
         load_map("dflash").hf_config(open_gguf(path), target_layer_offset=-1)
 
 
-def test_dflash2_group_and_optional(tmp_path):
+def _dflash2_tensors(kernel=3, rank=8, vocab=50):
+    """The DFlash 2 tensors (and a token embedding) for a draft of ggufs.DRAFT's geometry."""
     rng = np.random.default_rng(3)
-    h, kernel, rank, vocab = DRAFT["hidden"], 3, 8, 50
+    h = DRAFT["hidden"]
     extra = {"selector_predecessor.weight": (rng.standard_normal((vocab, rank)), None),
              "selector_successor.weight": (rng.standard_normal((vocab, rank)), None),
              "selector_hidden.weight": (rng.standard_normal((rank, h)), None),
@@ -221,6 +222,12 @@ def test_dflash2_group_and_optional(tmp_path):
         for part in ("attn", "ffn"):
             extra[f"blk.{n}.{part}_conv_base"] = (rng.standard_normal((2, kernel, h)), None)
             extra[f"blk.{n}.{part}_conv_proj.weight"] = (rng.standard_normal((kernel, h)), None)
+    return extra
+
+
+def test_dflash2_group_and_optional(tmp_path):
+    h, kernel, rank, vocab = DRAFT["hidden"], 3, 8, 50
+    extra = _dflash2_tensors(kernel, rank, vocab)
     path = tmp_path / "v2.gguf"
     write_dflash(path, tensors_extra=extra, kv_extra={"dflash.conv_kernel_size": kernel})
     gguf = open_gguf(path)
@@ -247,6 +254,37 @@ def test_dflash2_group_and_optional(tmp_path):
         amap.plan(open_gguf(path))
     assert "blk.0.attn_conv_proj.weight is [3, 64], expected [24, 64]" in e.value.message
     assert "selector_hidden.weight is [8, 64], expected [9, 64]" in e.value.message
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_v1_draft_follows_its_causal_key(tmp_path, causal):
+    """llama.cpp's converter writes the config's is_causal as dflash.attention.causal, and its
+    runtime follows it: so does the config read back."""
+    write_dflash(tmp_path / "v1.gguf", kv_extra={"dflash.attention.causal": causal})
+    config = load_map("dflash").hf_config(open_gguf(tmp_path / "v1.gguf"))
+    assert config["is_causal"] is causal and config["architectures"] == ["DFlashDraftModel"]
+
+
+def test_a_dflash2_draft_that_says_causal_is_refused(tmp_path, capsys):
+    """DFlash 2 is trained with both-way block attention: a file holding its tensors that says
+    dflash.attention.causal = true contradicts them, and is one error line, not a causal draft."""
+    from gguf2ov.cli import main
+
+    kv = {"dflash.conv_kernel_size": 3, "dflash.attention.causal": False}
+    write_dflash(tmp_path / "v2.gguf", tensors_extra=_dflash2_tensors(), kv_extra=kv)
+    assert load_map("dflash").hf_config(open_gguf(tmp_path / "v2.gguf"))["is_causal"] is False
+    write_dflash(tmp_path / "causal.gguf", tensors_extra=_dflash2_tensors(), kv_extra=kv | {"dflash.attention.causal": True})
+    assert main(["convert", str(tmp_path / "causal.gguf"), "-o", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and len(err.splitlines()) == 2 and "Traceback" not in err
+    assert ("dflash.attention.causal is True (it sets is_causal), but the file holds the dflash2 tensors, and the dflash "
+            "map (tensor_maps/dflash.yaml) makes such a model DFlash2DraftModel with is_causal = False") in err
+    assert err.splitlines()[1].startswith("hint: the file contradicts itself")
+    assert not (tmp_path / "out").exists()
+    # a causal key that is not a bool is the usual type error
+    write_dflash(tmp_path / "odd.gguf", tensors_extra=_dflash2_tensors(), kv_extra=kv | {"dflash.attention.causal": 1})
+    with pytest.raises(Gguf2ovError, match=r"dflash.attention.causal is 1, not true or false \(it sets is_causal\)"):
+        load_map("dflash").hf_config(open_gguf(tmp_path / "odd.gguf"))
 
 
 def test_group_hf_must_name_a_group(tmp_path):
@@ -388,7 +426,17 @@ def test_the_architecture_name_from_a_file_only_selects_shipped_maps():
     ("dflash.block_count", "two", "dflash.block_count is 'two', not an integer (it sets num_hidden_layers)"),
     ("dflash.attention.head_count", 0, "num_attention_heads would be 0 (from dflash.attention.head_count = 0), below 1"),
     ("dflash.target_layers", (["a", "b"], GGUFValueType.ARRAY),
-     "dflash.target_layers is ['a', 'b'], not a list of integers")])
+     "dflash.target_layers is ['a', 'b'], not a list of integers"),
+    # an epsilon stored as an integer type was written as rms_norm_eps = 0 (exit 0)
+    ("dflash.attention.layer_norm_rms_epsilon", (0, GGUFValueType.UINT32),
+     "dflash.attention.layer_norm_rms_epsilon is 0, not a finite float (GGUF F32 or F64) (it sets rms_norm_eps)"),
+    ("dflash.attention.layer_norm_rms_epsilon", 0.0,
+     "rms_norm_eps would be 0.0 (from dflash.attention.layer_norm_rms_epsilon = 0.0), not above 0"),
+    ("dflash.attention.layer_norm_rms_epsilon", 1.0,
+     "rms_norm_eps would be 1.0 (from dflash.attention.layer_norm_rms_epsilon = 1.0), not below 1"),
+    ("dflash.logit_scale", -1.0, "logit_scale would be -1.0 (from dflash.logit_scale = -1.0), below 0"),
+    ("dflash.rope.freq_base", (10000, GGUFValueType.INT32),
+     "dflash.rope.freq_base is 10000, not a finite float (GGUF F32 or F64) (it sets rope_theta)")])
 def test_metadata_of_the_wrong_type_is_one_error_line(tmp_path, capsys, key, value, message):
     """convert and check both stop at the bad key (check against a real reference, so that the
     metadata is what it reaches)."""
@@ -403,3 +451,77 @@ def test_metadata_of_the_wrong_type_is_one_error_line(tmp_path, capsys, key, val
         assert main(cmd) == 1
         err = capsys.readouterr().err
         assert err.startswith("error:") and message in err and "Traceback" not in err
+
+def _float_rules():
+    """(arch, HF key, GGUF key) of every rule of every shipped map that reads a float."""
+    return [(amap.arch, key, rule["from"][0]) for amap in map(load_map, supported_arches())
+            for key, rule in amap.config.items() if rule.get("type") == "float"]
+
+
+def _file_with(tmp_path, arch, gguf_key, value):
+    """A GGUF of a random model built from the map, with `gguf_key` written as `value` (an int as
+    UINT32, a float as F32, as llama.cpp writes counts and hyperparameters)."""
+    from gguf2ov.tools.gguf_writer import write_gguf as write_from_checkpoint
+
+    config, state, extra = model_from_map(load_map(arch), np.random.default_rng(7))
+    write_checkpoint_folder(tmp_path / "hf", config, state)
+    path = tmp_path / f"{arch}.gguf"
+    write_from_checkpoint(tmp_path / "hf", path, arch, mix="F32", extra_metadata=extra | {gguf_key: value})
+    return path
+
+
+def test_every_float_rule_is_checked():
+    found = {(arch, key) for arch, key, _ in _float_rules()}
+    assert {(arch, key) for arch in supported_arches() for key in ("rms_norm_eps", "rope_theta")} <= found
+    assert {("dflash", "logit_scale"), ("dflash", "final_logit_softcapping")} <= found
+
+
+@pytest.mark.parametrize("arch, hf_key, gguf_key", _float_rules())
+def test_every_float_rule_refuses_an_integer_type(tmp_path, arch, hf_key, gguf_key):
+    """A float rule takes F32/F64 values only: the same number stored as an integer type is refused,
+    naming the key (llama.cpp refuses a key of the wrong type)."""
+    with pytest.raises(Gguf2ovError) as e:
+        open_mapped(_file_with(tmp_path, arch, gguf_key, 1))
+    assert f"{gguf_key} is 1, not a finite float (GGUF F32 or F64) (it sets {hf_key})" in e.value.message
+    assert e.value.hint
+
+
+def _epsilon_rules():
+    return [(arch, key, gguf) for arch, key, gguf in _float_rules() if "eps" in key or "eps" in gguf]
+
+
+@pytest.mark.parametrize("arch, hf_key, gguf_key", _epsilon_rules())
+@pytest.mark.parametrize("value, bound", [(0.0, "not above 0"), (-1e-6, "not above 0"), (1.0, "not below 1"),
+                                          (2.5, "not below 1")])
+def test_every_epsilon_is_small_and_positive(tmp_path, arch, hf_key, gguf_key, value, bound):
+    with pytest.raises(Gguf2ovError) as e:
+        open_mapped(_file_with(tmp_path, arch, gguf_key, value))
+    assert f"{hf_key} would be {value} (from {gguf_key} = {value}), {bound}" in e.value.message
+    assert e.value.hint
+
+
+def test_every_map_has_an_epsilon_rule_and_takes_a_usual_one(tmp_path):
+    assert {arch for arch, _, _ in _epsilon_rules()} == set(supported_arches())
+    for arch, hf_key, gguf_key in _epsilon_rules():
+        assert open_mapped(_file_with(tmp_path / arch, arch, gguf_key, 1e-6)).config[hf_key] == 1e-6
+
+
+def test_a_float_rule_writes_a_float_from_an_integer_in_the_config(tmp_path):
+    """A config may say rope_theta: 10000: the GGUF written from it holds F32 10000.0, which reads back."""
+    from gguf2ov.tools.gguf_writer import write_gguf as write_from_checkpoint
+
+    config, state, extra = model_from_map(load_map("qwen3"), np.random.default_rng(7))
+    config["rope_theta"] = 10000
+    write_checkpoint_folder(tmp_path / "hf", config, state)
+    write_from_checkpoint(tmp_path / "hf", tmp_path / "q.gguf", "qwen3", mix="F32", extra_metadata=extra)
+    mapped = open_mapped(tmp_path / "q.gguf")
+    assert mapped.config["rope_theta"] == 10000.0 and isinstance(mapped.gguf.metadata["qwen3.rope.freq_base"], float)
+
+
+@pytest.mark.parametrize("rule, needle", [("{from: k, type: float, below: [1]}", "below names another config key or is a number"),
+                                          ("{from: k, type: float, below: other}", "below: other is not a config key")])
+def test_below_is_a_number_or_a_config_key(tmp_path, rule, needle):
+    path = tmp_path / "bad.yaml"
+    path.write_text(f"arch: x\nconfig: {{eps: {rule}}}\ntensors: {{a.weight: b.weight}}\n")
+    with pytest.raises(Gguf2ovError, match=needle):
+        load_map(path=path)

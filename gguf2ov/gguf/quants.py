@@ -175,21 +175,46 @@ def _apply_scale_min(blocks: np.ndarray, scales: np.ndarray, mins: np.ndarray, o
     np.subtract(groups, _scaled(_f16_field(blocks, 2), mins), out=groups)
 
 
-def _q6_k_codes(blocks: np.ndarray, out: np.ndarray) -> None:
-    # Per 128-element half: ql bytes 0-63 low nibbles are elements 0-63, high nibbles 64-127;
-    # qh byte l holds bits 4-5 of elements l, l+32, l+64, l+96 in bit pairs 0, 2, 4, 6.
-    ql = blocks[:, 0:128].reshape(-1, 2, 1, 64) >> _NIBBLE_SHIFTS[:, None]
-    ql &= np.uint8(0x0F)
-    qh = blocks[:, 128:192].reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], dtype=np.uint8)[:, None]
-    qh &= np.uint8(0x03)
-    qh <<= np.uint8(4)
-    ql |= qh.reshape(ql.shape)
-    np.copyto(out, ql.reshape(out.shape), casting="unsafe")
+# Q6_K codes are unpacked eight at a time, in uint64 words, by shifts taken from these arrays (one
+# shift per word, for a chunk's blocks): each ql byte is copied twice and each qh byte four times
+# into place, then a shift, a mask and an or run over the whole chunk. Shifting the fields out of
+# short runs instead (numpy's inner loop restarting every 32 or 64 bytes, and a uint8 left shift
+# that numpy does not vectorise) took most of the kernel's time. A word's bytes are shifted by at
+# most 6 bits and masked, so no byte receives bits of another.
+_Q6_K_BLOCKS = _CHUNK_ELEMENTS // 256
+_Q6_K_QL_SHIFTS = np.ascontiguousarray(np.broadcast_to(np.array([0, 4], np.uint64)[:, None],
+                                                         (_Q6_K_BLOCKS, 2, 2, 8))).reshape(-1, 32)
+_Q6_K_QH_SHIFTS = np.ascontiguousarray(np.broadcast_to(np.array([0, 2, 4, 6], np.uint64)[:, None],
+                                                         (_Q6_K_BLOCKS, 2, 4, 4))).reshape(-1, 32)
+_LOW_NIBBLES = np.uint64(0x0F0F0F0F0F0F0F0F)
+_LOW_PAIRS = np.uint64(0x0303030303030303)
+
+
+def _q6_k_codes(blocks: np.ndarray, codes: np.ndarray) -> None:
+    """The signed codes (6-bit code - 32) of Q6_K blocks, as int8 bytes into `codes` (n, 256) uint8.
+
+    Per 128-element half: ql bytes 0-63 low nibbles are elements 0-63, high nibbles 64-127; qh
+    byte l holds bits 4-5 of elements l, l+32, l+64, l+96 in bit pairs 0, 2, 4, 6.
+    """
+    n = blocks.shape[0]
+    words = codes.view(np.uint64)
+    np.copyto(codes.reshape(n, 2, 2, 64), blocks[:, 0:128].reshape(n, 2, 1, 64))
+    np.right_shift(words, _Q6_K_QL_SHIFTS[:n], out=words)
+    np.bitwise_and(words, _LOW_NIBBLES, out=words)
+    high = np.empty((n, 2, 4, 32), np.uint8)
+    np.copyto(high, blocks[:, 128:192].reshape(n, 2, 1, 32))
+    high_words = high.view(np.uint64).reshape(n, 32)
+    np.right_shift(high_words, _Q6_K_QH_SHIFTS[:n], out=high_words)
+    np.bitwise_and(high_words, _LOW_PAIRS, out=high_words)
+    np.left_shift(high_words, np.uint64(4), out=high_words)
+    np.bitwise_or(words, high_words, out=words)
+    codes -= np.uint8(32)  # wraps: as int8, code - 32
 
 
 def _dequant_q6_k(blocks: np.ndarray, out: np.ndarray) -> None:
-    _q6_k_codes(blocks, out)
-    np.subtract(out, np.float32(32), out=out)
+    codes = np.empty((blocks.shape[0], 256), np.uint8)
+    _q6_k_codes(blocks, codes)
+    np.copyto(out, codes.view(np.int8), casting="unsafe")  # q - 32 in float32, as gguf-py computes it
     groups = out.reshape(-1, 16, 16)
     np.multiply(groups, _scaled(_f16_field(blocks, 208), blocks[:, 192:208].view(np.int8)), out=groups)
 

@@ -56,6 +56,7 @@ _U64 = struct.Struct("<Q")
 # Metadata arrays longer than this stay compact (see the module docstring); shorter ones, such as
 # layer ids, are plain lists.
 COMPACT_ARRAY = 64
+MAX_DUPLICATE_VALUES = 4  # values of a repeated key that a warning shows
 _INTEGER_TYPES = {GGMLQuantizationType.I8, GGMLQuantizationType.I16, GGMLQuantizationType.I32,
                   GGMLQuantizationType.I64}
 
@@ -78,12 +79,16 @@ class TensorInfo:
 class GgufFile:
     """A parsed GGUF: `metadata`, `tensors` (by GGUF name), `raw(name)` and `load(name)`."""
 
-    def __init__(self, path: Path, version: int, metadata: dict, tensors: dict[str, TensorInfo]):
+    def __init__(self, path: Path, version: int, metadata: dict, tensors: dict[str, TensorInfo],
+                 duplicate_keys: dict[str, list] | None = None):
         self.path = path
         self.origin = None  # a hub.HubFile when the file came from the hub
         self.version = version
-        self.metadata = metadata
+        self.metadata = metadata  # a key stated more than once holds its first value
         self.tensors = tensors
+        # key -> every value the file states for it, for the keys it states more than once (only a
+        # file opened with duplicate_keys=True has any)
+        self.duplicate_keys = duplicate_keys or {}
 
     @property
     def arch(self) -> str | None:
@@ -165,12 +170,33 @@ def is_gguf_file(path) -> bool:
         return False
 
 
-def open_gguf(path) -> GgufFile:
-    """Open a GGUF file; `path` may be a `hub.HubFile`, which the opened file keeps as its `origin`."""
+def open_gguf(path, duplicate_keys: bool = False) -> GgufFile:
+    """Open a GGUF file; `path` may be a `hub.HubFile`, which the opened file keeps as its `origin`.
+
+    A metadata key stated twice is refused, as llama.cpp's loader and gguf-py's reader refuse it:
+    which value is meant cannot be told. `duplicate_keys=True` opens such a file anyway (for
+    `inspect`, which shows it and warns): the first value is kept and `GgufFile.duplicate_keys`
+    lists every value of each repeated key."""
     origin = path if hasattr(path, "hub_record") else None
     gguf = _open_gguf(Path(path))
     gguf.origin = origin
+    if gguf.duplicate_keys and not duplicate_keys:
+        key, values = next(iter(gguf.duplicate_keys.items()))
+        more = f" (and {len(gguf.duplicate_keys) - 1} more keys)" if len(gguf.duplicate_keys) > 1 else ""
+        raise Gguf2ovError(f"{gguf.path}: metadata key {_clip(key)} appears {len(values)} times{more}; llama.cpp and "
+                           "gguf-py refuse such a file", hint="`gguf2ov inspect` shows its values; re-convert the file")
     return gguf
+
+
+def duplicate_key_warnings(gguf: GgufFile) -> list[str]:
+    """One line per metadata key the file states more than once, with its values."""
+    lines = []
+    for key, values in gguf.duplicate_keys.items():
+        shown = ", ".join(summarise(v, max_chars=40) for v in values[:MAX_DUPLICATE_VALUES])
+        rest = f", ... ({len(values)} values)" if len(values) > MAX_DUPLICATE_VALUES else ""
+        lines.append(f"metadata key {_clip(key)} appears {len(values)} times ({shown}{rest}); shown: the first. "
+                     "llama.cpp and gguf-py refuse such a file, as every other gguf2ov command does")
+    return lines
 
 
 def _open_gguf(path: Path) -> GgufFile:
@@ -388,13 +414,15 @@ def _parse(cur: _Cursor, path: Path) -> GgufFile:
     # Each metadata entry takes at least 13 bytes and each tensor info at least 28: a count that
     # cannot fit in the file is garbage, not something to loop over.
     cur.need(n_kv * 13 + n_tensors * 28, f"{n_kv} metadata entries and {n_tensors} tensor infos")
-    metadata = {}
+    metadata, duplicates = {}, {}
     for i in range(n_kv):
         key = cur.string(f"metadata key #{i}")
         shown = _clip(key)  # a corrupt length can make a key of megabytes
-        if key in metadata:
-            raise _Corrupt(f"metadata key {shown} appears twice")
-        metadata[key] = cur.value(cur.u32(f"type of {shown}"), f"metadata {shown}")
+        value = cur.value(cur.u32(f"type of {shown}"), f"metadata {shown}")
+        if key in metadata:  # read like any other value, then kept aside: open_gguf decides
+            duplicates.setdefault(key, [metadata[key]]).append(value)
+        else:
+            metadata[key] = value
     arch = metadata.get("general.architecture")
     if arch is not None and not isinstance(arch, str):  # it selects the map, and names the file everywhere
         raise _Corrupt(f"general.architecture is {summarise(arch, max_chars=60)}, not a string")
@@ -416,7 +444,7 @@ def _parse(cur: _Cursor, path: Path) -> GgufFile:
         if name in tensors:
             raise _Corrupt(f"tensor {_clip(name)} appears twice")
         tensors[name] = _tensor_info(name, ne, raw_type, data_start + offset, cur.size)
-    return GgufFile(path, version, metadata, tensors)
+    return GgufFile(path, version, metadata, tensors, duplicates)
 
 
 def _clip(text: str, limit: int = 120) -> str:

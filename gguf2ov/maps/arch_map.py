@@ -74,9 +74,27 @@ class ArchMap:
             raise Gguf2ovError(f"{gguf.path}: metadata needed by the {self.arch} map ({self.path}) is missing: "
                                + ", ".join(missing))
         for group in sorted(self.groups_present(gguf)):
-            out.update(copy.deepcopy(self.group_hf.get(group, {})))
+            fields = self.group_hf.get(group, {})
+            self._refuse_contradiction(gguf, group, fields, out)
+            out.update(copy.deepcopy(fields))
         self._require_relations(gguf, out)
         return out
+
+    def _refuse_contradiction(self, gguf, group: str, fields: dict, config: dict) -> None:
+        """A group's fixed config fields are what a model with those tensors is: a value the file
+        states for one of them (through a config rule) and that differs contradicts its tensors."""
+        for key, fixed in fields.items():
+            rule = self.config.get(key, {})
+            source = next((k for k in rule.get("from", []) if k in gguf.metadata), None)
+            value = config_get(config, key)
+            if source is None or value is None or (type(value), value) == (type(fixed), fixed):
+                continue
+            model = (fields.get("architectures") or [group])[0]
+            raise Gguf2ovError(f"{gguf.path}: {source} is {short(plain_value(gguf.metadata[source]))} (it sets {key}), "
+                               f"but the file holds the {group} tensors, and the {self.arch} map ({self.path}) makes "
+                               f"such a model {model} with {key} = {short(fixed)}",
+                               hint="the file contradicts itself; re-convert it from its checkpoint, or pass --map with "
+                                    f"a map whose group_hf does not fix {key} if the model really has {short(value)}")
 
     def groups_present(self, gguf) -> set[str]:
         """The tensor groups of which the file holds at least one tensor."""
@@ -138,17 +156,20 @@ class ArchMap:
             shift = f", offset {offset:+}" if offset else ""
             hint = self._choices_text(rule, stated) if flag else None
             raise Gguf2ovError(f"{gguf.path}: {hf_key} would be {short(value)} (from {source} = {short(stated)}"
-                               f"{shift}), {bound}", hint=hint or None)
+                               f"{shift}), {bound}", hint=hint or "the file's metadata is malformed; re-download or "
+                               "re-convert the file")
         return value
 
     def _require_relations(self, gguf, config: dict) -> None:
         """`below` and `length`: bounds one config value takes from another the file states."""
         for hf_key, rule in self.config.items():
             value = config_get(config, hf_key)
-            if value is None or not (rule.get("below") or rule.get("length")):
+            key = rule.get("below")
+            key = key if isinstance(key, str) else None  # a number is a bound of its own (out_of_bounds)
+            if value is None or not (key or rule.get("length")):
                 continue
             source = self._source_key(gguf, hf_key)
-            if (key := rule.get("below")) and is_int(limit := config_get(config, key)):
+            if key and is_int(limit := config_get(config, key)):
                 if high := [v for v in value_items(value) if is_number(v) and v >= limit]:
                     raise Gguf2ovError(f"{gguf.path}: {hf_key} would be {short(value)} (from {source}), but "
                                        f"{key} is {limit} (from {self._source_key(gguf, key)}): {short(high[0])} "
@@ -212,6 +233,8 @@ class ArchMap:
                 value = [back[v] for v in value] if isinstance(value, list) else back[value]
             if rule.get("add"):
                 value = [v - rule["add"] for v in value] if isinstance(value, list) else value - rule["add"]
+            if rule.get("type") == "float" and is_number(value):
+                value = float(value)  # a config may say 10000 where the file must hold a float (F32)
             for key in [rule["from"][0], *rule.get("write_also", [])]:
                 out[key.replace("{arch}", self.arch)] = value
         return out

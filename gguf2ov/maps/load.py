@@ -18,15 +18,18 @@ Map sections:
   choices}`. `{arch}` in a key is the map's arch. Writing GGUF: `write_also` lists more GGUF keys
   written with the value; `hf_aliases` lists other HF keys that may hold it (transformers 5 nests some).
   Metadata comes from untrusted files, so every rule that reads a value declares its `type` (what
-  the file must state, after `len`: int, float, bool, str, or a one-item list such as [int] for a
-  list of them); `min`, `max` (inclusive) and `above` bound the value written (each item of a
-  list), `below: KEY` keeps it under another config value (a token id under vocab_size) and
+  the file must state, after `len`: int, float (stored as F32 or F64, never an integer type),
+  number (either), bool, str, or a one-item list such as [int] for a list of them); `min`, `max`
+  (inclusive), `above` and `below` (exclusive) bound the value written (each item of a list),
+  `below: KEY` keeps it under another config value (a token id under vocab_size) and
   `length: KEY` makes a list as long as another (one layer type per layer).
 - `tensors`: GGUF name template (`{N}` = block index) -> HF template, or `{to:, ops: [...]}`.
 - `optional`: like `tensors`, copied when present; `null` accepts a tensor but does not write it.
 - `groups`: named sets of tensors that are present all together or not at all.
 - `group_hf`: group name -> fixed config fields that apply when the file holds that group (a
-  variant of the architecture that the tensors tell apart, e.g. DFlash 2 within `dflash`).
+  variant of the architecture that the tensors tell apart, e.g. DFlash 2 within `dflash`). A file
+  that states another value for one of them (through a config rule) contradicts its own tensors
+  and is refused.
 - `shapes`: HF template -> expected PyTorch shape, as expressions over config keys.
 - `legacy`: config rules an older converter used (only used to write GGUF in the old layout).
 - `compare`: HF config key -> other places a published config may hold it; the keys `check`
@@ -287,7 +290,7 @@ def _build(data: dict, name: str) -> ArchMap:
     legacy = {k: _rule(k, v, arch, bad, typed=False) for k, v in (data.get("legacy") or {}).items()}
     for hf_key, rule in config.items():
         for key in ("below", "length"):
-            if key in rule and rule[key] not in config:
+            if isinstance(rule.get(key), str) and rule[key] not in config:
                 raise bad(f"config {hf_key}: {key}: {rule[key]} is not a config key of this map")
     rules = [_tensor_rule(g, v, True, None, bad) for g, v in (data.get("tensors") or {}).items()]
     rules += [_tensor_rule(g, v, False, None, bad) for g, v in (data.get("optional") or {}).items() if g]
@@ -353,9 +356,10 @@ def _rule(hf_key, rule, arch, bad, typed: bool = True) -> dict:
     for key in ("min", "max", "above"):
         if key in rule and not is_number(rule[key]):
             raise bad(f"config {hf_key}: {key} must be a number")
-    for key in ("below", "length"):
-        if key in rule and not isinstance(rule[key], str):
-            raise bad(f"config {hf_key}: {key} names another config key")
+    if "length" in rule and not isinstance(rule["length"], str):
+        raise bad(f"config {hf_key}: length names another config key")
+    if "below" in rule and not (isinstance(rule["below"], str) or is_number(rule["below"])):
+        raise bad(f"config {hf_key}: below names another config key or is a number")
     if "add" in rule and not OPS["add"].check(rule["add"]):
         raise bad(f"config {hf_key}: add must be a number")
     if "flag" in rule and rule["flag"] not in KNOWN_FLAGS:

@@ -16,19 +16,24 @@ import numpy as np
 from ..errors import Gguf2ovError
 from ..gguf.read import StringArray
 
-# Value types a config rule declares: (test, words for messages). A float must be finite (NaN or
-# Inf in a config is never meant); an integer must also fit in int64 (see out_of_bounds).
+# Value types a config rule declares: (test, words for messages), tested on the value as `read`
+# gives it (a GGUF integer type as int, F32/F64 as float). A float must be stored as a float, as
+# llama.cpp's loader requires of its float keys (an epsilon stored as the integer 0 is a malformed
+# file, not 0.0), and be finite (NaN or Inf in a config is never meant); `number` is for a rule
+# whose value a file may state either way. An integer must also fit in int64 (see out_of_bounds).
 VALUE_TYPES = {
     "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
-    "float": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
-              "a finite number"),
+    "float": (lambda v: isinstance(v, float) and math.isfinite(v), "a finite float (GGUF F32 or F64)"),
+    "number": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+               "a finite number"),
     "bool": (lambda v: isinstance(v, bool), "true or false"),
     "str": (lambda v: isinstance(v, str), "a string"),
 }
 # A list in a config (target layer ids, one type per layer) has at most this many items: a file's
 # array can be as long as the file, and as Python objects it would take 8-30x its size.
 MAX_LIST = 1 << 16
-_LIST_WORDS = {"int": "integers", "float": "finite numbers", "bool": "true/false values", "str": "strings"}
+_LIST_WORDS = {"int": "integers", "float": "finite floats", "number": "finite numbers", "bool": "true/false values",
+               "str": "strings"}
 
 
 # --- ops: one per llama.cpp transform, with its reverse ------------------------------------------
@@ -131,7 +136,8 @@ def type_words(declared) -> str:
 
 
 def out_of_bounds(value, rule) -> str | None:
-    """What is wrong with a value against the rule's min / max / above, or None."""
+    """What is wrong with a value against the rule's min / max / above / below (a number; `below`
+    naming another config key is checked once the config is built), or None."""
     for v in value_items(value):
         if not is_number(v):
             continue
@@ -143,6 +149,8 @@ def out_of_bounds(value, rule) -> str | None:
             return f"above {rule['max']}"
         if "above" in rule and v <= rule["above"]:
             return f"not above {rule['above']}"
+        if is_number(rule.get("below")) and v >= rule["below"]:
+            return f"not below {rule['below']}"
     return None
 
 

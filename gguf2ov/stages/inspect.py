@@ -1,12 +1,12 @@
 """`gguf2ov inspect`: what a GGUF holds, and whether a map converts it."""
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import Gguf2ovError
 from ..gguf.hub import HubFile, resolve_gguf
-from ..gguf.read import open_gguf, summarise
 from ..draft.config import DFLASH2_ARCHITECTURE, SELECTOR_LEFT_OUT
+from ..gguf.read import duplicate_key_warnings, open_gguf, summarise
 from ..report import Table, human_bytes
 
 
@@ -34,6 +34,7 @@ class InspectResult:
     map_problems: list[str]
     model: str | None = None  # the HF class the map converts to
     hub: HubFile | None = None  # where a hub name `org/repo[:QUANT]` led
+    warnings: list[str] = field(default_factory=list)  # what is wrong with the file itself (duplicate keys)
 
     def tables(self) -> list[Table]:
         return [
@@ -58,7 +59,7 @@ class InspectResult:
                 lines.append(f"model: {self.model}")
         else:
             lines.append(f"map: {self.map_path} does not fit: " + "; ".join(self.map_problems))
-        return lines
+        return lines + [f"warning: {w}" for w in self.warnings]
 
 
 def inspect(gguf_path, map_path=None) -> InspectResult:
@@ -66,7 +67,7 @@ def inspect(gguf_path, map_path=None) -> InspectResult:
     from ..maps.load import map_for
 
     source = resolve_gguf(gguf_path)
-    gguf = open_gguf(source)
+    gguf = open_gguf(source, duplicate_keys=True)  # shown with a warning: inspect is where a bad file is looked at
     hf_names, problems, map_name, fits, model = {}, [], None, None, None
     try:
         amap = map_for(gguf, map_path)
@@ -95,5 +96,5 @@ def inspect(gguf_path, map_path=None) -> InspectResult:
                  for name, t in gguf.tensors.items()],
         type_counts=dict(Counter(t.type_name for t in gguf.tensors.values()).most_common()),
         map_path=map_name, map_fits=fits, map_problems=problems, model=model,
-        hub=source if isinstance(source, HubFile) else None,
+        hub=source if isinstance(source, HubFile) else None, warnings=duplicate_key_warnings(gguf),
     )

@@ -95,10 +95,15 @@ def write_gguf(checkpoint_dir, out_path, arch: str, tokenizer_dir=None, mix: str
     if MIXES[mix][0] not in (Q.F32, Q.F16):
         writer.add_quantization_version(QUANT_VERSION)
     metadata = amap.gguf_metadata(config, legacy=legacy) | (extra_metadata or {})
+    # Each key is written once. The tokenizer's special token ids (bos, eos, padding) come from
+    # gguf-py's SpecialVocab, the only source llama.cpp's converter writes them from; the map would
+    # write the same keys again from config.json (gguf-py keeps the last and warns).
+    tokenizer_keys = set()
     if tokenizer_dir is not None:
-        _add_tokenizer(writer, Path(tokenizer_dir), config.get("vocab_size"), tokenizer_pre)
+        tokenizer_keys = _add_tokenizer(writer, Path(tokenizer_dir), config.get("vocab_size"), tokenizer_pre)
     for key, value in metadata.items():
-        add_value(writer, key, value)
+        if key not in tokenizer_keys:
+            add_value(writer, key, value)
 
     counts = {}
     for hf_name in progress_bar(list(checkpoint.shapes), desc="quantizing", enabled=progress, unit="tensor"):
@@ -141,11 +146,13 @@ def add_value(writer: GGUFWriter, key: str, value) -> None:
         raise Gguf2ovError(f"cannot write metadata {key} = {value!r} to GGUF")
 
 
-def _add_tokenizer(writer: GGUFWriter, tokenizer_dir: Path, vocab_size, pre: str) -> None:
-    """A gpt2-style BPE vocabulary, as llama.cpp's `get_vocab_base` + `_set_vocab_gpt2` write it."""
+def _add_tokenizer(writer: GGUFWriter, tokenizer_dir: Path, vocab_size, pre: str) -> set[str]:
+    """A gpt2-style BPE vocabulary, as llama.cpp's `get_vocab_base` + `_set_vocab_gpt2` write it.
+    Returns the keys it wrote."""
     from gguf.vocab import SpecialVocab
     from transformers import AutoTokenizer
 
+    before = set(writer.kv_data[0])
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     vocab = tokenizer.get_vocab()
     vocab_size = vocab_size or len(vocab)
@@ -173,6 +180,7 @@ def _add_tokenizer(writer: GGUFWriter, tokenizer_dir: Path, vocab_size, pre: str
     special = SpecialVocab(tokenizer_dir, load_merges=True, n_vocab=len(tokens),
                            special_token_types=("bos", "eos", "unk", "sep", "pad", "cls"))
     special.add_to_gguf(writer, quiet=True)
+    return set(writer.kv_data[0]) - before
 
 
 def _looks_special(token: str) -> bool:

@@ -1,0 +1,121 @@
+"""llama.cpp's own converter and quantizer on the fixture drafts, compared with the committed GGUFs.
+
+For each fixture draft, llama.cpp 0c1e570's `convert_hf_to_gguf.py` (bf16, the target's tokenizer
+from fixtures/tiny-dflash/target-hf) and then `llama-quantize ... Q4_K_M`, compared with the
+committed `draft-Q4_K_M.gguf` that `gguf2ov.tools.gguf_writer` wrote:
+- tensors: each tensor's name, type, shape and data bytes;
+- model metadata: every key outside `general.*`, its GGUF type and value (arrays item by item);
+- listed, not counted as a mismatch: the order of the tensors and of the keys (gguf_writer writes
+  the checkpoint's and the map's order, llama.cpp its converter's), and the `general.*` keys, which
+  describe the conversion (name, size label, file type, ...). So the files are not byte-identical
+  as a whole: their tensors and their model metadata are.
+The fixture tokenizer's pre-tokenizer is unknown to llama.cpp's hash table; the converter is told it
+is qwen2's, as `gguf_writer` writes it (and as bench_target_build does for the fixture target).
+
+    python benchmarks/llamacpp_fixtures.py [--keep DIR]
+
+Builds llama.cpp first if needed (benchmarks/llamacpp.py). Prints one line per fixture, writes
+benchmarks/results/llamacpp-fixtures.json, exits 1 when tensors or model metadata differ.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from gguf import GGUFReader, GGUFValueType
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from llamacpp import COMMIT, source_dir, tool  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = {"tiny-dflash": REPO / "fixtures" / "tiny-dflash", "tiny-dflash2": REPO / "fixtures" / "tiny-dflash2"}
+TARGET_HF = REPO / "fixtures" / "tiny-dflash" / "target-hf"
+RESULTS = REPO / "benchmarks" / "results" / "llamacpp-fixtures.json"
+# Runs llama.cpp's converter from its source tree with its own gguf-py, the fixture's pre-tokenizer
+# named qwen2; sentencepiece (imported before it looks for tokenizer.model) from a folder beside it.
+SHIM = ("import runpy, sys\nsrc = sys.argv[1]; sys.path[:0] = [src, src + '/gguf-py']\n"
+        "import conversion.base as base\nbase.TextModel.get_vocab_base_pre = lambda self, tokenizer: 'qwen2'\n"
+        "sys.argv = [src + '/convert_hf_to_gguf.py', *sys.argv[2:]]\nrunpy.run_path(sys.argv[0], run_name='__main__')\n")
+
+
+def llama_cpp_gguf(draft_ref: Path, out: Path) -> Path:
+    src = source_dir()
+    pydeps = src.parent / "pydeps"
+    if not (pydeps / "sentencepiece").is_dir():
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target", str(pydeps), "sentencepiece"],
+                       check=True)
+    bf16 = out.with_suffix(".bf16.gguf")
+    env = dict(os.environ, PYTHONPATH=str(pydeps))
+    subprocess.run([sys.executable, "-c", SHIM, str(src), str(draft_ref), "--outtype", "bf16", "--outfile", str(bf16),
+                    "--target-model-dir", str(TARGET_HF)], check=True, env=env, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    subprocess.run([str(tool("llama-quantize")), str(bf16), str(out), "Q4_K_M"], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    bf16.unlink()
+    return out
+
+
+def _value(field):
+    kind = GGUFValueType(int(field.types[0]))
+    if kind == GGUFValueType.ARRAY:
+        return [kind.name, GGUFValueType(int(field.types[-1])).name], list(field.contents())
+    return [kind.name], field.contents()
+
+
+def metadata(reader: GGUFReader) -> dict:
+    return {k: _value(f) for k, f in reader.fields.items() if not k.startswith("GGUF.")}
+
+
+def compare(ours: Path, theirs: Path) -> dict:
+    a, b = GGUFReader(ours), GGUFReader(theirs)
+    ma, mb = metadata(a), metadata(b)
+    model_a = [k for k in ma if not k.startswith("general.")]
+    model_b = [k for k in mb if not k.startswith("general.")]
+    differ = [k for k in model_a if k in mb and ma[k] != mb[k]]
+    common = [k for k in model_a if k in mb]
+    general = {k: [ma.get(k, [None, None])[1], mb.get(k, [None, None])[1]]
+               for k in dict.fromkeys([*ma, *mb]) if k.startswith("general.") and ma.get(k) != mb.get(k)}
+    ta, tb = {t.name: t for t in a.tensors}, {t.name: t for t in b.tensors}
+    same = [n for n, t in ta.items() if n in tb and t.tensor_type == tb[n].tensor_type
+            and list(t.shape) == list(tb[n].shape) and np.asarray(t.data).tobytes() == np.asarray(tb[n].data).tobytes()]
+    result = {
+        "tensors": len(ta), "tensors_identical": len(same), "tensor_order_same": list(ta) == list(tb),
+        "tensors_differing": [n for n in ta if n not in same] + [n for n in tb if n not in ta],
+        "model_keys": len(model_a), "model_keys_only_ours": [k for k in model_a if k not in mb],
+        "model_keys_only_llama_cpp": [k for k in model_b if k not in ma], "model_values_differing": differ,
+        "model_key_order_same": common == [k for k in model_b if k in ma], "general_differing": general,
+    }
+    result["match"] = (result["tensors_identical"] == len(ta) == len(tb)
+                       and not (result["model_keys_only_ours"] or result["model_keys_only_llama_cpp"] or differ))
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--keep", type=Path, help="keep llama.cpp's GGUFs in this folder")
+    args = parser.parse_args()
+    report = {"llama_cpp": COMMIT, "fixtures": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = args.keep or Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, fixture in FIXTURES.items():
+            theirs = llama_cpp_gguf(fixture / "draft-ref", folder / f"{name}-Q4_K_M.gguf")
+            r = compare(fixture / "draft-Q4_K_M.gguf", theirs)
+            report["fixtures"][name] = r
+            print(f"{name}: {'MATCH' if r['match'] else 'DIFFER'}: tensors {r['tensors_identical']}/{r['tensors']} "
+                  f"byte-identical (same order: {r['tensor_order_same']}); model metadata: {r['model_keys']} keys, "
+                  f"only ours {r['model_keys_only_ours']}, only llama.cpp's {r['model_keys_only_llama_cpp']}, values "
+                  f"differing {r['model_values_differing']} (same order: {r['model_key_order_same']}); general.* "
+                  f"differing: {sorted(r['general_differing'])}")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(report, indent=1, default=str) + "\n")
+    return 0 if all(r["match"] for r in report["fixtures"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
