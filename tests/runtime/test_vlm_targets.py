@@ -19,7 +19,7 @@ from gguf2ov.runtime.genai import GenerationSettings
 from gguf2ov.stages.accept import run_acceptance
 from gguf2ov.stages.verify import verify_draft
 
-VLM = Path(__file__).resolve().parents[1] / "fixtures" / "tiny-vlm"
+VLM = Path(__file__).resolve().parents[2] / "fixtures" / "tiny-vlm"
 
 
 @pytest.fixture(scope="module")
