@@ -15,16 +15,6 @@ from gguf2ov.runtime.genai import read_prompts
 VARIANTS = ["fp32", "int4_asym_g16", "gguf"]
 
 
-@pytest.fixture(scope="module")
-def heavy_target(fixtures_dir, tmp_path_factory):
-    """The fixture target widened into one heavy enough for the draft to pay off (same function)."""
-    from gguf2ov.cli.widen import widen_target
-
-    out = tmp_path_factory.mktemp("heavy") / "target"
-    widen_target(fixtures_dir / "target-hf", out, progress=False)
-    return out
-
-
 @pytest.mark.slow
 def test_run_on_the_fixtures_passes_for_both_drafts(fixtures_dir, heavy_target, tmp_path):
     out = tmp_path / "run"

@@ -28,16 +28,15 @@ def prompts(fixtures_dir):
 
 
 @pytest.fixture(scope="module")
-def drafts(fixtures_dir, tmp_path_factory):
+def drafts(fixtures_dir, fixture_draft, tmp_path_factory):
     """The fixture draft exported right ([1, 2]) and the legacy file read with the current offset ([0, 1])."""
     root = tmp_path_factory.mktemp("taps")
-    export_draft(open_draft(fixtures_dir / "draft-Q4_K_M.gguf"), root / "right", progress=False)
     export_draft(open_draft(fixtures_dir / "draft-legacy-Q4_K_M.gguf", target_layer_offset=-1), root / "wrong", progress=False)
-    return root
+    return {"right": fixture_draft, "wrong": root / "wrong"}
 
 
 def test_the_trained_layers_win_with_a_clear_margin(fixtures_dir, drafts, prompts):
-    scan = scan_taps(drafts / "right", TargetIR.open(fixtures_dir / "target"), prompts=prompts)
+    scan = scan_taps(drafts["right"], TargetIR.open(fixtures_dir / "target"), prompts=prompts)
     assert scan.verdict == FITS and scan.best == "configured" and scan.best_ids == [1, 2]
     assert scan.margin >= CLEAR_MARGIN
     assert [s.label for s in scan.sets] == ["configured", "shift -1", "shift +1"]
@@ -49,7 +48,7 @@ def test_the_trained_layers_win_with_a_clear_margin(fixtures_dir, drafts, prompt
 
 
 def test_wrong_layers_are_named_with_the_shift_that_fits(fixtures_dir, drafts, prompts):
-    scan = scan_taps(drafts / "wrong", TargetIR.open(fixtures_dir / "target"), prompts=prompts)
+    scan = scan_taps(drafts["wrong"], TargetIR.open(fixtures_dir / "target"), prompts=prompts)
     assert scan.configured == [0, 1]
     assert scan.verdict == MISFIT and scan.best_ids == [1, 2] and scan.best_shift == 1
     assert scan.lag >= CLEAR_MARGIN
@@ -64,7 +63,7 @@ def test_genai_accepts_far_less_from_a_draft_one_layer_off(fixtures_dir, drafts,
     up = export_draft(open_draft(fixtures_dir / "draft-Q4_K_M.gguf", target_layer_offset=0), tmp_path / "up", progress=False)
     assert up.target_layer_ids == [2, 3]
     accepted = {}
-    for label, draft in (("right", drafts / "right"), ("down", drafts / "wrong"), ("up", up.out_dir)):
+    for label, draft in (("right", drafts["right"]), ("down", drafts["wrong"]), ("up", up.out_dir)):
         result = run_acceptance(fixtures_dir / "target", draft, prompts, progress=False)
         assert result.overall.identical, label
         accepted[label] = result.overall.accepted_tokens
@@ -73,7 +72,7 @@ def test_genai_accepts_far_less_from_a_draft_one_layer_off(fixtures_dir, drafts,
 
 
 def test_named_sets_are_scored_beside_the_shifts(fixtures_dir, drafts, prompts):
-    scan = scan_taps(drafts / "right", TargetIR.open(fixtures_dir / "target"), prompts=prompts[:2], shifts=(), named=[[0, 3]])
+    scan = scan_taps(drafts["right"], TargetIR.open(fixtures_dir / "target"), prompts=prompts[:2], shifts=(), named=[[0, 3]])
     assert [(s.label, s.ids) for s in scan.sets] == [("configured", [1, 2]), ("named 1", [0, 3])]
     with pytest.raises(Gguf2ovError, match="outside the target's layers"):
         candidate_sets([1, 2], range(4), named=[[3, 4]])
@@ -89,18 +88,18 @@ def test_one_target_pass_gives_every_tap(fixtures_dir):
 
 
 def test_verify_fails_the_wrong_offset_and_names_the_right_one(fixtures_dir, drafts, prompts):
-    wrong = verify_draft(drafts / "wrong", target=TargetIR.open(fixtures_dir / "target"), prompts=prompts)
+    wrong = verify_draft(drafts["wrong"], target=TargetIR.open(fixtures_dir / "target"), prompts=prompts)
     fit = wrong.finding("layer-fit")
     assert not wrong.ok and fit.status == "fail"
     assert "made with --target-layer-offset -1, the GGUF fits --target-layer-offset 0" in fit.reason
     assert wrong.taps.best_ids == [1, 2]
-    right = verify_draft(drafts / "right", target=TargetIR.open(fixtures_dir / "target"), prompts=prompts)
+    right = verify_draft(drafts["right"], target=TargetIR.open(fixtures_dir / "target"), prompts=prompts)
     assert right.ok and right.finding("layer-fit").status == "pass"
     assert "Target layer tap scan" in [t.title for t in right.tables()]
 
 
 def test_verify_cli_reports_the_scan(fixtures_dir, drafts, capsys):
-    code = cli.main(["verify", str(drafts / "wrong"), "--target", str(fixtures_dir / "target"),
+    code = cli.main(["verify", str(drafts["wrong"]), "--target", str(fixtures_dir / "target"),
                      "--prompts", str(fixtures_dir / "prompts.txt")])
     out = capsys.readouterr().out
     assert code == 1 and "layer-fit" in out and "Target layer tap scan" in out

@@ -52,17 +52,6 @@ def prompts(fixtures_dir, tmp_path_factory):
     return path
 
 
-@pytest.fixture(scope="module")
-def exported(fixtures_dir, tmp_path_factory):
-    """`export` of the fixture GGUF through the CLI, once: its own test reads it, verify and accept use
-    the draft."""
-    tmp = tmp_path_factory.mktemp("export")
-    json_path, md_path = reports(tmp, "export")
-    code, data, md, _ = quiet_run(["export", fixtures_dir / "draft-Q4_K_M.gguf", "-o", tmp / "draft"],
-                                  json_path, md_path)
-    return {"code": code, "data": data, "md": md, "draft": tmp / "draft"}
-
-
 def test_every_command_has_the_output_options():
     parser = app.build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
@@ -133,9 +122,10 @@ def test_check_shows_its_worst_tensors_without_quiet(fixtures_dir):
 
 
 @pytest.mark.slow
-def test_export(exported):
-    data, md = exported["data"], exported["md"]
-    assert exported["code"] == 0
+def test_export(fixtures_dir, tmp_path):
+    code, data, md, _ = quiet_run(["export", fixtures_dir / "draft-Q4_K_M.gguf", "-o", tmp_path / "draft"],
+                                  *reports(tmp_path, "export"))
+    assert code == 0
     assert data["verify"]["ok"] is True and data["weight_format"] == "fp32"
     assert data["rt_info"]["dflash/target_layer_ids"] == "1,2"
     assert {"openvino_model.xml", "openvino_model.bin"} <= set(data["files"])
@@ -144,15 +134,15 @@ def test_export(exported):
 
 
 @pytest.mark.slow
-def test_verify(exported, tmp_path):
+def test_verify(fixture_draft, tmp_path):
     json_path, md_path = reports(tmp_path, "verify")
-    code, data, md, _ = quiet_run(["verify", exported["draft"]], json_path, md_path)
+    code, data, md, _ = quiet_run(["verify", fixture_draft], json_path, md_path)
     assert code == 0
     assert data["ok"] is True and {c["name"] for c in data["checks"]} >= {"stateful", "rt-info", "block-rows"}
     assert data["figures"]["rows"] == data["figures"]["block"] - 1
     assert md.startswith("## DFlash draft verification") and "| behaviour | block-rows | pass |" in md
     # without --quiet: the same checks on stdout
-    code, out, _ = run_cli(["verify", exported["draft"]])
+    code, out, _ = run_cli(["verify", fixture_draft])
     assert code == 0 and "DFlash draft checks" in out and "verify PASS" in out
 
 
@@ -170,9 +160,9 @@ def test_drift(fixtures_dir, tmp_path):
 
 
 @pytest.mark.slow
-def test_accept(fixtures_dir, exported, prompts, tmp_path):
+def test_accept(fixtures_dir, fixture_draft, prompts, tmp_path):
     json_path, md_path = reports(tmp_path, "accept")
-    code, data, md, out = quiet_run(["accept", "--target", fixtures_dir / "target", "--draft", exported["draft"],
+    code, data, md, out = quiet_run(["accept", "--target", fixtures_dir / "target", "--draft", fixture_draft,
                                    "--prompts", prompts, "--max-new-tokens", "8"], json_path, md_path)
     assert data["verdict"] in ("PASS", "SLOW")  # the trained draft, identical text (below)
     assert code == (0 if data["verdict"] == "PASS" else 1)

@@ -17,22 +17,10 @@ from gguf2ov.runtime.target import TargetIR
 LABELS = list(ot.FORMATS)
 
 
-@pytest.fixture(scope="module")
-def targets(tmp_path_factory) -> dict:
-    return {label: ot.optimum_target(tmp_path_factory, label) for label in LABELS}
-
-
-@pytest.fixture(scope="module")
-def fp32_draft(tmp_path_factory, fixtures_dir):
-    out = tmp_path_factory.mktemp("draft") / "fp32"
-    assert cli.main(["export", str(fixtures_dir / "draft-Q4_K_M.gguf"), "-o", str(out), "--quiet"]) == 0
-    return out
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("label", LABELS)
-def test_embedding_head_and_taps_are_found_by_structure_in_every_form(targets, label):
-    reference, target = TargetIR.open(targets["fp32"]), TargetIR.open(targets[label])
+def test_embedding_head_and_taps_are_found_by_structure_in_every_form(optimum_target, label):
+    reference, target = TargetIR.open(optimum_target("fp32")), TargetIR.open(optimum_target(label))
     names = {"fp32": "aten::", "fp16": "ov_ext::"}
     if label in names:  # the two spellings optimum writes, which no name lookup here depends on
         assert names[label] in target.embedding.get_friendly_name() + target.head.get_friendly_name() \
@@ -54,9 +42,10 @@ def test_embedding_head_and_taps_are_found_by_structure_in_every_form(targets, l
 
 @pytest.mark.slow
 @pytest.mark.parametrize("label", LABELS)
-def test_verify_measures_the_layer_fit_on_every_form(targets, fp32_draft, label, tmp_path):
+def test_verify_measures_the_layer_fit_on_every_form(optimum_target, fixture_draft, label, tmp_path):
     report = tmp_path / "verify.json"
-    code = cli.main(["verify", str(fp32_draft), "--target", str(targets[label]), "--json", str(report), "--quiet"])
+    code = cli.main(["verify", str(fixture_draft), "--target", str(optimum_target(label)), "--json", str(report),
+                     "--quiet"])
     result = json.loads(report.read_text())
     checks = {c["name"]: c for c in result["checks"]}
     assert code == 0, checks
@@ -67,35 +56,29 @@ def test_verify_measures_the_layer_fit_on_every_form(targets, fp32_draft, label,
 
 @pytest.mark.slow
 @pytest.mark.parametrize("label", LABELS)
-def test_check_and_drift_read_every_form(targets, fixtures_dir, label, tmp_path):
+def test_check_and_drift_read_every_form(optimum_target, fixtures_dir, label, tmp_path):
     gguf = str(fixtures_dir / "draft-Q4_K_M.gguf")
     check = tmp_path / "check.json"
-    assert cli.main(["check", gguf, "--reference", str(fixtures_dir / "draft-ref"), "--target", str(targets[label]),
-                     "--json", str(check), "--quiet"]) == 0
+    assert cli.main(["check", gguf, "--reference", str(fixtures_dir / "draft-ref"), "--target",
+                     str(optimum_target(label)), "--json", str(check), "--quiet"]) == 0
     assert json.loads(check.read_text())["taps"]["verdict"] == FITS
     out = tmp_path / "drift"
-    assert cli.main(["drift", gguf, "-o", str(out), "--target", str(targets[label]), "--variants", "fp32,int4_asym_g16",
-                     "--quiet"]) == 0
+    assert cli.main(["drift", gguf, "-o", str(out), "--target", str(optimum_target(label)), "--variants",
+                     "fp32,int4_asym_g16", "--quiet"]) == 0
     drift = json.loads((out / "drift.json").read_text())
     assert drift["contexts"] == "target"
     int4 = next(v for v in drift["variants"] if v["name"] == "int4_asym_g16")
     assert int4["verified"] and int4["top1_agreement"] > 0.8
 
 
-@pytest.fixture(scope="module")
-def widened_targets(tmp_path_factory) -> dict:
-    hf = ot.widened_hf(tmp_path_factory)
-    return {label: ot.optimum_target(tmp_path_factory, label, hf, name="widened") for label in LABELS}
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("label", LABELS)
-def test_run_passes_on_every_form(widened_targets, fixtures_dir, label, tmp_path):
+def test_run_passes_on_every_form(optimum_target, fixtures_dir, label, tmp_path):
     """The main job against the widened fixture target as optimum exports it in each format: every
     stage passes, the text with the draft is the target's own, and most of it comes from the draft.
     Whether that pays off in tokens/s is the device's (SLOW when other work shares the cores)."""
     out = tmp_path / "run"
-    code = cli.main(["run", str(fixtures_dir / "draft-Q4_K_M.gguf"), "--target", str(widened_targets[label]),
+    code = cli.main(["run", str(fixtures_dir / "draft-Q4_K_M.gguf"), "--target", str(optimum_target(label, widened=True)),
                      "--prompts", str(fixtures_dir / "prompts.txt"), "--variants", "fp32", "-o", str(out), "--quiet"])
     report = json.loads((out / "report.json").read_text())
     assert report["verdict"] in ("PASS", "SLOW") and code == (report["verdict"] != "PASS"), report["stages"]
@@ -112,9 +95,9 @@ def test_run_passes_on_every_form(widened_targets, fixtures_dir, label, tmp_path
 
 
 @pytest.mark.slow
-def test_an_ambiguous_file_is_settled_on_an_int4_target(targets, fixtures_dir, tmp_path):
+def test_an_ambiguous_file_is_settled_on_an_int4_target(optimum_target, fixtures_dir, tmp_path):
     out = tmp_path / "run"
-    cli.main(["run", str(fixtures_dir / "draft-legacy-Q4_K_M.gguf"), "--target", str(targets["int4"]),
+    cli.main(["run", str(fixtures_dir / "draft-legacy-Q4_K_M.gguf"), "--target", str(optimum_target("int4")),
               "--prompts", str(fixtures_dir / "prompts.txt"), "--variants", "fp32", "-o", str(out), "--quiet"])
     report = json.loads((out / "report.json").read_text())
     stages = {s["name"]: s for s in report["stages"]}
@@ -142,13 +125,13 @@ def headless_target(target, out):
 
 
 @pytest.mark.slow
-def test_a_target_without_a_locatable_head_fails_and_says_what_was_looked_for(targets, fp32_draft, fixtures_dir,
-                                                                              tmp_path, capsys):
-    broken = headless_target(targets["int8"], tmp_path / "headless")
+def test_a_target_without_a_locatable_head_fails_and_says_what_was_looked_for(optimum_target, fixture_draft,
+                                                                              fixtures_dir, tmp_path, capsys):
+    broken = headless_target(optimum_target("int8"), tmp_path / "headless")
     with pytest.raises(Gguf2ovError, match="looked for the MatMul of a constant weight that makes the logits"):
         TargetIR.open(broken).head
     report = tmp_path / "verify.json"
-    assert cli.main(["verify", str(fp32_draft), "--target", str(broken), "--json", str(report), "--quiet"]) == 1
+    assert cli.main(["verify", str(fixture_draft), "--target", str(broken), "--json", str(report), "--quiet"]) == 1
     checks = {c["name"]: c for c in json.loads(report.read_text())["checks"]}
     assert checks["target-head"]["status"] == "fail" and "GenAI cannot score" in checks["target-head"]["reason"]
     assert checks["layer-fit"]["status"] == "skip"  # never a PASS with the scan quietly left out

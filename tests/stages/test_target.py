@@ -18,17 +18,6 @@ QWEN3_LAYER = ["attn_norm", "ffn_norm", "attn_q", "attn_k", "attn_v", "attn_outp
                "attn_q_norm", "attn_k_norm"]
 
 
-@pytest.fixture(scope="module")
-def q4_k_m(tmp_path_factory, fixtures_dir):
-    """A Q4_K_M GGUF of the fixture target (the writer's mix: Q4_K and Q6_K), with its vocabulary."""
-    from gguf2ov.tools.gguf_writer import write_gguf as write_from_checkpoint
-
-    path = tmp_path_factory.mktemp("gguf") / "target-Q4_K_M.gguf"
-    write_from_checkpoint(fixtures_dir / "target-hf", path, "qwen3", tokenizer_dir=fixtures_dir / "target-hf",
-                          mix="Q4_K_M")
-    return path
-
-
 def _one_error_line(capsys) -> str:
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) in (1, 2) and err[0].startswith("error: ") and all(not line.startswith("Traceback") for line in err)
@@ -309,15 +298,6 @@ def test_streamed_nncf_equals_whole_model_nncf_on_optimums_export(tmp_path, opti
 
 
 # --- in OpenVINO GenAI, with the fixture's DFlash draft --------------------------------------------
-
-@pytest.fixture(scope="module")
-def fixture_draft(tmp_path_factory, fixtures_dir):
-    from gguf2ov.stages.export import export_draft
-
-    out = tmp_path_factory.mktemp("draft") / "fp32"
-    export_draft(open_draft(fixtures_dir / "draft-Q4_K_M.gguf"), out, progress=False)
-    return out
-
 
 def _accept(target, draft, fixtures_dir):
     from gguf2ov.runtime.genai import GenerationSettings
