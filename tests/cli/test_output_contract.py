@@ -1,48 +1,22 @@
 """Every command has the same output contract: --json FILE, --markdown FILE, --quiet.
 
-Each of the ten commands runs once through `gguf2ov.cli.main` on the committed fixtures with both
-reports and --quiet: both files exist, the JSON holds the result's key figures, the Markdown has
-its table, no progress line reaches stderr, and nothing reaches stdout unless the result fails
-(exit code 1: then the result is shown, the exit code alone would not say what failed). Bad report
-paths are refused before any work, with the usual one error line.
+Each command runs once through `gguf2ov.cli.main` on the committed fixtures with both reports and
+--quiet (`run` in its whole run on a target folder, tests/test_run.py; the checks are in
+tests/contract.py): both files exist, the JSON holds the result's key figures, the Markdown has its
+table, no progress line reaches stderr, and nothing reaches stdout unless the result fails (exit
+code 1: then the result is shown, the exit code alone would not say what failed). Bad report paths
+are refused before any work, with the usual one error line.
 """
 
-import contextlib
-import io
 import json
 
 import pytest
+from contract import quiet_run, reports, run_cli
 
-from gguf2ov import cli
 from gguf2ov.cli import app
 from gguf2ov.report import render
 
 OUTPUT_OPTIONS = {"--json", "--markdown", "--quiet"}
-
-
-def run_cli(argv) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main([str(a) for a in argv])
-    return code, out.getvalue(), err.getvalue()
-
-
-def reports(tmp_path, name: str) -> tuple:
-    return tmp_path / f"{name}.json", tmp_path / f"{name}.md"
-
-
-def quiet_run(argv, json_path, md_path) -> tuple[int, dict, str, str]:
-    """Run with both reports and --quiet; check the contract every command shares."""
-    code, out, err = run_cli([*argv, "--json", json_path, "--markdown", md_path, "--quiet"])
-    assert code in (0, 1)
-    assert (out == "") == (code == 0), out  # a failed result is shown even under --quiet
-    assert "[gguf2ov]" not in err, err  # no progress under --quiet
-    assert "error:" not in err, err
-    data = json.loads(json_path.read_text())
-    md = md_path.read_text()
-    assert md.startswith("## "), md[:200]
-    assert "\n|---|" in md and "\n| " in md  # a Markdown table
-    return code, data, md, out
 
 
 @pytest.fixture(scope="module")
@@ -171,24 +145,6 @@ def test_accept(fixtures_dir, fixture_draft, prompts, tmp_path):
     assert {"accepted_tokens", "acceptance_rate", "speedup"} <= set(data)
     assert md.startswith("## Acceptance") and f"- verdict: {data['verdict']}" in md
     assert f"\n| all | yes | 16 | {data['accepted_tokens']} |" in md
-
-
-@pytest.mark.slow
-def test_run(fixtures_dir, prompts, tmp_path):
-    json_path, md_path = reports(tmp_path, "run")
-    folder = tmp_path / "run"
-    code, data, md, out = quiet_run(["run", fixtures_dir / "draft-Q4_K_M.gguf", "--target", fixtures_dir / "target",
-                                   "-o", folder, "--variants", "fp32", "--requant", "fp16", "--prompts", prompts,
-                                   "--max-new-tokens", "8"], json_path, md_path)
-    assert code == (0 if data["verdict"] == "PASS" else 1)
-    assert code == 0 or f"verdict: {data['verdict']}" in out
-    assert [s["name"] for s in data["stages"]][:3] == ["convert", "check", "drift"]
-    assert {"verify:gguf", "verify:fp16"} <= {s["name"] for s in data["stages"]}
-    # the reports next to the outputs are written as before; --json / --markdown hold the same
-    assert json_path.read_text() == (folder / "report.json").read_text()
-    assert md_path.read_text() == (folder / "report.md").read_text()
-    assert md.startswith("## gguf2ov run") and "| stage | status | time | peak RSS | result |" in md
-    assert f"- verdict: {data['verdict']}" in md and "## drift" in md
 
 
 def test_target(fixtures_dir, tmp_path):
