@@ -54,6 +54,7 @@ def test_wrong_layers_are_named_with_the_shift_that_fits(fixtures_dir, drafts, p
     assert scan.lag >= CLEAR_MARGIN
 
 
+@pytest.mark.slow
 def test_genai_accepts_far_less_from_a_draft_one_layer_off(fixtures_dir, drafts, tmp_path, prompts):
     """What the fixture exists to show: a one-layer shift costs accepted tokens in GenAI (the
     fixture draft was trained against shifted taps; see fixtures/make_fixtures.py TAP_SHIFTS),
