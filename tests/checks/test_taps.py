@@ -88,6 +88,7 @@ def test_one_target_pass_gives_every_tap(fixtures_dir):
                                rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_verify_fails_the_wrong_offset_and_names_the_right_one(fixtures_dir, drafts, prompts):
     wrong = verify_draft(drafts["wrong"], target=TargetIR.open(fixtures_dir / "target"), prompts=prompts)
     fit = wrong.finding("layer-fit")
@@ -139,6 +140,7 @@ def _current_without_mask_key(fixtures_dir, tmp_path):
                       put={"dflash.mask_token_id": (mask, GGUFValueType.UINT32, None)})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind, offset, ids", [("first converter", 0, [1, 2]), ("no mask key", -1, [1, 2])])
 def test_an_ambiguous_file_resolves_to_the_right_offset(fixtures_dir, tmp_path, prompts, kind, offset, ids):
     path = fixtures_dir / "draft-legacy-Q4_K_M.gguf" if kind == "first converter" else \
@@ -161,6 +163,7 @@ def test_an_ambiguous_file_resolves_to_the_right_offset(fixtures_dir, tmp_path, 
     assert f"fits --target-layer-offset {offset}" in verified.finding("layer-fit").reason
 
 
+@pytest.mark.slow
 def test_a_file_listing_layer_zero_has_one_choice_and_the_scan_checks_it(fixtures_dir, tmp_path, prompts):
     """Layer 0 in the ids rules out the current converter (id + 1 >= 1): offset 0 is the only choice.
     Here the file claims [0, 1] for a draft trained on [1, 2], and the scan refuses the claim."""
@@ -171,6 +174,7 @@ def test_a_file_listing_layer_zero_has_one_choice_and_the_scan_checks_it(fixture
     assert "[1, 2]" in refused.value.message
 
 
+@pytest.mark.slow
 def test_export_settles_the_offset_and_verifies_against_the_target(fixtures_dir, tmp_path, prompts):
     result = Job.of(fixtures_dir / "draft-legacy-Q4_K_M.gguf", fixtures_dir / "target", Options(progress=False, prompts=tuple(prompts) if prompts else None)).export(tmp_path / "ir")
     assert result.target_layer_ids == [1, 2] and result.offset_decision.offset == 0
@@ -179,6 +183,7 @@ def test_export_settles_the_offset_and_verifies_against_the_target(fixtures_dir,
     assert options["target_layer_offset_measured"]["offset"] == 0
 
 
+@pytest.mark.slow
 def test_check_with_a_target_reports_the_layer_fit(fixtures_dir, prompts):
 
     result = Job.of(fixtures_dir / "draft-legacy-Q4_K_M.gguf", fixtures_dir / "target", Options(progress=False, prompts=tuple(prompts) if prompts else None)).check(fixtures_dir / "draft-ref")
