@@ -64,16 +64,18 @@ class RunResult:
         runs = {name.split(":", 1)[1]: r for name, r in self.results.items() if name.startswith("accept")}
         accept_rows = [[label, r.verdict, r.overall.identity, f"{r.overall.accepted_tokens}/{r.overall.generated_tokens}",
                         r.overall.acceptance_rate, r.overall.mean_acceptance_length, r.overall.tok_s_target,
-                        r.overall.tok_s_draft, r.overall.speedup] for label, r in runs.items()]
+                        r.overall.tok_s_draft, r.overall.speedup, _best_k(r)] for label, r in runs.items()]
         if runs:
             first = next(iter(runs.values()))
             from .numerics import describe_numerics
 
             note = f"{first.pipeline} on {first.device}, {first.precision}" + (
                 f" ({describe_numerics(first.numerics)})" if first.numerics else "")
+            note += f"; K={first.num_assistant_tokens} proposals per step; best K: what pays best on this device " \
+                    "(estimated from each K's measured step time and the acceptance per position)"
             tables.append(Table("Drafts on the target", ["draft", "verdict", "identical", "accepted/generated",
                                                          "accepted/drafted", "mean accept len", "tok/s target",
-                                                         "tok/s draft", "speedup"], accept_rows, note))
+                                                         "tok/s draft", "speedup", "best K"], accept_rows, note))
         return tables
 
     def summary(self) -> list[str]:
@@ -198,9 +200,15 @@ def _verify_judgement(r) -> tuple[bool, str]:
     return r.ok, text + (f"; layer-fit {scan.status}: {scan.reason}" if scan is not None and scan.status != "fail" else "")
 
 
+def _best_k(r) -> str:
+    best = r.best
+    return f"{best.k} ({best.speedup:.2f}x)" if best is not None else ""
+
+
 def _accept_judgement(r) -> tuple[bool, str]:
+    best = f"; best K on this device {_best_k(r)}" if r.best is not None else ""
     return (r.verdict == "PASS", f"{r.verdict}: {r.overall.accepted_tokens}/{r.overall.generated_tokens} tokens from "
-                                 f"the draft, {r.overall.speedup:.2f}x" + "".join(f"; {x}" for x in r.reasons))
+                                 f"the draft, {r.overall.speedup:.2f}x{best}" + "".join(f"; {x}" for x in r.reasons))
 
 
 class _Stop(Exception):

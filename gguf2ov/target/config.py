@@ -154,7 +154,7 @@ def _hf_config(raw: dict, where):
     clean = {k: v for k, v in raw.items() if k not in ("auto_map", "transformers_version")}
     try:
         return CONFIG_MAPPING[raw["model_type"]].from_dict(clean)
-    except (TypeError, ValueError, KeyError) as e:  # transformers validates the geometry
+    except Exception as e:  # transformers validates the geometry (ValueError, or huggingface_hub's strict-dataclass errors)
         raise Gguf2ovError(f"{where}: not a valid {raw.get('model_type')} config: {' '.join(str(e).split())[:300]}") \
             from e
 
