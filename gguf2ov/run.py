@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import Gguf2ovError
+from .errors import Gguf2ovError, WriteError
 from .progress import step
 from .report import Table, human_bytes, render
 
@@ -88,7 +88,7 @@ def run(job, out_dir, reference_dir=None, requant: str = DEFAULT_REQUANT, varian
     model (a GGUF or a Hugging Face checkpoint) that the `target` stage builds one from first, into
     OUT/target."""
     from .ir.variants import DEFAULT_DRIFT_VARIANTS, parse_variant
-    from .outputs import atomic_dir, relocated, require_output_dir
+    from .outputs import atomic_dir, relocated, require_output_dir, require_space
     from .sources import GgufSpec
     from .work import counts
 
@@ -111,6 +111,10 @@ def run(job, out_dir, reference_dir=None, requant: str = DEFAULT_REQUANT, varian
         job.require_target_build(out_dir / "target")
     else:
         job.target.require_attach_points()  # a folder GenAI cannot attach to fails before any work
+    require_space(out_dir, run_bytes(job, names), f"the run ({'the target, ' if job.builds_target else ''}the "
+                  f"checkpoint, {len(names)} draft variants and the reports)",
+                  hint="write to another folder (-o), or build fewer draft variants (--variants)"
+                       + (", or the target with --target-format int4" if job.builds_target else ""))
     before = counts()
     start = time.monotonic()
     with atomic_dir(out_dir, overwrite=overwrite, inputs=inputs) as tmp:
@@ -132,6 +136,29 @@ def run(job, out_dir, reference_dir=None, requant: str = DEFAULT_REQUANT, varian
         result = relocated(result, tmp, out_dir)
         _write_reports(result, tmp)
     return result
+
+
+REPORT_BYTES = 400_000  # report.md, report.json and drift's reports and plot
+
+
+def run_bytes(job, names: list[str]) -> int:
+    """What `run` writes, stage by stage: the target it builds, the checkpoint, every draft variant and
+    the reports. Tensor shapes do not depend on a target layer offset, so an ambiguous GGUF is read
+    with the map's default here (the layer-offset stage settles it later)."""
+    from .ir.variants import parse_variant
+    from .hf.write import checkpoint_bytes
+    from .maps.load import map_for, open_mapped
+    from .stages.convert import checkpoint_specs
+    from .stages.drift import drift_bytes
+
+    o = job.options
+    offset = o.target_layer_offset
+    if offset is None:
+        offset = map_for(job.gguf, o.map_path).flag_add("target_layer_offset")
+    mapped = open_mapped(job.gguf, o.map_path, offset, allow_ambiguous=True)
+    total = checkpoint_bytes(checkpoint_specs(mapped, "bf16")) + REPORT_BYTES
+    total += drift_bytes(job.read_draft(offset), [parse_variant(n) for n in names])
+    return total + (job.target_bytes() if job.builds_target else 0)
 
 
 def _run_stages(job, stages: "_Stages", out: Path, reference_dir, requant: str, names: list[str]) -> str:
@@ -226,6 +253,8 @@ class _Stages:
         start = time.monotonic()
         try:
             r = fn()
+        except WriteError:
+            raise  # the disk's doing, not the stage's: the run stops, leaving nothing behind
         except Gguf2ovError as e:
             self.outcomes.append(StageOutcome(name, "fail", time.monotonic() - start, e.message, _peak_rss()))
             raise _Stop(f"{name} failed") from e

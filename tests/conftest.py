@@ -18,3 +18,13 @@ def fixtures_dir() -> Path:
     if not FIXTURES.exists():
         pytest.fail(f"fixtures missing at {FIXTURES}: run python fixtures/make_fixtures.py")
     return FIXTURES
+
+
+@pytest.fixture(scope="session")
+def fixture_draft_ir(tmp_path_factory, fixtures_dir) -> Path:
+    """The fixture draft GGUF exported as fp32 (`gguf2ov export`), once per session."""
+    from gguf2ov.job import Job, Options
+
+    out = tmp_path_factory.mktemp("fixture-draft") / "tiny-dflash"
+    Job.of(fixtures_dir / "draft-Q4_K_M.gguf", None, Options(progress=False)).export(out)
+    return out

@@ -270,6 +270,17 @@ def has_grid(qtype) -> bool:
         return False
 
 
+_TYPE_BYTES = {"f32": 4, "f16": 2, "u8": 1, "i8": 1, "u6": 6 / 8, "u4": 4 / 8}
+
+
+def grid_bytes(qtype, shape, folded: bool = False) -> int:
+    """The bytes a weight of `qtype` and [out, in] `shape` takes in the IR on its own grid (its
+    Constants as `grid_weight` makes them; the few shape constants aside)."""
+    layout = _LAYOUTS[QType(qtype)]
+    kinds = _constant_kinds(QType(qtype), layout, shape, folded)
+    return int(sum(_TYPE_BYTES[kind] * np.prod(dims, dtype=np.int64) for kind, dims in kinds.values()))
+
+
 def grid_bits(qtype) -> float:
     """Bits per weight of a `qtype` weight's IR constants (the few shape constants aside)."""
     layout = _LAYOUTS[QType(qtype)]

@@ -93,6 +93,15 @@ class WeightForms:
 
         return {name: streamed_sensitivity(self.rows(name), shape) for name, shape in self.compressed_weights()}
 
+    def stored_bytes(self) -> int:
+        """The bytes the IR will hold for its weights: every weight in this variant's form, every other
+        tensor (norms, biases) in f32, and the weights' decompression subgraphs in the .xml; what a disk
+        check adds up before anything is made (the graph's own nodes are its builder's to add)."""
+        weights = dict(self.compressed_weights())
+        form = self.variant.format
+        return sum(form.stored_bytes(self, name) + form.xml_bytes(self, name) if name in weights
+                   else 4 * int(np.prod(shape, dtype=np.int64)) for name, shape in self.source.expected.items())
+
     def weight(self, name: str):
         output, values = self.variant.format.make(self, name)
         if self.observe is not None:
@@ -167,9 +176,12 @@ def save_ir(ov_model, out_dir, forms: WeightForms | None = None) -> None:
 
     from ..names import IR_XML
 
+    from ..outputs import writing
+
     xml = Path(out_dir) / IR_XML
     try:
-        ov.save_model(ov_model, str(xml), compress_to_fp16=False)
+        with writing(xml.with_suffix(".bin")):  # the .bin is what fills a disk
+            ov.save_model(ov_model, str(xml), compress_to_fp16=False)
     except BaseException:
         if forms is not None and forms.failure is not None:
             raise forms.failure from None

@@ -39,7 +39,7 @@ from pathlib import Path
 from ..errors import Gguf2ovError, library_message
 from ..hf.checkpoint import read_json_object
 from ..names import CONFIG_FILE, IR_XML, PROVENANCE_FILE
-from ..outputs import atomic_dir, atomic_write_text, require_output_dir
+from ..outputs import atomic_dir, atomic_write_text, free_bytes, require_output_dir, require_space, writing
 from ..progress import step
 from ..report import Table, human_bytes
 
@@ -131,6 +131,10 @@ def ovms_repository(target_dir, draft_dir, out_dir, name: str | None = None, dev
     warnings = sampling_warnings(target_dir)
     draft_models_path = f"./{subdir}"
     options = calculator_options(draft_models_path, device)
+    require_space(out_dir, placed_bytes(target_dir, out_dir) + placed_bytes(draft_dir, out_dir) + 64_000,
+                  "the model repository (its weights hard-linked where the file system allows it)",
+                  hint="write the repository on the file system of the target and the draft, where their weights "
+                       "are hard-linked, or free some space")
     with atomic_dir(out_dir, overwrite=overwrite, inputs=(target_dir, draft_dir)) as tmp:
         model = tmp / name
         step(f"target {target_dir} -> {out_dir / name}", progress)
@@ -244,6 +248,13 @@ def place_tree(src: Path, dst: Path, root: Path, skip=frozenset()) -> list[Serve
     return placed
 
 
+def placed_bytes(src: Path, out_dir: Path) -> int:
+    """The bytes `place_tree` writes for `src` into `out_dir`: every file but the weights a hard link
+    shares (on the same file system)."""
+    same = os.stat(free_bytes(out_dir)[1]).st_dev == os.stat(src).st_dev
+    return sum(p.stat().st_size for p in src.rglob("*") if p.is_file() and not (same and p.suffix == ".bin"))
+
+
 def _place(path: Path, target: Path) -> str:
     if path.suffix == ".bin":
         try:
@@ -251,7 +262,8 @@ def _place(path: Path, target: Path) -> str:
             return "hard link"
         except OSError:  # another file system, or one without hard links
             pass
-    shutil.copy2(path, target)
+    with writing(target):
+        shutil.copy2(path, target)
     return "copy"
 
 

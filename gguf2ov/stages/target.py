@@ -20,7 +20,7 @@ from pathlib import Path
 from ..findings import Finding
 from ..errors import Gguf2ovError
 from ..names import CONFIG_FILE, DETOKENIZER_IR, IR_XML, PROVENANCE_FILE, TOKENIZER_IR
-from ..outputs import atomic_dir, atomic_write_text
+from ..outputs import atomic_dir, atomic_write_text, require_space, writing
 from ..progress import step
 from ..provenance import provenance
 from ..report import Table, human_bytes
@@ -87,21 +87,22 @@ class TargetExportResult:
 # --- the stage ------------------------------------------------------------------------------------
 
 
-def export_target(target, out_dir, variant, tokenizer_from, compact_grid: bool = False, overwrite: bool = False,
-                  progress: bool = True, sources: dict | None = None) -> TargetExportResult:
-    """Build the OpenVINO target of `target` (a target.source.TargetSource: a GGUF through its map, or
-    a checkpoint folder) in `out_dir`, its weights as `variant` (an ir.variants.Variant).
+def export_target(forms, out_dir, tokenizer_from, overwrite: bool = False, progress: bool = True,
+                  sources: dict | None = None) -> TargetExportResult:
+    """Build the OpenVINO target `forms` describe (target.graph.target_forms: its source, a GGUF through
+    its map or a checkpoint folder, and the form of its weights: the variant, `gguf` weights folded or
+    in the file's own factorisation) in `out_dir`.
 
-    `tokenizer_from`: "gguf" (the file's vocabulary) or a folder (`tokenizer_source`). `compact_grid`:
-    `gguf` weights in the file's own factorisation (IR 1.00x the GGUF's tensor bytes) instead of
-    folded (~1.38x), which the CPU plugin runs in ~2/3 of the memory (gguf/transcode.py). `sources`:
+    `tokenizer_from`: "gguf" (the file's vocabulary) or a folder (`tokenizer_source`). `sources`:
     further inputs provenance records (a --tokenizer folder).
     """
-    from ..target.graph import target_forms
-
+    target, variant = forms.source, forms.variant
     if tokenizer_from == "gguf":
         _require_vocabulary(target)
-    forms = target_forms(target, variant, compact_grid)  # NNCF's plan, refused here if NNCF would refuse it
+    require_space(out_dir, target_folder_bytes(forms, tokenizer_from), f"the {variant.name} target",
+                  hint="write to another folder (-o)" + (", or keep the file's own factorisation (--compact-grid: "
+                                                         "~0.74x the folded IR)" if forms.transcoded and
+                                                         forms.folded_grid else ""))
 
     start = time.perf_counter()
     with atomic_dir(out_dir, overwrite=overwrite) as tmp:
@@ -132,6 +133,36 @@ def export_target(target, out_dir, variant, tokenizer_from, compact_grid: bool =
         seconds=time.perf_counter() - start)
 
 
+# config.json, generation_config.json and gguf2ov.json
+SMALL_FILES_BYTES = 12_000
+
+
+def target_folder_bytes(forms, tokenizer_from) -> int:
+    """The bytes `export_target` writes (the IR, the tokenizers and the small files), within a few
+    percent (measured)."""
+    from ..target.graph import target_ir_bytes
+
+    return target_ir_bytes(forms) + tokenizer_bytes(tokenizer_from, forms.source) + SMALL_FILES_BYTES
+
+
+def tokenizer_bytes(tokenizer_from, target) -> int:
+    """The tokenizer files a target folder gets: the Hugging Face files copied beside the IRs, and the
+    OpenVINO tokenizer and detokenizer, ~1.6x tokenizer.json and 30 KB (measured, 512 to 151936 tokens)."""
+    if tokenizer_from is None:
+        return 0
+    if tokenizer_from == "gguf":
+        m = target.gguf.metadata
+        entries = [*(m.get("tokenizer.ggml.tokens") or []), *(m.get("tokenizer.ggml.merges") or [])]
+        return int(1.6 * sum(len(str(e).encode("utf-8")) + 8 for e in entries)) + 30_000
+    folder = Path(tokenizer_from)
+    copied = sum((folder / n).stat().st_size for n in TOKENIZER_FILES if (folder / n).is_file())
+    if (folder / TOKENIZER_IR).is_file() and not _has_hf_tokenizer(folder):  # OpenVINO tokenizers copied as they are
+        return sum(p.stat().st_size for n in (TOKENIZER_IR, DETOKENIZER_IR) for p in
+                   ((folder / n), (folder / n).with_suffix(".bin")) if p.is_file())
+    model = next((folder / n for n in TOKENIZER_MODEL_FILES if (folder / n).is_file()), None)
+    return copied + int(1.6 * (model.stat().st_size if model else 0)) + 30_000
+
+
 def _grid_form(forms) -> str | None:
     """How the GGUF's grid is carried, when any weight carries it."""
     if not forms.transcoded:
@@ -153,7 +184,7 @@ def write_target(folder: Path, target, variant, tokenizer_from, progress: bool =
     model, forms = build_target_ir(target, variant, forms=forms,
                                    progress=(lambda m: step(f"{variant.name}: {m}", progress)) if progress else None)
     step(f"saving the {variant.name} IR (weights made as they are written)", progress)
-    save_ir(model, folder, forms)
+    save_ir(model, folder, forms)  # a write that fails is one error naming the file (save_ir's `writing`)
     del model
     atomic_write_text(folder / CONFIG_FILE, json.dumps(target.config.raw, indent=2) + "\n")
     write_generation_config(folder, target)
@@ -203,15 +234,18 @@ def write_tokenizers(folder: Path, tokenizer_from, target) -> None:
             for suffix in (".xml", ".bin"):
                 path = (Path(tokenizer_from) / name).with_suffix(suffix)
                 if path.is_file():
-                    shutil.copy2(path, folder / path.name)
+                    with writing(folder / path.name):
+                        shutil.copy2(path, folder / path.name)
         return
     else:
         tokenizer, detokenizer = convert_hf_tokenizer(Path(tokenizer_from))
         for name in TOKENIZER_FILES:
             if (Path(tokenizer_from) / name).is_file():
-                shutil.copy2(Path(tokenizer_from) / name, folder / name)
-    ov.save_model(tokenizer, str(folder / TOKENIZER_IR))
-    ov.save_model(detokenizer, str(folder / DETOKENIZER_IR))
+                with writing(folder / name):
+                    shutil.copy2(Path(tokenizer_from) / name, folder / name)
+    for model, name in ((tokenizer, TOKENIZER_IR), (detokenizer, DETOKENIZER_IR)):
+        with writing(folder / name):
+            ov.save_model(model, str(folder / name))
 
 
 def convert_hf_tokenizer(folder: Path):
@@ -236,7 +270,8 @@ def write_generation_config(folder: Path, target) -> None:
     """A checkpoint's generation_config.json, else bos/eos/pad from the config (a GGUF's metadata)."""
     own = target.path / GENERATION_CONFIG if target.kind == "checkpoint" else None
     if own is not None and own.is_file():
-        shutil.copy2(own, folder / GENERATION_CONFIG)
+        with writing(folder / GENERATION_CONFIG):
+            shutil.copy2(own, folder / GENERATION_CONFIG)
         return
     c = target.config
     ids = {"bos_token_id": c.bos_token_id, "eos_token_id": c.eos_token_id, "pad_token_id": c.pad_token_id}

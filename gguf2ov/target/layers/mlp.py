@@ -5,6 +5,7 @@ from ...ir.graph_ops import linear, named
 from ...ir.graph_ops import ops as _ops
 
 PROJECTIONS = ("gate_proj", "up_proj", "down_proj")
+IR_XML_BYTES = 0  # counted in the mixer's layer figure (attention.IR_XML_BYTES)
 
 
 def tensors(c, i: int) -> dict[str, tuple[int, ...]]:
