@@ -34,6 +34,11 @@ GEOMETRIES = {
                                use_sliding_window=True, sliding_window=5, max_window_layers=1),
     # Gemma 3: sliding / full / sliding layers (window 4), local and global RoPE bases, head_dim 24,
     # query_pre_attn_scalar 32, final logit softcapping
+    # Gemma 1 (a map and this geometry are all it took): MQA, head_dim 32 != 96 / 4, GeGLU, (1 + w) norms,
+    # scaled embedding, tied head
+    "gemma-mqa": dict(model_type="gemma", hidden_size=96, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=1, head_dim=32,
+                      hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True),
     "gemma3-sliding-softcap": dict(model_type="gemma3_text", hidden_size=96, intermediate_size=128,
                                    num_hidden_layers=3, num_attention_heads=6, num_key_value_heads=2, head_dim=24,
                                    query_pre_attn_scalar=32, sliding_window=4, final_logit_softcapping=30.0,
@@ -66,18 +71,24 @@ def write_target_checkpoint(path: Path, geometry: dict, seed: int = 0, dtype=Non
 def optimum_export(hf_dir: Path, out: Path) -> Path:
     """optimum-intel 2.2.0's `text-generation-with-past` export in float32.
 
-    optimum-intel 2.2.0 refuses gemma3_text with transformers > 5.0 (its config class states
-    MAX_TRANSFORMERS_VERSION 5.0); the limit is lifted for the export, whose trace the tests hold
+    optimum-intel 2.2.0 refuses gemma and gemma3_text with transformers > 5.0 (their config classes
+    state MAX_TRANSFORMERS_VERSION 5.0); the limit is lifted for the export, whose trace the tests hold
     to transformers' own model (test_target_graph.py)."""
     from optimum.exporters.openvino import main_export, model_configs
     from optimum.intel import OVConfig
 
-    limit = model_configs.Gemma3TextOpenVINOConfig.MAX_TRANSFORMERS_VERSION
-    model_configs.Gemma3TextOpenVINOConfig.MAX_TRANSFORMERS_VERSION = "5.99"
+    capped = [model_configs.GemmaOpenVINOConfig, model_configs.Gemma3TextOpenVINOConfig]
+    limits = [c.__dict__.get("MAX_TRANSFORMERS_VERSION") for c in capped]
+    for c in capped:
+        c.MAX_TRANSFORMERS_VERSION = "5.99"
     try:
         main_export(str(hf_dir), str(out), task="text-generation-with-past", ov_config=OVConfig(dtype="fp32"))
     finally:
-        model_configs.Gemma3TextOpenVINOConfig.MAX_TRANSFORMERS_VERSION = limit
+        for c, limit in zip(capped, limits):
+            if limit is None:
+                del c.MAX_TRANSFORMERS_VERSION
+            else:
+                c.MAX_TRANSFORMERS_VERSION = limit
     return out
 
 
