@@ -214,8 +214,10 @@ def _drift_reason(r, requant: str) -> str:
 
 def _target_judgement(r) -> tuple[bool, str]:
     passed = sum(c.status == "pass" for c in r.checks)
+    kinds = f" ({', '.join(f'{n} {kind}' for kind, n in r.layer_kinds.items())})" if len(r.layer_kinds) > 1 else ""
     return passed == len(r.checks), (f"{Path(r.source).name} ({r.source_kind}, {r.arch}) as {r.weight_format} into "
-                                     f"target/: {r.num_layers} layers, {passed}/{len(r.checks)} target checks pass")
+                                     f"target/: {r.num_layers} layers{kinds}, {passed}/{len(r.checks)} target "
+                                     "checks pass")
 
 
 def _verify_judgement(r) -> tuple[bool, str]:

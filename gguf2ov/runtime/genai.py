@@ -162,15 +162,29 @@ def properties(precision: str, device: str = "CPU") -> dict:
 LIVE_SEQUENCES = 1
 
 
-def linear_attention_layers(target_dir) -> int:
-    """How many layers of a target keep a linear-attention (Gated DeltaNet) state, by its config.json
-    (a VLM's text_config): what GenAI's scheduler must make room for."""
+def target_layer_types(target_dir) -> list[str]:
+    """The layer types a target folder's config.json states (a VLM's text_config); [] when it states none."""
     from ..hf.checkpoint import read_json_object
 
     raw = read_json_object(Path(target_dir) / "config.json", required=False) or {}
     config = raw if "num_hidden_layers" in raw else raw.get("text_config") or raw
     types = config.get("layer_types") or []
-    return sum(t == "linear_attention" for t in types) if isinstance(types, list) else 0
+    return [str(t) for t in types] if isinstance(types, list) else []
+
+
+def describe_layer_types(types) -> str:
+    """" (6 linear_attention, 2 full_attention)": a target's kinds of layer, when it has several."""
+    from collections import Counter
+
+    if len(set(types)) < 2:
+        return ""
+    return " (" + ", ".join(f"{n} {kind}" for kind, n in Counter(types).items()) + ")"
+
+
+def linear_attention_layers(target_dir) -> int:
+    """How many layers of a target keep a linear-attention (Gated DeltaNet) state: what GenAI's
+    scheduler must make room for."""
+    return sum(t == "linear_attention" for t in target_layer_types(target_dir))
 
 
 def scheduler(linear_attention: bool = False, num_assistant_tokens: int | None = None):

@@ -25,8 +25,9 @@ from ..numerics import EXACT, describe_numerics, numerics, rounds_unlike_exact
 from ..progress import progress as progress_bar
 from ..progress import step
 from ..report import Table
-from ..runtime.genai import (PIPELINES, Generation, GenerationSettings, Prompt, as_prompts, generate,
-                             generation_config, make_pipeline, properties, target_kind)
+from ..runtime.genai import (PIPELINES, Generation, GenerationSettings, Prompt, as_prompts, describe_layer_types,
+                             generate, generation_config, make_pipeline, properties, target_kind,
+                             target_layer_types)
 from ..runtime.target import require_not_gguf_named, require_target_dir
 from ..work import count
 
@@ -99,6 +100,7 @@ class AcceptResult:
     # the device and arithmetic the figures were measured under (numerics.numerics): reports from two
     # machines compare when these agree
     numerics: dict = field(default_factory=dict)
+    target_layers: str = ""  # the target's kinds of layer, when it has several
     draft_lengths: tuple[DraftLength, ...] = ()  # k = 1..K as measured on this device
     best_num_assistant_tokens: int | None = None  # the k of the best estimated speedup
     # The overall figures again at the top level of the JSON, under their usual names.
@@ -164,7 +166,7 @@ class AcceptResult:
             lines.append(f"proposals per step that pay best on this device: K={best.k} (estimated {best.speedup:.2f}x: "
                          f"{best.tokens_per_step:.2f} tokens per step for {best.step_cost:.2f} decode steps; at "
                          f"K={at.k}: {at.speedup:.2f}x estimated, {o.speedup:.2f}x measured)")
-        lines.append(f"pipeline: {self.pipeline} on {self.device}"
+        lines.append(f"pipeline: {self.pipeline} on {self.device}, target {self.target_dir}{self.target_layers}"
                      + (f" ({describe_numerics(self.numerics)})" if self.numerics else ""))
         return lines
 
@@ -452,6 +454,7 @@ def run_acceptance(target_dir, draft_dir, prompts, settings: GenerationSettings 
         pipeline=PIPELINES[kind],
         by_kind=by_kind,
         numerics=in_force,
+        target_layers=describe_layer_types(target_layer_types(target_dir)),
         draft_lengths=lengths,
         best_num_assistant_tokens=best,
     )

@@ -14,6 +14,7 @@ making of every layer what its kind must become.
 import json
 import shutil
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,6 +45,7 @@ class TargetExportResult:
     vocab_size: int
     tied_embeddings: bool
     sliding_layers: list[int]
+    layer_kinds: dict[str, int]  # layer type -> how many layers are of it
     inputs: list[list[str]]  # [name, partial shape, element type]
     outputs: list[list[str]]
     state_variables: int
@@ -73,6 +75,8 @@ class TargetExportResult:
                  f"in {self.seconds:.1f} s",
                  f"target: {self.num_layers} layers, hidden {self.hidden_size}, vocab {self.vocab_size}, "
                  f"{'tied' if self.tied_embeddings else 'untied'} lm_head, tokenizer from {self.tokenizer}"]
+        if len(self.layer_kinds) > 1:
+            lines.append("layers: " + ", ".join(f"{n} {kind}" for kind, n in self.layer_kinds.items()))
         if self.sliding_layers:
             lines.append(f"sliding-window layers: {self.sliding_layers}")
         if self.transcoded:
@@ -126,7 +130,8 @@ def export_target(forms, out_dir, tokenizer_from, overwrite: bool = False, progr
         out_dir=str(out_dir), source=str(target.path), source_kind=target.kind, arch=target.arch,
         weight_format=variant.name, hidden_size=c.hidden_size, num_layers=c.num_layers, vocab_size=c.vocab_size,
         tied_embeddings=c.tie_word_embeddings,
-        sliding_layers=[i for i, t in enumerate(c.layer_types) if t == "sliding_attention"], inputs=info["inputs"],
+        sliding_layers=[i for i, t in enumerate(c.layer_types) if t == "sliding_attention"],
+        layer_kinds=dict(Counter(c.layer_types)), inputs=info["inputs"],
         outputs=info["outputs"], state_variables=info["state_variables"], locators=info["locators"],
         rt_info=info["rt_info"], tokenizer=str(tokenizer_from), files=files, checks=checks,
         transcoded=len(forms.transcoded), grid=options["grid"], nncf_backup=options["nncf_backup"],

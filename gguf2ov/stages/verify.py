@@ -20,6 +20,7 @@ from ..ir.variants import format_of_ir
 from ..names import (CONFIG_FILE, DETOKENIZER_IR, IR_XML, PROVENANCE_FILE, SAFETENSORS_FILE, TOKENIZER_IR)
 from ..report import Table
 from ..runtime.draft_ir import CONTEXT_STEPS, synthetic_steps
+from ..runtime.genai import describe_layer_types, target_layer_types
 from ..runtime.target import TargetIR
 from ..work import count
 
@@ -128,16 +129,6 @@ def with_tap_scan(result: VerifyResult, target: TargetIR | None, prompts=None, n
 
     fit, scan = _layer_fit_check(Path(result.draft_dir), target, result.checks, prompts, named)
     return dataclasses.replace(result, checks=[*result.checks, fit], taps=scan)
-
-
-def layer_kinds(config: dict) -> str:
-    """" (6 linear_attention, 2 full_attention)": what a target's layers are, by its config's layer_types."""
-    from collections import Counter
-
-    types = config.get("layer_types")
-    if not isinstance(types, list) or len(set(map(str, types))) < 2:
-        return ""
-    return " (" + ", ".join(f"{n} {kind}" for kind, n in Counter(map(str, types)).items()) + ")"
 
 
 def _read_json(path: Path) -> dict | None:
@@ -401,7 +392,7 @@ def _target_checks(d: _Draft, target: TargetIR) -> list[Finding]:
         return [Finding("target", "target", "fail", f"{target.path} lacks {CONFIG_FILE}")]
     cfg = target.config  # a VLM's text_config
     n_layers, hidden, vocab = cfg.get("num_hidden_layers"), cfg.get("hidden_size"), cfg.get("vocab_size")
-    out = [Finding("target", "target", "pass", f"{target.model_path.name}: {n_layers} layers{layer_kinds(cfg)}, "
+    out = [Finding("target", "target", "pass", f"{target.model_path.name}: {n_layers} layers{describe_layer_types(target_layer_types(target.path))}, "
                                                f"hidden {hidden}, vocab {vocab}")]
     out += target.findings(taps=d.ids or [])
 
