@@ -68,7 +68,8 @@ def _check_tensors(expected: dict, found: dict, config: TargetConfig, where) -> 
 
 def open_target_checkpoint(path: Path) -> TargetSource:
     """Open a Hugging Face checkpoint folder as a target, validated and ready to stream weights."""
-    from ..hf.checkpoint import Checkpoint, read_json_object
+    from ..hf.checkpoint import Checkpoint, RenamedCheckpoint, read_json_object
+    from ..maps.load import load_map
 
     config_path = path / CONFIG_FILE
     if not config_path.is_file():
@@ -76,6 +77,9 @@ def open_target_checkpoint(path: Path) -> TargetSource:
     raw = read_json_object(config_path)
     config = target_config(raw, config_path)
     checkpoint = Checkpoint(path)  # memory-mapped safetensors, read one tensor at a time
+    amap = load_map(config.arch)
+    if amap.checkpoint:  # saved under a prefix, or beside other models' tensors (the map's `checkpoint`)
+        checkpoint = RenamedCheckpoint(checkpoint, amap.checkpoint_names(checkpoint.shapes, path))
     return TargetSource(path, "checkpoint", config, dict(checkpoint.shapes), checkpoint=checkpoint)
 
 
