@@ -49,6 +49,7 @@ class TensorSource:
 
     embeddings: tuple[str, ...] = ()  # the tables an embedding Gather reads
     last_matmul_shared: bool = False  # the last MatMul re-uses an earlier weight (a tied lm_head)
+    int8_weights: dict = {}           # {weight: why} that NNCF's int4 modes keep in int8
 
     def __init__(self, path: Path, kind: str, mapped=None, checkpoint=None):
         self.path, self.kind = path, kind

@@ -24,6 +24,7 @@ class WeightSource(Protocol):
     expected: dict[str, tuple[int, ...]]  # every tensor the graph reads, in the graph's order
     embeddings: tuple[str, ...]           # the tables an embedding Gather reads (a draft has none)
     last_matmul_shared: bool              # the last MatMul re-uses an earlier weight (a tied lm_head)
+    int8_weights: dict[str, str]          # weights int4 keeps in int8, with why (a target's layer kinds)
 
     def f32(self, name: str) -> np.ndarray: ...
 
@@ -74,7 +75,7 @@ class WeightForms:
             try:
                 self.plan = plan_modes(self.variant, self.compressed_weights(), values=self.source.f32,
                                        scores=self._scores(), embeddings=self.source.embeddings,
-                                       last_shared=self.source.last_matmul_shared)
+                                       last_shared=self.source.last_matmul_shared, held=self.source.int8_weights)
             except Gguf2ovError as e:
                 raise Gguf2ovError(f"NNCF cannot compress the model as {self.variant.name}: {e.message}",
                                    hint=e.hint) from e

@@ -17,6 +17,7 @@ from ..ir.tensors import TensorSource, tensor_mismatch
 from ..names import CONFIG_FILE
 from .config import EMBEDDING, LM_HEAD, TargetConfig, target_arches, target_config
 from .graph import tensor_shapes
+from .layers import int8_weights
 
 # llama.cpp stores Llama 3's RoPE scaling as a tensor of per-frequency divisors (its converter's
 # rope_factors; the llama map drops it), not as config keys: RoPE turns by position * inv_freq / factor.
@@ -44,6 +45,7 @@ class TargetSource(TensorSource):
         self.config, self.map_path = config, map_path
         self.expected = tensor_shapes(config)
         self.last_matmul_shared = config.tie_word_embeddings  # the lm_head reads the embedding table
+        self.int8_weights = int8_weights(config)  # what the layer kinds keep out of int4
         self.ignored = _check_tensors(self.expected, found, config, path)
 
     @property

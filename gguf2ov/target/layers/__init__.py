@@ -11,7 +11,7 @@ config alone:
   keeps, and `paged(c, i)`, what OpenVINO's paged conversion (GenAI's, when a draft attaches) makes
   of it (mixers only): one paged op, or a list of them (a Gated DeltaNet layer becomes two);
 - optionally, `check(c, where)`: refuses a config the kind cannot build, and `int8_weights(c, i)`: the
-  weights that NNCF's int4 modes keep in int8 (the export says so).
+  weights that NNCF's int4 modes keep in int8, `INT8_WHY` saying why (the export reports it).
 
 The decoder layer around them (norms and residuals) is `graph.py`'s. A new kind of layer is one
 module here and one entry below; an architecture made of known kinds is a map alone.
@@ -38,9 +38,10 @@ def layer_prefix(i: int) -> str:
 
 
 def int8_weights(c) -> dict[str, str]:
-    """{weight: the kind that keeps it in int8 under NNCF's int4 modes}, over every layer."""
+    """{weight: why} for the weights NNCF's int4 modes keep in int8, over every layer's kinds."""
     out = {}
     for i in range(c.num_layers):
         for kind, module in ((c.mixers[i], MIXERS[c.mixers[i]]), (c.mlp, MLPS[c.mlp])):
-            out.update(dict.fromkeys(getattr(module, "int8_weights", lambda c, i: [])(c, i), kind))
+            names = getattr(module, "int8_weights", lambda c, i: [])(c, i)
+            out.update(dict.fromkeys(names, getattr(module, "INT8_WHY", kind)))
     return out

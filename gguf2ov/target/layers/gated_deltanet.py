@@ -83,9 +83,13 @@ def tensors(c, i: int) -> dict[str, tuple[int, ...]]:
             p + "out_proj.weight": (h, vd)}
 
 
+# why NNCF's int4 modes keep the projections in int8, for reports
+INT8_WHY = ("Gated DeltaNet projections (int4 makes these layers' output incoherent: optimum-intel#1722, "
+            "openvino.genai#3870 and #4467, nncf#4217)")
+
+
 def int8_weights(c, i: int) -> list[str]:
-    """The projections that NNCF's int4 must not take: int4 Gated DeltaNet layers give incoherent
-    output (optimum-intel#1722, openvino.genai#3870 and #4467, nncf#4217); int8 is fine."""
+    """The projections that NNCF's int4 must not take (INT8_WHY); int8 is fine."""
     return [f"model.layers.{i}.linear_attn.{name}.weight" for name in PROJECTIONS]
 
 
