@@ -26,7 +26,7 @@ HYBRID = {
     # layers L L L F L L L F; untied head
     "grouped": dict(model_type="qwen3_5_text", hidden_size=64, intermediate_size=96, num_hidden_layers=8,
                     num_attention_heads=4, num_key_value_heads=2, head_dim=16, linear_num_key_heads=2,
-                    linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=12,
+                    linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=16,
                     linear_conv_kernel_dim=4, tie_word_embeddings=False),
     # a tied head (the small Qwen3.5s'), as many key as value heads, half of each head rotated, every
     # second layer full attention, a conv kernel of 3
@@ -200,9 +200,9 @@ def test_a_gguf_in_llama_cpp_layout_reads_back_exactly(tmp_path, grouped):
     gguf, ck = open_gguf(path), Checkpoint(grouped)
     meta = gguf.metadata
     assert (meta["qwen35.ssm.group_count"], meta["qwen35.ssm.time_step_rank"], meta["qwen35.ssm.state_size"],
-            meta["qwen35.ssm.inner_size"], meta["qwen35.rope.dimension_count"]) == (2, 4, 8, 48, 4)
+            meta["qwen35.ssm.inner_size"], meta["qwen35.rope.dimension_count"]) == (2, 4, 8, 64, 4)
     assert list(meta["qwen35.attention.recurrent_layers"]) == [True, True, True, False] * 2
-    nk, nv, dk, dv = 2, 4, 8, 12
+    nk, nv, dk, dv = 2, 4, 8, 16
     p = "model.language_model.layers.0.linear_attn."
 
     def hf(name):
@@ -280,17 +280,28 @@ def test_every_nncf_and_float_format_from_the_checkpoint(tmp_path, grouped, fixt
 @pytest.mark.slow
 @pytest.mark.parametrize("compact_grid", [False, True], ids=["folded", "compact"])
 def test_the_gguf_grid_computes_the_files_model(tmp_path, grouped, fixtures_dir, compact_grid):
-    """A Q8_0 file's grid carried (ssm_out, whose columns the map reorders, as float32): the target
-    computes the dequantized model transformers runs from the same weights."""
+    """A Q8_0 file's grid carried by every weight, ssm_out's too: its blocks span the tiled value heads
+    along its columns, so the grid keeps the file's order and the product takes its inputs in that
+    order. The target computes the dequantized model transformers runs from the same weights."""
+    import openvino as ov
+
     path = _write_qwen35(grouped, tmp_path / "q.gguf", mix="Q8_0")
     result = build_target(path, tmp_path / "t", tokenizer_dir=fixtures_dir / "target-hf", compact_grid=compact_grid)
     assert all(c.status == "pass" for c in result.checks)
     source = open_target(path)
-    worst = _worst_against_transformers(tmp_path / "t" / "openvino_model.xml",
-                                        _transformers(grouped, {n: source.f32(n) for n in source.expected}))
+    assert result.transcoded == sum(len(shape) == 2 for shape in source.expected.values())
+    xml = tmp_path / "t" / "openvino_model.xml"
+    worst = _worst_against_transformers(xml, _transformers(grouped, {n: source.f32(n) for n in source.expected}))
     assert max(worst.values()) <= 1e-4, worst
-    gdn = {n: t for n, t in _weight_types(tmp_path / "t" / "openvino_model.xml").items() if ".linear_attn." in n}
-    assert {t for n, t in gdn.items() if "out_proj" not in n} <= {"i8", "u8"}
+    gdn = {n: t for n, t in _weight_types(xml).items() if ".linear_attn." in n}
+    assert len(gdn) == 30 and set(gdn.values()) <= {"i8", "u8"}
+    out_proj = next(op for op in ov.Core().read_model(str(xml)).get_ops()
+                    if op.get_friendly_name() == "__module.model.layers.0.linear_attn.out_proj/aten::linear/MatMul")
+    reorder = out_proj.input_value(0).get_node()
+    assert reorder.get_type_name() == "Gather"  # the inputs in the file's column order
+    nk, nv, dv = 2, 4, 16
+    np.testing.assert_array_equal(reorder.input_value(1).get_node().get_data(),
+                                  np.arange(nv * dv).reshape(nk, nv // nk, dv).transpose(1, 0, 2).reshape(-1))
 
 
 # --- checkpoints -------------------------------------------------------------------------------------

@@ -63,6 +63,7 @@ class WeightForms:
     folded_grid: bool = False
     transcoded: list = field(default_factory=list)
     plan: dict = field(default_factory=dict)
+    input_orders: dict = field(default_factory=dict)  # weight -> the order its grid takes its inputs in
     failure: BaseException | None = None  # what stopped a postponed weight while OpenVINO was saving
 
     def __post_init__(self):
@@ -102,6 +103,11 @@ class WeightForms:
 
     def vector(self, name: str) -> np.ndarray:
         return self.source.f32(name)
+
+    def input_order(self, name: str):
+        """The order the weight made for `name` takes its inputs in (x[..., order]), when it keeps the
+        file's column order (a GGUF grid whose map op moves columns); None: the inputs as they are."""
+        return self.input_orders.get(name)
 
     def gather(self, name: str) -> bool:
         """Whether `name` is an embedding table (read by a Gather, not multiplied by a MatMul)."""

@@ -69,12 +69,27 @@ def _untile_heads(x, args, config, reverse=False):
             and x.ndim > axis and x.shape[axis] == after + heads * size):
         raise Gguf2ovError(f"untile_heads: axis {axis} of {list(x.shape)} does not hold {after} entries and then "
                            f"{heads} heads of {size} in {groups} groups")
-    ratio = heads // groups
+    index = _untile_index(groups, heads, size, after, reverse)
+    return np.take(np.asarray(x), index, axis=axis)
+
+
+def _untile_index(groups: int, heads: int, size: int, after: int, reverse: bool = False) -> np.ndarray:
     # reading, HF's grouped entry (g, j, e) takes the stored (j, g, e); writing, the other way round
+    ratio = heads // groups
     order = (ratio, groups, size) if not reverse else (groups, ratio, size)
     index = np.arange(heads * size).reshape(order).transpose(1, 0, 2).reshape(-1)
-    x = np.asarray(x)
-    return np.concatenate([np.take(x, np.arange(after), axis=axis), np.take(x, after + index, axis=axis)], axis=axis)
+    return np.concatenate([np.arange(after), after + index])
+
+
+def _untile_columns(args, config, width: int):
+    """The column order of untile_heads along columns (None along rows)."""
+    if args.get("axis", 0) != 1:
+        return None
+    groups, heads, size, after = (_arg_value(args, key, config) for key in ("groups", "heads", "size", "after"))
+    if not (groups > 0 and heads > 0 and size > 0 and heads % groups == 0 and width == after + heads * size):
+        raise Gguf2ovError(f"untile_heads: {width} columns do not hold {after} and then {heads} heads of {size} in "
+                           f"{groups} groups")
+    return _untile_index(groups, heads, size, after)
 
 
 def _log_negated(x, arg, config, reverse=False):
@@ -135,6 +150,8 @@ class Op:
     rows_only: bool | Callable[[object], bool] = False
     exact: bool = True        # its reverse gives back the very float32 values (else to float32 rounding)
     shape: Callable | None = None   # (shape, arg, reverse=False) -> the shape it makes (None: unchanged)
+    # (arg, config, width) -> the columns it takes, in order (x[:, order]), when it only moves whole columns
+    columns: Callable | None = None
     domain: Callable | None = None  # maps any values into those the op reads (for tests)
 
 
@@ -145,7 +162,7 @@ OPS = {
                        "{groups: <expr>, heads: <expr>, size: <expr>, after: <expr>, axis: 0 or 1}",
                        ({"groups": 2, "heads": "n", "size": 4, "after": 16}, {"groups": 3, "heads": 6, "size": 1,
                                                                               "axis": 1}),
-                       rows_only=lambda arg: arg.get("axis", 0) == 0),
+                       rows_only=lambda arg: arg.get("axis", 0) == 0, columns=_untile_columns),
     "log_negated": Op(_log_negated, _check_true, "true", (True,), exact=False,
                       domain=lambda x: -np.abs(x) - np.float32(0.125)),
     "unsqueeze": Op(_unsqueeze, _check_axis, "an axis, 0 to 3", (1,), shape=_unsqueeze_shape),
@@ -159,6 +176,18 @@ def moves_rows_only(ops) -> bool:
         return flag(arg) if callable(flag) else flag
 
     return all(rows_only(name, arg) for name, arg in ops)
+
+
+def columns_moved(ops, config, width: int) -> np.ndarray | None:
+    """When every op only moves whole columns (of a [rows, width] tensor): the order the stored columns
+    take, `hf = stored[:, order]`; else None. A stored grid then multiplies the inputs in that order."""
+    order = np.arange(width)
+    for name, arg in ops:
+        moved = OPS[name].columns(arg, config, width) if OPS[name].columns is not None else None
+        if moved is None:
+            return None
+        order = order[moved]
+    return order
 
 
 def shape_through(ops, shape, reverse=False) -> tuple:

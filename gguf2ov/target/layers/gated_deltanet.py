@@ -141,7 +141,9 @@ def build(g, x, i: int):
                   f"__module.{s}.norm/aten::mul/Multiply_2")
     rows = ops.gather(ops.shape_of(x, "i64"), const([0, 1], np.int64), const(0, np.int64))
     gated = ops.reshape(gated, ops.concat([rows, const([nv * dv], np.int64)], 0), False)
-    return linear(gated, g.weight(p + "out_proj.weight"), s + ".out_proj")
+    out_proj = g.weight(p + "out_proj.weight")
+    # a GGUF's grid keeps its tiled value-head columns: the product takes the heads in that order
+    return linear(g.ordered_input(gated, p + "out_proj.weight"), out_proj, s + ".out_proj")
 
 
 def states(c, i: int) -> list[str]:
