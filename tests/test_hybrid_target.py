@@ -452,3 +452,32 @@ def test_a_map_op_on_the_wrong_geometry_is_an_error(qwen35_gguf):
 
     with pytest.raises(Gguf2ovError, match="untile_heads: axis 0 of"):
         apply_ops((("untile_heads", {"groups": 2, "heads": 4, "size": 3}),), np.zeros((10, 2)), {})
+
+
+# --- a file llama.cpp's own converter wrote -----------------------------------------------------------
+
+def test_a_file_llama_cpps_converter_wrote_reads_as_its_checkpoint(tmp_path):
+    """tests/data/qwen35-mtp-llamacpp-F16.gguf: convert_hf_to_gguf.py (llama.cpp 0c1e570) of
+    qwen35_data's checkpoint, MTP block included, 2 key / 4 value heads (benchmarks/llamacpp_qwen35.py).
+    Every tensor reads back as the checkpoint's (the file holds them in float16 exactly; the norms'
+    + 1 and ssm_a = -exp(A_log) are llama.cpp's float32 arithmetic), the MTP block is dropped, and
+    the target computes transformers' model of the checkpoint."""
+    import qwen35_data
+
+    from gguf2ov.hf.checkpoint import Checkpoint
+
+    hf = qwen35_data.write_checkpoint(tmp_path / "hf")
+    source = open_target(qwen35_data.LLAMACPP_FILE)
+    c = source.config
+    assert (c.num_layers, c.layer_types, c.raw["mtp_num_hidden_layers"]) == (2, ("linear_attention", "full_attention"), 1)
+    assert (c.hf.linear_num_key_heads, c.hf.linear_num_value_heads, c.hf.linear_value_head_dim) == (2, 4, 8)
+    checkpoint = Checkpoint(hf)
+    exact = 0
+    for name in source.expected:
+        stored = "model.language_model." + name[len("model."):]
+        ref = checkpoint.load(stored)
+        np.testing.assert_allclose(source.f32(name), ref, rtol=1e-6, atol=1e-7, err_msg=name)
+        exact += bool(np.array_equal(source.f32(name), ref))
+    assert exact >= len(source.expected) - 8  # 7 norms + 1 and A_log
+    worst = _worst_against_transformers(_ir(qwen35_data.LLAMACPP_FILE, tmp_path / "ours"), _transformers(hf))
+    assert max(worst.values()) <= 1e-4, worst
