@@ -395,6 +395,17 @@ def test_ollama_style_variants_are_read(tmp_path, qwen35_gguf):
         np.testing.assert_array_equal(ollama.f32(name), plain.f32(name), err_msg=name)
 
 
+def test_without_recurrent_layers_every_interval_th_layer_is_full_attention(tmp_path, qwen35_gguf):
+    """PyPI's gguf 0.19.0 writes no attention.recurrent_layers: then llama.cpp's loader (and
+    transformers' config) take every full_attention_interval-th layer as full attention."""
+    path = _rewrite(qwen35_gguf, tmp_path / "interval.gguf", drop_kv=["qwen35.attention.recurrent_layers"])
+    assert open_target(path).config.layer_types == open_target(qwen35_gguf).config.layer_types
+    path = _rewrite(qwen35_gguf, tmp_path / "two.gguf", kv={"qwen35.full_attention_interval": 2},
+                    drop_kv=["qwen35.attention.recurrent_layers"])
+    with pytest.raises(Gguf2ovError, match=r"blk\.1\.attn_qkv\.weight: in a full_attention layer"):
+        open_target(path)  # layer 1 is now full attention, and holds a linear layer's tensors
+
+
 def _one_error_line(capsys) -> str:
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) in (1, 2) and err[0].startswith("error: ") and not any(line.startswith("Traceback") for line in err)
