@@ -113,7 +113,7 @@ class ArchMap:
         if self.trailing is None:
             return
         rule = self.trailing["count"]
-        count = self._config_value(gguf, "the trailing block count", rule, flags, True)
+        count = self._config_value(gguf, self.trailing["hf"], rule, flags, True)
         if count in (_MISSING, _ABSENT) or not count:
             return
         key, source = self.trailing["counted_in"], self._stated(gguf, rule)
