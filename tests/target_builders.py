@@ -58,14 +58,28 @@ def write_target_checkpoint(path: Path, geometry: dict, seed: int = 0, dtype=Non
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config)
     gemma = config.model_type.startswith("gemma")
+    hybrid = config.model_type.startswith("qwen3_5")  # (1 + w) norms but the gated one, and recurrences
     with torch.no_grad():
         for name, p in model.named_parameters():
-            # Gemma's norms multiply by (1 + w): theirs start near 0, the others' near 1
-            p.copy_(0.2 * torch.randn_like(p) + (1.0 if "norm" in name and not gemma else 0.0))
+            if hybrid and name.endswith(("linear_attn.A_log", "linear_attn.dt_bias", "linear_attn.norm.weight")):
+                p.copy_(_recurrent_init(name, p))
+                continue
+            # Gemma's and Qwen3.5's norms multiply by (1 + w): theirs start near 0, the others' near 1
+            p.copy_(0.2 * torch.randn_like(p) + (1.0 if "norm" in name and not (gemma or hybrid) else 0.0))
     if dtype is not None:
         model = model.to(dtype)
     model.save_pretrained(path)
     return path
+
+
+def _recurrent_init(name: str, p):
+    """A Gated DeltaNet layer's decay (A_log: -exp(A_log) between -4.2 and -0.2), its bias and its gated
+    norm (w, near 1) as transformers initialises them, spread so that a head order error shows."""
+    import torch
+
+    if name.endswith("A_log"):
+        return torch.log(0.2 + 4 * torch.rand_like(p))
+    return torch.randn_like(p) if name.endswith("dt_bias") else 1 + 0.3 * torch.randn_like(p)
 
 
 def optimum_export(hf_dir: Path, out: Path) -> Path:

@@ -150,7 +150,7 @@ def _quantization_error(w: np.ndarray) -> float:
 
 
 def plan_modes(variant, weights, values=None, scores: dict | None = None, embeddings=(),
-               last_shared: bool = False) -> dict[str, WeightSpec]:
+               last_shared: bool = False, held: dict | None = None) -> dict[str, WeightSpec]:
     """{name: WeightSpec}: what whole-model `nncf.compress_weights` does to each weight for `variant`.
 
     `weights`: (name, shape) of every weight NNCF compresses, shape [out, in] for a Linear (consumed
@@ -164,6 +164,8 @@ def plan_modes(variant, weights, values=None, scores: dict | None = None, embedd
     `values(name) -> f32 [out, in] array` is called once per ratio-defining weight when
     ratio < 1 (the data-free sensitivity pass); `scores` ({name: score}, from `sensitivity`) may
     be given instead, e.g. computed while the weights were first streamed.
+    `held` ({name: why}) names weights that int4 modes keep in the backup int8 whatever the ratio
+    (as NNCF does for an ignored scope compressed to int8 on its own): they are not ratio-defining.
     """
     mode = _primary_mode(variant)
     weights = [(name, tuple(int(d) for d in shape)) for name, shape in weights]
@@ -186,6 +188,11 @@ def plan_modes(variant, weights, values=None, scores: dict | None = None, embedd
     plan = {name: WeightSpec(INT8_ASYM, -1, "backup: embedding") if name in embeddings else backup for name in names}
     matmuls = [(name, shape) for name, shape in weights if name not in embeddings]
     ratio_defining = matmuls if variant.all_layers or last_shared else matmuls[:-1]
+    held = held or {}
+    for name in held:
+        if name in plan:
+            plan[name] = WeightSpec(INT8_ASYM, -1, f"backup: {held[name]}")
+    ratio_defining = [(name, shape) for name, shape in ratio_defining if name not in held]
     if variant.all_layers:  # _get_ratio_defining_params appends the embeddings after the MatMuls
         ratio_defining += [(name, shape) for name, shape in weights if name in embeddings]
     ratio = variant.ratio if variant.ratio is not None else 1.0

@@ -93,6 +93,13 @@ def _grid_weight(forms, name):
         postpone = forms.postponing(name) if forms.streamed else None
         return grid_weight(raw, qtype, forms.source.expected[name], folded=forms.gather(name) or forms.folded_grid,
                            postpone=postpone), None
+    moved = getattr(forms.source, "quantized_columns", lambda n: None)(name) if not forms.gather(name) else None
+    if moved is not None and has_grid(moved[1]):  # the grid in the file's column order, its inputs reordered
+        raw, qtype, order = moved
+        forms.transcoded.append(name)
+        forms.input_orders[name] = order
+        postpone = forms.postponing(name) if forms.streamed else None
+        return grid_weight(raw, qtype, forms.source.expected[name], folded=forms.folded_grid, postpone=postpone), None
     return forms.postponed(name, "f32"), None  # a float tensor in the file: its values, exactly
 
 

@@ -24,6 +24,7 @@ class WeightSource(Protocol):
     expected: dict[str, tuple[int, ...]]  # every tensor the graph reads, in the graph's order
     embeddings: tuple[str, ...]           # the tables an embedding Gather reads (a draft has none)
     last_matmul_shared: bool              # the last MatMul re-uses an earlier weight (a tied lm_head)
+    int8_weights: dict[str, str]          # weights int4 keeps in int8, with why (a target's layer kinds)
 
     def f32(self, name: str) -> np.ndarray: ...
 
@@ -62,6 +63,7 @@ class WeightForms:
     folded_grid: bool = False
     transcoded: list = field(default_factory=list)
     plan: dict = field(default_factory=dict)
+    input_orders: dict = field(default_factory=dict)  # weight -> the order its grid takes its inputs in
     failure: BaseException | None = None  # what stopped a postponed weight while OpenVINO was saving
 
     def __post_init__(self):
@@ -74,7 +76,7 @@ class WeightForms:
             try:
                 self.plan = plan_modes(self.variant, self.compressed_weights(), values=self.source.f32,
                                        scores=self._scores(), embeddings=self.source.embeddings,
-                                       last_shared=self.source.last_matmul_shared)
+                                       last_shared=self.source.last_matmul_shared, held=self.source.int8_weights)
             except Gguf2ovError as e:
                 raise Gguf2ovError(f"NNCF cannot compress the model as {self.variant.name}: {e.message}",
                                    hint=e.hint) from e
@@ -110,6 +112,11 @@ class WeightForms:
 
     def vector(self, name: str) -> np.ndarray:
         return self.source.f32(name)
+
+    def input_order(self, name: str):
+        """The order the weight made for `name` takes its inputs in (x[..., order]), when it keeps the
+        file's column order (a GGUF grid whose map op moves columns); None: the inputs as they are."""
+        return self.input_orders.get(name)
 
     def gather(self, name: str) -> bool:
         """Whether `name` is an embedding table (read by a Gather, not multiplied by a MatMul)."""

@@ -57,6 +57,7 @@ class TargetExportResult:
     transcoded: int = 0
     grid: str | None = None  # "folded" | "compact", when weights carry the GGUF's grid
     nncf_backup: list[str] = field(default_factory=list)
+    nncf_backup_why: dict[str, str] = field(default_factory=dict)  # weight -> why NNCF keeps it in int8
     seconds: float = 0.0
 
     def tables(self) -> list[Table]:
@@ -82,7 +83,7 @@ class TargetExportResult:
         if self.transcoded:
             lines.append(f"{self.transcoded} weights carry the GGUF's own grid ({self.grid})")
         if self.nncf_backup:
-            lines.append(f"kept in NNCF's backup int8: {', '.join(self.nncf_backup)}")
+            lines.append(f"kept in NNCF's backup int8: {_backup_text(self.nncf_backup, self.nncf_backup_why)}")
         passed = sum(c.status == "pass" for c in self.checks)
         lines.append(f"target checks: {passed}/{len(self.checks)} pass")
         return lines
@@ -135,6 +136,7 @@ def export_target(forms, out_dir, tokenizer_from, overwrite: bool = False, progr
         outputs=info["outputs"], state_variables=info["state_variables"], locators=info["locators"],
         rt_info=info["rt_info"], tokenizer=str(tokenizer_from), files=files, checks=checks,
         transcoded=len(forms.transcoded), grid=options["grid"], nncf_backup=options["nncf_backup"],
+        nncf_backup_why={n: forms.plan[n].reason.removeprefix("backup: ") for n in options["nncf_backup"]},
         seconds=time.perf_counter() - start)
 
 
@@ -166,6 +168,20 @@ def tokenizer_bytes(tokenizer_from, target) -> int:
                    ((folder / n), (folder / n).with_suffix(".bin")) if p.is_file())
     model = next((folder / n for n in TOKENIZER_MODEL_FILES if (folder / n).is_file()), None)
     return copied + int(1.6 * (model.stat().st_size if model else 0)) + 30_000
+
+
+def _backup_text(names: list[str], why: dict[str, str]) -> str:
+    """The weights NNCF keeps in int8, by reason: a few by name, many by count."""
+    by_reason = {}
+    for name in names:
+        by_reason.setdefault(why.get(name, ""), []).append(name)
+    parts = []
+    for reason, group in by_reason.items():
+        if len(group) > 2:
+            parts.append(f"{len(group)} {reason or 'weights'}")
+        else:
+            parts.append(", ".join(group) + (f" ({reason})" if reason else ""))
+    return "; ".join(parts)
 
 
 def _grid_form(forms) -> str | None:

@@ -145,8 +145,9 @@ def _attach_points(model, embedding_model) -> list[Finding]:
 
 def paged_finding(model, c) -> Finding:
     """What GenAI's SDPAToPagedAttention makes of the graph: every layer's kind converted (attention to
-    a paged attention with the config's key/value heads, head size and window) and no state op left,
-    which DFlash refuses."""
+    a paged attention with the config's key/value heads, head size and window; a Gated DeltaNet layer
+    to its paged recurrence and conv, with their state tables), no state op left, which DFlash
+    refuses, and every locator's producer still there."""
     from collections import Counter
 
     from openvino._offline_transformations import paged_attention_transformation
@@ -160,7 +161,10 @@ def paged_finding(model, c) -> Finding:
         return _finding("target-paged", False, f"SDPAToPagedAttention failed: {library_message(e)}")
     ops = paged.get_ordered_ops()
     left = [op.get_type_name() for op in ops if op.get_type_name() in ("ReadValue", "Assign")]
-    expected = [MIXERS[c.mixers[i]].paged(c, i) for i in range(c.num_layers)]
+    expected = []
+    for i in range(c.num_layers):
+        made = MIXERS[c.mixers[i]].paged(c, i)
+        expected += made if isinstance(made, list) else [made]
     wrong = [f"{len(left)} state ops left ({', '.join(sorted(set(left)))}): DFlash refuses unmanaged state"] if left else []
     found = Counter(op.get_type_name() for op in ops)
     for op_type, n in Counter(e["op"] for e in expected).items():
@@ -173,10 +177,19 @@ def paged_finding(model, c) -> Finding:
         window = _constant(op.input_value(10))
         if heads != want["heads"] or window != want["window"]:
             wrong.append(f"attention {i}: heads {heads}, window {window} (expected {want['heads']}, {want['window']})")
+    inputs = {port_name(p): p.get_partial_shape() for p in paged.inputs}
+    for name, shape in (e["table"] for e in expected if "table" in e):
+        have = inputs.get(name)
+        if have is None or [d.get_length() if d.is_static else -1 for d in have] != shape:
+            wrong.append(f"state table {name} is {have if have is not None else 'absent'} (expected "
+                         f"{[d if d >= 0 else '?' for d in shape]})")
+    nodes = {op.get_friendly_name() for op in ops}
+    if gone := [k for k, loc in sorted((read_locators(model) or {}).items()) if loc.get("producer") not in nodes]:
+        wrong.append(f"the producers of locator(s) {gone[:6]} are gone after the conversion")
     kinds = ", ".join(f"{n} {op_type}" for op_type, n in Counter(e["op"] for e in expected).items())
     window = f", sliding windows {c.sliding_window} where configured" if c.sliding_window else ""
     return _finding("target-paged", not wrong, "; ".join(wrong[:4]) if wrong else f"{kinds} for {c.num_layers} layers, "
-                    f"no state op left{window}")
+                    f"no state op left, every locator kept{window}")
 
 
 def _constant(output):

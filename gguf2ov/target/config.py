@@ -19,7 +19,7 @@ from ..maps.rules import is_int
 ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
 # What a map's `target.forward` may state, and its value when it does not.
 FORWARD_DEFAULTS = {"qk_norm": False, "qkv_bias": False, "sandwich_norms": False, "norm_offset": 0.0,
-                    "scaled_embedding": False}
+                    "scaled_embedding": False, "partial_rotary": False}
 
 EMBEDDING = "model.embed_tokens.weight"
 LM_HEAD = "lm_head.weight"
@@ -80,8 +80,9 @@ def target_config(raw: dict, where, arch: str | None = None, complete: bool = Fa
     whose metadata states less than a checkpoint's config.json.
     """
     from ..maps.load import load_map
-    from .layers import check_kinds
+    from .layers import MIXERS, check_kinds
 
+    raw = text_model_config(raw, where)
     arch = arch or arch_of(raw.get("model_type"), where)
     built_as = load_map(arch).target
     forward = {**FORWARD_DEFAULTS, **(built_as.get("forward") or {})}
@@ -117,12 +118,13 @@ def target_config(raw: dict, where, arch: str | None = None, complete: bool = Fa
             raise Gguf2ovError(f"{where}: {key} is {getattr(hf, key)!r}: not supported in an OpenVINO LLM target")
     scalar = getattr(hf, "query_pre_attn_scalar", None)
     cap = getattr(hf, "final_logit_softcapping", None)
-    return TargetConfig(
+    config = TargetConfig(
         raw=hf.to_dict() if complete else raw, arch=arch, hidden_size=hf.hidden_size, num_layers=layers,
         num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, intermediate_size=hf.intermediate_size,
         vocab_size=hf.vocab_size, rms_norm_eps=float(hf.rms_norm_eps),
         tie_word_embeddings=bool(getattr(hf, "tie_word_embeddings", False)), layer_types=layer_types,
-        mixers=mixers, mlp=built_as["mlp"], sliding_window=window, rope=_rope(hf, layer_types, head_dim, where),
+        mixers=mixers, mlp=built_as["mlp"], sliding_window=window,
+        rope=_rope(hf, layer_types, head_dim, where, bool(forward["partial_rotary"])),
         attention_scale=float((scalar or head_dim) ** -0.5), activation=ACTIVATIONS[activation],
         attention_bias=bool(getattr(hf, "attention_bias", False)), qkv_bias=bool(forward["qkv_bias"]),
         mlp_bias=bool(getattr(hf, "mlp_bias", False)), qk_norm=bool(forward["qk_norm"]),
@@ -132,6 +134,29 @@ def target_config(raw: dict, where, arch: str | None = None, complete: bool = Fa
         final_logit_softcapping=float(cap) if cap else None,
         bos_token_id=getattr(hf, "bos_token_id", None), eos_token_id=getattr(hf, "eos_token_id", None),
         pad_token_id=getattr(hf, "pad_token_id", None), hf=hf)
+    for kind in dict.fromkeys(mixers):
+        if (check := getattr(MIXERS[kind], "check", None)) is not None:
+            check(config, where)
+    return config
+
+
+def text_model_config(raw: dict, where) -> dict:
+    """The config a target is built from: `raw`, or a VLM's language model, its `text_config`, for the
+    model types a map names in `checkpoint.text_config_of` (the hub's Qwen3.5 checkpoints are VLMs):
+    named as the map's text model, with the VLM's tied-embeddings flag, which its lm_head follows."""
+    from ..maps.load import load_map
+
+    for arch in target_arches():
+        amap = load_map(arch)
+        if raw.get("model_type") in (amap.checkpoint.get("text_config_of") or []):
+            text = raw.get("text_config")
+            if not isinstance(text, dict):
+                raise Gguf2ovError(f"{where}: a {raw.get('model_type')} config without a text_config object")
+            text = {**text, "model_type": amap.hf["model_type"], "architectures": list(amap.hf["architectures"])}
+            if "tie_word_embeddings" in raw:
+                text["tie_word_embeddings"] = raw["tie_word_embeddings"]
+            return text
+    return raw
 
 
 def arch_of(model_type, where) -> str:
@@ -159,12 +184,15 @@ def _hf_config(raw: dict, where):
             from e
 
 
-def _rope(hf, layer_types, head_dim: int, where) -> dict:
-    """{layer type: (inverse frequencies, attention scaling)}, as transformers' rotary embedding makes them."""
+def _rope(hf, layer_types, head_dim: int, where, partial: bool = False) -> dict:
+    """{layer type: (inverse frequencies, attention scaling)}, as transformers' rotary embedding makes them;
+    `partial`: the model turns the first partial_rotary_factor of each head only (the map's forward)."""
     tables = {}
     for layer_type in sorted(set(layer_types)):
-        inv_freq, scaling = rope_table(hf, layer_type, where)
-        if 2 * inv_freq.size != head_dim:
+        inv_freq, scaling = rope_table(hf, layer_type, where, partial=partial)
+        if partial and not (0 < 2 * inv_freq.size <= head_dim):
+            raise Gguf2ovError(f"{where}: RoPE rotates {2 * inv_freq.size} of {head_dim} head dimensions")
+        if not partial and 2 * inv_freq.size != head_dim:
             raise Gguf2ovError(f"{where}: RoPE rotates {2 * inv_freq.size} of {head_dim} head dimensions: "
                                "partial rotary embeddings are not supported")
         tables[layer_type] = (inv_freq, scaling)

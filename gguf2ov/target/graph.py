@@ -93,9 +93,10 @@ class _Graph:
     for by name, the norms, the attention masks and RoPE tables (made once, when first asked for) and
     the state variables' Assigns."""
 
-    def __init__(self, config: TargetConfig, weight, vector):
+    def __init__(self, config: TargetConfig, weight, vector, input_order=None):
         ops = _ops()
         self.config, self.weight, self._vector = config, weight, vector
+        self._input_order = input_order
         self.input_ids = ops.parameter([-1, -1], np.int64, name="input_ids")
         self.attention_mask = ops.parameter([-1, -1], np.int64, name="attention_mask")
         self.position_ids = ops.parameter([-1, -1], np.int64, name="position_ids")
@@ -109,6 +110,14 @@ class _Graph:
 
     def vector(self, name: str) -> np.ndarray:
         return self._vector(name)
+
+    def ordered_input(self, x, name: str):
+        """`x` in the order the weight made for `name` (asked for already) takes its inputs in: a
+        Gather over the last axis where that weight keeps a file's column order, else `x`."""
+        order = self._input_order(name) if self._input_order is not None else None
+        if order is None:
+            return x
+        return _ops().gather(x, const(order, np.int64), const(-1, np.int64))
 
     def bias(self, name: str, present: bool):
         return self._vector(name) if present else None
@@ -133,20 +142,21 @@ class _Graph:
 
 
 def build_target_model(config: TargetConfig, weight: Callable[[str], object], vector: Callable[[str], np.ndarray],
-                       progress: Callable[[str], None] | None = None):
+                       progress: Callable[[str], None] | None = None, input_order=None):
     """(the stateful target `ov.Model`, its hidden-state locators {layer: {producer, output_index}}).
 
     `weight(name)` returns the float32 output for a Linear weight or the embedding table (a
     Constant or a decompression subgraph); `vector(name)` the float32 values of a norm weight or a
     bias. Each is called once per tensor, in graph order (`tensor_shapes`), so a caller can stream
-    and free each source tensor. Each layer is its mixer kind and its MLP kind (`layers/`) between
-    the decoder's norms and residual adds.
+    and free each source tensor. `input_order(name)`: the order a weight takes its inputs in, when
+    not theirs (WeightForms.input_order). Each layer is its mixer kind and its MLP kind (`layers/`)
+    between the decoder's norms and residual adds.
     """
     import openvino as ov
 
     ops = _ops()
     c = config
-    g = _Graph(c, weight, vector)
+    g = _Graph(c, weight, vector, input_order)
     table = weight(EMBEDDING)
     if "embed_tokens" not in table.get_node().get_friendly_name():
         # GenAI finds the embedding by its table's size or, below 1000 rows, by this name
@@ -253,6 +263,7 @@ def build_target_ir(source, variant, progress: Callable[[str], None] | None = No
     Returns (model, weight forms); `forms`: the WeightForms made for it already (its NNCF plan
     checked), else `target_forms`."""
     forms = forms or target_forms(source, variant)
-    model, locators = build_target_model(source.config, forms.weight, forms.vector, progress=progress)
+    model, locators = build_target_model(source.config, forms.weight, forms.vector, progress=progress,
+                                         input_order=forms.input_order)
     set_target_rt_info(model, locators, variant)
     return model, forms

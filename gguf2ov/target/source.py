@@ -17,6 +17,7 @@ from ..ir.tensors import TensorSource, tensor_mismatch
 from ..names import CONFIG_FILE
 from .config import EMBEDDING, LM_HEAD, TargetConfig, target_arches, target_config
 from .graph import tensor_shapes
+from .layers import int8_weights
 
 # llama.cpp stores Llama 3's RoPE scaling as a tensor of per-frequency divisors (its converter's
 # rope_factors; the llama map drops it), not as config keys: RoPE turns by position * inv_freq / factor.
@@ -44,6 +45,7 @@ class TargetSource(TensorSource):
         self.config, self.map_path = config, map_path
         self.expected = tensor_shapes(config)
         self.last_matmul_shared = config.tie_word_embeddings  # the lm_head reads the embedding table
+        self.int8_weights = int8_weights(config)  # what the layer kinds keep out of int4
         self.ignored = _check_tensors(self.expected, found, config, path)
 
     @property
@@ -68,7 +70,8 @@ def _check_tensors(expected: dict, found: dict, config: TargetConfig, where) -> 
 
 def open_target_checkpoint(path: Path) -> TargetSource:
     """Open a Hugging Face checkpoint folder as a target, validated and ready to stream weights."""
-    from ..hf.checkpoint import Checkpoint, read_json_object
+    from ..hf.checkpoint import Checkpoint, RenamedCheckpoint, read_json_object
+    from ..maps.load import load_map
 
     config_path = path / CONFIG_FILE
     if not config_path.is_file():
@@ -76,6 +79,9 @@ def open_target_checkpoint(path: Path) -> TargetSource:
     raw = read_json_object(config_path)
     config = target_config(raw, config_path)
     checkpoint = Checkpoint(path)  # memory-mapped safetensors, read one tensor at a time
+    amap = load_map(config.arch)
+    if amap.checkpoint:  # saved under a prefix, or beside other models' tensors (the map's `checkpoint`)
+        checkpoint = RenamedCheckpoint(checkpoint, amap.checkpoint_names(checkpoint.shapes, path))
     return TargetSource(path, "checkpoint", config, dict(checkpoint.shapes), checkpoint=checkpoint)
 
 

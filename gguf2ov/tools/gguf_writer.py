@@ -46,8 +46,8 @@ def use_more_bits(i: int, n: int) -> bool:
 def tensor_type(gguf_name: str, shape: tuple[int, ...], mix: str, n_layers: int) -> GGMLQuantizationType:
     """The GGML type llama.cpp's quantizer picks for a tensor under `mix` (no importance matrix)."""
     default, _ = MIXES[mix]
-    if len(shape) < 2 or not gguf_name.endswith("weight") or "norm" in gguf_name:
-        return Q.F32  # norms, 1-D tensors and raw parameters (conv bases) stay F32
+    if len(shape) < 2 or not gguf_name.endswith("weight") or "norm" in gguf_name or "ssm_conv1d" in gguf_name:
+        return Q.F32  # norms, 1-D tensors, raw parameters (conv bases) and recurrent layers' conv kernels stay F32
     qtype = default
     if mix == "Q4_K_M":
         layer = re.match(r"blk\.(\d+)\.", gguf_name)
@@ -106,9 +106,10 @@ def write_gguf(checkpoint_dir, out_path, arch: str, tokenizer_dir=None, mix: str
             add_value(writer, key, value)
 
     counts = {}
-    for hf_name in progress_bar(list(checkpoint.shapes), desc="quantizing", enabled=progress, unit="tensor"):
+    names = amap.checkpoint_names(checkpoint.shapes, checkpoint_dir)  # the map's names for the stored ones
+    for hf_name in progress_bar(list(names), desc="quantizing", enabled=progress, unit="tensor"):
         # float32 whatever the checkpoint holds (often BF16): the quantizers take float32
-        values = np.asarray(checkpoint.load(hf_name), dtype=np.float32)
+        values = np.asarray(checkpoint.load(names[hf_name]), dtype=np.float32)
         gguf_name, values = amap.to_gguf(hf_name, values, config)
         qtype = tensor_type(gguf_name, values.shape, mix, n_layers)
         _add_tensor(writer, gguf_name, values, qtype)

@@ -9,16 +9,18 @@ config alone:
   under construction, `target/graph.py`) for each weight by name and adding its state variables;
 - what the IR checks must find of it (`target/checks.py`): `states(c, i)`, the state variables it
   keeps, and `paged(c, i)`, what OpenVINO's paged conversion (GenAI's, when a draft attaches) makes
-  of it (mixers only).
+  of it (mixers only): one paged op, or a list of them (a Gated DeltaNet layer becomes two);
+- optionally, `check(c, where)`: refuses a config the kind cannot build, and `int8_weights(c, i)`: the
+  weights that NNCF's int4 modes keep in int8, `INT8_WHY` saying why (the export reports it).
 
 The decoder layer around them (norms and residuals) is `graph.py`'s. A new kind of layer is one
 module here and one entry below; an architecture made of known kinds is a map alone.
 """
 
 from ...errors import Gguf2ovError
-from . import attention, mlp
+from . import attention, gated_attention, gated_deltanet, mlp
 
-MIXERS = {"attention": attention}
+MIXERS = {"attention": attention, "gated_attention": gated_attention, "gated_deltanet": gated_deltanet}
 MLPS = {"dense": mlp}
 
 
@@ -33,3 +35,13 @@ def check_kinds(arch: str, mixers, mlp_kind: str) -> None:
 
 def layer_prefix(i: int) -> str:
     return f"model.layers.{i}."
+
+
+def int8_weights(c) -> dict[str, str]:
+    """{weight: why} for the weights NNCF's int4 modes keep in int8, over every layer's kinds."""
+    out = {}
+    for i in range(c.num_layers):
+        for kind, module in ((c.mixers[i], MIXERS[c.mixers[i]]), (c.mlp, MLPS[c.mlp])):
+            names = getattr(module, "int8_weights", lambda c, i: [])(c, i)
+            out.update(dict.fromkeys(names, getattr(module, "INT8_WHY", kind)))
+    return out
