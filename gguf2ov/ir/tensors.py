@@ -49,6 +49,8 @@ class TensorSource:
 
     embeddings: tuple[str, ...] = ()  # the tables an embedding Gather reads
     last_matmul_shared: bool = False  # the last MatMul re-uses an earlier weight (a tied lm_head)
+    kept: tuple[str, ...] = ()  # weights every format keeps in float32 (a mixture of experts' router)
+    batched: tuple[str, ...] = ()  # [E, N, K] weights of batched MatMuls (experts), compressed like Linears
 
     def __init__(self, path: Path, kind: str, mapped=None, checkpoint=None):
         self.path, self.kind = path, kind

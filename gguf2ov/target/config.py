@@ -80,7 +80,7 @@ def target_config(raw: dict, where, arch: str | None = None, complete: bool = Fa
     whose metadata states less than a checkpoint's config.json.
     """
     from ..maps.load import load_map
-    from .layers import check_kinds
+    from .layers import check_config, check_kinds
 
     arch = arch or arch_of(raw.get("model_type"), where)
     built_as = load_map(arch).target
@@ -117,7 +117,7 @@ def target_config(raw: dict, where, arch: str | None = None, complete: bool = Fa
             raise Gguf2ovError(f"{where}: {key} is {getattr(hf, key)!r}: not supported in an OpenVINO LLM target")
     scalar = getattr(hf, "query_pre_attn_scalar", None)
     cap = getattr(hf, "final_logit_softcapping", None)
-    return TargetConfig(
+    config = TargetConfig(
         raw=hf.to_dict() if complete else raw, arch=arch, hidden_size=hf.hidden_size, num_layers=layers,
         num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, intermediate_size=hf.intermediate_size,
         vocab_size=hf.vocab_size, rms_norm_eps=float(hf.rms_norm_eps),
@@ -132,6 +132,8 @@ def target_config(raw: dict, where, arch: str | None = None, complete: bool = Fa
         final_logit_softcapping=float(cap) if cap else None,
         bos_token_id=getattr(hf, "bos_token_id", None), eos_token_id=getattr(hf, "eos_token_id", None),
         pad_token_id=getattr(hf, "pad_token_id", None), hf=hf)
+    check_config(config, where)  # what each layer kind refuses
+    return config
 
 
 def arch_of(model_type, where) -> str:
