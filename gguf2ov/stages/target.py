@@ -7,8 +7,9 @@ locators DFlash needs, weight by weight (target_graph.py), and writes a folder G
 LLMPipeline loads as a target: the IR, config.json, generation_config.json, the OpenVINO tokenizer
 and detokenizer, and gguf2ov.json. Before the folder is put in place, the written IR is checked as `verify --target`
 checks any target (`target/checks.py`): interface, state variables, locators on live nodes of the
-hidden width, the embedding and lm_head GenAI attaches a draft to, and OpenVINO's paged conversion
-making of every layer what its kind must become.
+hidden width, the embedding and lm_head GenAI attaches a draft to, OpenVINO's paged conversion
+making of every layer what its kind must become, and, where a kind expects it (a mixture of experts'
+GatherMatmul), what the CPU plugin compiles it into (`target/probe.py`).
 """
 
 import json
@@ -98,6 +99,7 @@ def export_target(target, out_dir, variant, tokenizer_from, compact_grid: bool =
     further inputs provenance records (a --tokenizer folder).
     """
     from ..target.graph import target_forms
+    from ..target.probe import compiled_check
 
     if tokenizer_from == "gguf":
         _require_vocabulary(target)
@@ -115,6 +117,8 @@ def export_target(target, out_dir, variant, tokenizer_from, compact_grid: bool =
 
         step("checking the written target", progress)
         checks, info = check_target_ir(tmp, target.config)
+        if (compiled := compiled_check(tmp, target, forms)) is not None:  # what the CPU plugin makes of it
+            checks.append(compiled)
         if failed := [c for c in checks if c.status == "fail"]:
             raise Gguf2ovError("the built target fails its checks: " + "; ".join(f"{c.name}: {c.reason}" for c in failed),
                                hint="nothing was written; rerun with --debug to inspect")
