@@ -55,8 +55,9 @@ def _stacked(hf, i, name):
     from gguf2ov.hf.checkpoint import Checkpoint
 
     ckpt = Checkpoint(hf)
-    keys = sorted((k for k in ckpt.shapes if k.startswith(f"model.layers.{i}.mlp.experts.") and k.endswith(name + ".weight")),
-                  key=lambda k: int(k.split(".experts.")[1].split(".")[0]))
+    prefix = f"model.layers.{i}.mlp.experts."
+    keys = sorted((k for k in ckpt.shapes if k.startswith(prefix) and k.endswith(f".{name}.weight")),
+                  key=lambda k: int(k[len(prefix):].split(".")[0]))
     return np.stack([ckpt.load(k) for k in keys])
 
 
@@ -126,8 +127,9 @@ def test_the_block_equals_transformers_sparse_moe_block(tmp_path, kind):
     state = {k: v.detach().numpy() for k, v in block.state_dict().items()}
     inter = common["moe_intermediate_size"]
     p = "model.layers.0.mlp."
-    weights = {p + "gate.weight": state["gate.weight"], p + "experts.gate_proj": state["experts.gate_up_proj"][:, :inter],
-               p + "experts.up_proj": state["experts.gate_up_proj"][:, inter:], p + "experts.down_proj": state["experts.down_proj"]}
+    gate_up = state["experts.gate_up_proj"]
+    weights = {p + "gate.weight": state["gate.weight"], p + "experts.gate_proj": gate_up[:, :inter],
+               p + "experts.up_proj": gate_up[:, inter:], p + "experts.down_proj": state["experts.down_proj"]}
     weights |= {p + k: v for k, v in state.items() if k.startswith("shared_expert")}
     # the kind reads the attention's fields from a resolved config and the MoE ones from transformers' config
     raw = {**tb.config_of(tb.write_target_checkpoint(tmp_path / "hf", SMALL)), "num_hidden_layers": 1}
@@ -320,7 +322,8 @@ def test_a_gguf_written_by_the_writer_reads_back_exactly(tmp_path, moe_hf):
     from gguf2ov.tools.gguf_writer import write_gguf as write_from_checkpoint
 
     path = tmp_path / "f32.gguf"
-    result = write_from_checkpoint(moe_hf, path, "qwen3moe", mix="F32", extra_metadata={"qwen3moe.vocab_size": tb.VOCAB})
+    result = write_from_checkpoint(moe_hf, path, "qwen3moe", mix="F32",
+                                   extra_metadata={"qwen3moe.vocab_size": tb.VOCAB})
     gguf = open_gguf(path)
     assert gguf.tensors["blk.0.ffn_gate_exps.weight"].ne == (256, 256, 8)  # {K, N, E}
     assert gguf.metadata["qwen3moe.expert_count"] == 8 and gguf.metadata["qwen3moe.expert_used_count"] == 2

@@ -177,7 +177,8 @@ def plan_modes(variant, weights, values=None, scores: dict | None = None, embedd
         raise Gguf2ovError("plan_modes: weight names must be unique (NNCF compresses a shared weight once)")
     for name, shape in weights:
         if len(shape) not in (2, 3):
-            raise Gguf2ovError(f"plan_modes: weight {name!r} has shape {shape}, expected [out, in] or [experts, out, in]")
+            raise Gguf2ovError(f"plan_modes: weight {name!r} has shape {shape}, expected [out, in] or "
+                               "[experts, out, in]")
 
     if variant.bits == 8:
         # int8 is per channel for every weight; a ratio is ignored for int8 (as the whole-model export did,

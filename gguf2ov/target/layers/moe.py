@@ -46,7 +46,8 @@ COMPILED = {"GatherMatmul": 3, "Tile": 0, "ScatterElementsUpdate": 0}
 def params(c) -> dict:
     """The MoE settings of transformers' config (the qwen3_moe names; a shared expert's size is 0 without one)."""
     hf = c.hf
-    return {"experts": int(getattr(hf, "num_experts", 0) or 0), "top_k": int(getattr(hf, "num_experts_per_tok", 0) or 0),
+    return {"experts": int(getattr(hf, "num_experts", 0) or 0),
+            "top_k": int(getattr(hf, "num_experts_per_tok", 0) or 0),
             "intermediate": int(getattr(hf, "moe_intermediate_size", 0) or 0),
             # Qwen3.5-MoE's router always renormalises (its config has no such key)
             "norm_topk_prob": bool(getattr(hf, "norm_topk_prob", True)),
@@ -172,7 +173,8 @@ def build(g, x, i: int):
     tiled = named(ops.reshape(tiled, const([e, -1, h], i64), False), f"{s}.experts/aten::view/Reshape")
 
     def bmm(inp, name, suffix):
-        return named(ops.matmul(inp, g.weight(p + "experts." + name), False, True), f"{s}.experts/aten::bmm/MatMul{suffix}")
+        return named(ops.matmul(inp, g.weight(p + "experts." + name), False, True),
+                     f"{s}.experts/aten::bmm/MatMul{suffix}")
 
     gate = named(swish(bmm(tiled, "gate_proj", "")), f"{s}.experts.act_fn/aten::silu/Swish")
     act = named(ops.multiply(gate, bmm(tiled, "up_proj", "_1")), f"{s}.experts/aten::mul/Multiply")
