@@ -103,7 +103,7 @@ class ProbeSource(TensorSource):
     def __init__(self, source, forms, layers: list[int]):
         from .config import target_config
         from .graph import tensor_shapes
-        from .layers import MLPS, per_layer
+        from .layers import kinds, per_layer
 
         super().__init__(source.path, source.kind)
         c = source.config
@@ -111,8 +111,9 @@ class ProbeSource(TensorSource):
         width = math.lcm(WIDTH, group)
         raw = dict(c.hf.to_dict(), hidden_size=width, intermediate_size=width, head_dim=c.head_dim,
                    vocab_size=VOCAB, num_hidden_layers=len(layers), layer_types=[c.layer_types[i] for i in layers])
-        if (probe := getattr(MLPS[c.mlp], "probe", None)) is not None:
-            raw.update(probe(raw, c, layers, width))
+        for kind in {k for i in layers for k in kinds(c, i)}:  # each kind's own widths and per-layer keys
+            if (probe := getattr(kind, "probe", None)) is not None:
+                raw.update(probe(c, layers, width))
         raw.pop("auto_map", None)
         self.config = target_config(raw, f"{source.path} (probe)", arch=c.arch)
         self.expected = tensor_shapes(self.config)

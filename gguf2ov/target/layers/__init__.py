@@ -16,7 +16,7 @@ A kind may also state (absent: nothing of the kind):
 - `kept(c, i)`: weights that stay float32 in every format (a router); `batched(c, i)`: [E, N, K]
   weights of batched MatMuls, which NNCF compresses as it does Linear weights;
 - `compiled(c, i)`: op types and counts the compiled model must hold for the layer (`checks.py`);
-- `probe(raw, c, layers, width)`: its config keys in a smaller model of the same kinds (`probe.py`).
+- `probe(c, layers, width)`: its config keys in a smaller model of the same kinds (`probe.py`).
 
 The decoder layer around them (norms and residuals) is `graph.py`'s. A new kind of layer is one
 module here and one entry below; an architecture made of known kinds is a map alone.

@@ -128,7 +128,7 @@ def compiled(c, i: int) -> dict[str, int]:
     return dict(COMPILED) if sparse(c, i) else {}
 
 
-def probe(raw: dict, c, layers: list[int], width: int) -> dict:
+def probe(c, layers: list[int], width: int) -> dict:
     """Config keys of a smaller model of this kind (`probe.py`): the expert widths, and which of its
     layers (the target's `layers`) are dense."""
     m = params(c)
