@@ -511,7 +511,8 @@ def _moe_bad_inputs(tmp_path):
 
 
 MOE_BAD = ["GGUF: an expert count the tensors do not have", "GGUF: a top k above the expert count",
-           "GGUF: a router of another shape", "GGUF: a shared expert's router, which qwen3moe has not", "GGUF: no router",
+           "GGUF: a router of another shape", "GGUF: a shared expert's router, which qwen3moe has not",
+           "GGUF: no router",
            "GGUF: a fused gate_up of the wrong shape", "GGUF: gate and up both apart and fused",
            "checkpoint: an expert count the tensors do not have", "checkpoint: an expert missing",
            "checkpoint: a top k above the expert count", "checkpoint: a fused gate_up of the wrong shape"]

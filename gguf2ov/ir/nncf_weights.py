@@ -254,8 +254,9 @@ def _nncf_silenced():
 def compress_weight(w, spec: WeightSpec, name: str = "weight", gather: bool = False):
     """The decompression subgraph's output (f32 [out, in]) of `w` compressed as NNCF would per `spec`.
 
-    `w`: f32 [out, in], or [experts, out, in] for a batched MatMul; `name` becomes the compressed constant's friendly name (NNCF names the
-    scale / zero point after it), as the weight's Constant name does in a whole-model run.
+    `w`: f32 [out, in], or [experts, out, in] for a batched MatMul; `name` becomes the compressed
+    constant's friendly name (NNCF names the scale / zero point after it), as the weight's Constant
+    name does in a whole-model run.
     `gather`: `w` is an embedding table, compressed as NNCF compresses the table of a Gather (one
     scale per row, or per group along the row; its subgraph named after input port 0).
     """

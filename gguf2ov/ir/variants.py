@@ -104,7 +104,7 @@ class Format:
     compressed: bool = True        # integer codes in the IR (optimum then leaves the KV cache in f32)
     nncf_bits: int | None = None   # NNCF's weight compression at this width
     after_save: Callable | None = None   # (xml path) -> None, once the IR is written
-    annotate: Callable | None = None     # (ov.Model, Variant[, ignored MatMuls]) -> None, the rt_info the format adds
+    annotate: Callable | None = None     # (ov.Model, Variant[, ignored MatMuls]) -> None: the rt_info it adds
 
 
 FORMATS = {f.name: f for f in [
