@@ -4,7 +4,8 @@ export of them (the reference), and the same stateful steps run through any targ
 Geometries cover what the builder must get right: GQA ratios 2, 3 and 8, head_dim other than
 hidden / heads, tied and untied heads, biases (qwen2's q/k/v, llama's attention and MLP), Llama 3
 and YaRN RoPE scaling, sliding-window layers (qwen2, gemma3), Gemma's (1 + w) norms, four norms per layer,
-scaled embedding, query_pre_attn_scalar and final logit softcapping.
+scaled embedding, query_pre_attn_scalar and final logit softcapping, and mixtures of experts
+(renormalised or not, a dense layer among them).
 """
 
 import json
@@ -44,6 +45,17 @@ GEOMETRIES = {
                                    query_pre_attn_scalar=32, sliding_window=4, final_logit_softcapping=30.0,
                                    layer_types=["sliding_attention", "full_attention", "sliding_attention"],
                                    tie_word_embeddings=True),
+    # mixtures of experts (qwen3_moe): 8 experts, top 2, renormalised, untied head
+    "qwen3moe-top2-untied": dict(model_type="qwen3_moe", hidden_size=64, intermediate_size=96,
+                                 moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2, norm_topk_prob=True,
+                                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                 tie_word_embeddings=False),
+    # top 3 of 6 not renormalised, layer 2 dense (mlp_only_layers), GQA 4, head_dim 24, tied head
+    "qwen3moe-dense-layer-tied": dict(model_type="qwen3_moe", hidden_size=64, intermediate_size=80,
+                                      moe_intermediate_size=48, num_experts=6, num_experts_per_tok=3,
+                                      norm_topk_prob=False, mlp_only_layers=[2], num_hidden_layers=4,
+                                      num_attention_heads=4, num_key_value_heads=1, head_dim=24,
+                                      tie_word_embeddings=True),
 }
 VOCAB = 300
 

@@ -50,6 +50,8 @@ class TensorSource:
     embeddings: tuple[str, ...] = ()  # the tables an embedding Gather reads
     last_matmul_shared: bool = False  # the last MatMul re-uses an earlier weight (a tied lm_head)
     int8_weights: dict = {}           # {weight: why} that NNCF's int4 modes keep in int8
+    kept: tuple[str, ...] = ()  # weights every format keeps in float32 (a mixture of experts' router)
+    batched: tuple[str, ...] = ()  # [E, N, K] weights of batched MatMuls (experts), compressed like Linears
 
     def __init__(self, path: Path, kind: str, mapped=None, checkpoint=None):
         self.path, self.kind = path, kind

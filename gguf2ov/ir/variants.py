@@ -114,10 +114,10 @@ def _nncf_weight(forms, name):
     return compress_weight(values, spec, name=constant, gather=forms.gather(name)), values
 
 
-def _nncf_rt_info(model, variant) -> None:
+def _nncf_rt_info(model, variant, ignored=()) -> None:
     from .nncf_weights import write_nncf_rt_info
 
-    write_nncf_rt_info(model, variant)
+    write_nncf_rt_info(model, variant, ignored)
 
 
 _F16_CONVERT = re.compile(r'(<layer id="\d+" name="[^"]*" type="Convert" version="opset1">\s*<data destination_type="f32" />)'
@@ -158,7 +158,7 @@ class Format:
     compressed: bool = True        # integer codes in the IR (optimum then leaves the KV cache in f32)
     nncf_bits: int | None = None   # NNCF's weight compression at this width
     after_save: Callable | None = None   # (xml path) -> None, once the IR is written
-    annotate: Callable | None = None     # (ov.Model, Variant) -> None, the rt_info the format adds
+    annotate: Callable | None = None     # (ov.Model, Variant[, ignored MatMuls]) -> None: the rt_info it adds
 
 
 FORMATS = {f.name: f for f in [

@@ -25,6 +25,8 @@ class WeightSource(Protocol):
     embeddings: tuple[str, ...]           # the tables an embedding Gather reads (a draft has none)
     last_matmul_shared: bool              # the last MatMul re-uses an earlier weight (a tied lm_head)
     int8_weights: dict[str, str]          # weights int4 keeps in int8, with why (a target's layer kinds)
+    kept: tuple[str, ...]                 # weights every format keeps in float32 (a router)
+    batched: tuple[str, ...]              # [E, N, K] batched-MatMul weights (experts)
 
     def f32(self, name: str) -> np.ndarray: ...
 
@@ -82,9 +84,12 @@ class WeightForms:
                                    hint=e.hint) from e
 
     def compressed_weights(self) -> list[tuple[str, tuple]]:
-        """Every weight NNCF compresses (the 2-D tensors: Linear weights and embedding tables), in the
-        graph's order (the order NNCF walks the model in)."""
-        return [(n, s) for n, s in self.source.expected.items() if len(s) == 2]
+        """Every weight NNCF compresses (the 2-D tensors: Linear weights and embedding tables, and the
+        [E, N, K] experts of batched MatMuls), in the graph's order (the order NNCF walks the model in).
+        The weights the source keeps in float32 (a router) are left out, as an ignored scope leaves them."""
+        kept, batched = set(self.source.kept), set(self.source.batched)
+        return [(n, s) for n, s in self.source.expected.items()
+                if (len(s) == 2 or n in batched) and n not in kept]
 
     def _scores(self) -> dict | None:
         """NNCF's data-free scores, read in row chunks, when a ratio < 1 needs them and weights stream."""
@@ -105,7 +110,10 @@ class WeightForms:
                    else 4 * int(np.prod(shape, dtype=np.int64)) for name, shape in self.source.expected.items())
 
     def weight(self, name: str):
-        output, values = self.variant.format.make(self, name)
+        if name in self.source.kept:  # a router decides discretely: float32 in every format
+            output, values = self.postponed(name, "f32"), None
+        else:
+            output, values = self.variant.format.make(self, name)
         if self.observe is not None:
             self.observe(name, output, values)
         return output

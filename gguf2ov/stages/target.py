@@ -7,8 +7,9 @@ locators DFlash needs, weight by weight (target_graph.py), and writes a folder G
 LLMPipeline loads as a target: the IR, config.json, generation_config.json, the OpenVINO tokenizer
 and detokenizer, and gguf2ov.json. Before the folder is put in place, the written IR is checked as `verify --target`
 checks any target (`target/checks.py`): interface, state variables, locators on live nodes of the
-hidden width, the embedding and lm_head GenAI attaches a draft to, and OpenVINO's paged conversion
-making of every layer what its kind must become.
+hidden width, the embedding and lm_head GenAI attaches a draft to, OpenVINO's paged conversion
+making of every layer what its kind must become, and, where a kind expects it (a mixture of experts'
+GatherMatmul), what the CPU plugin compiles it into (`target/probe.py`).
 """
 
 import json
@@ -101,6 +102,8 @@ def export_target(forms, out_dir, tokenizer_from, overwrite: bool = False, progr
     `tokenizer_from`: "gguf" (the file's vocabulary) or a folder (`tokenizer_source`). `sources`:
     further inputs provenance records (a --tokenizer folder).
     """
+    from ..target.probe import compiled_check
+
     target, variant = forms.source, forms.variant
     if tokenizer_from == "gguf":
         _require_vocabulary(target)
@@ -121,6 +124,8 @@ def export_target(forms, out_dir, tokenizer_from, overwrite: bool = False, progr
 
         step("checking the written target", progress)
         checks, info = check_target_ir(tmp, target.config)
+        if (compiled := compiled_check(tmp, target, forms)) is not None:  # what the CPU plugin makes of it
+            checks.append(compiled)
         if failed := [c for c in checks if c.status == "fail"]:
             raise Gguf2ovError("the built target fails its checks: " + "; ".join(f"{c.name}: {c.reason}" for c in failed),
                                hint="nothing was written; rerun with --debug to inspect")

@@ -203,3 +203,67 @@ def _constant(output):
     manager.run_passes(sub)
     node = sub.get_results()[0].input_value(0).get_node()
     return int(node.get_data().reshape(-1)[0]) if node.get_type_name() == "Constant" else None
+
+
+# --- what the CPU plugin compiles it into ---------------------------------------------------------
+
+def expected_compiled(c) -> dict[str, int]:
+    """{op type: count} the compiled model must hold, by its layers' kinds (`compiled(c, i)`; empty
+    when no kind states any: such a target is not compiled to check it)."""
+    from collections import Counter
+
+    from .layers import per_layer
+
+    total = Counter()
+    for found in per_layer(c, "compiled"):
+        total.update(found)
+    return dict(total)
+
+
+def compiled_finding(xml, c, checked_on: str = "") -> Finding | None:
+    """What OpenVINO's CPU plugin makes of the IR at `xml` (of config `c`), stateful and after
+    SDPAToPagedAttention (GenAI's conversion when a draft attaches): the runtime model's layer types
+    counted against what the kinds expect, e.g. 3 GatherMatmul per mixture-of-experts layer and no
+    Tile or ScatterElementsUpdate left (the dense trace, 13-30x slower per decode step, would remain
+    if the plugin's rewrite did not match). Compiled with the plugin's defaults, as GenAI runs it.
+    `checked_on`: what the IR is when it is not the target itself (`probe.py`). None when no kind
+    expects anything of the compiled model."""
+    from collections import Counter
+
+    import openvino as ov
+    from openvino._offline_transformations import paged_attention_transformation
+
+    from ..numerics import compile_plain
+
+    expected = expected_compiled(c)
+    if not expected:
+        return None
+    problems, weights = [], Counter()
+    for form in ("stateful", "paged"):
+        model = ov.Core().read_model(str(xml))
+        if form == "paged":
+            try:
+                paged_attention_transformation(model)
+            except RuntimeError as e:
+                return _finding("target-compiled", False, f"SDPAToPagedAttention failed: {library_message(e)}")
+        try:
+            runtime = compile_plain(model).get_runtime_model()
+        except RuntimeError as e:
+            return _finding("target-compiled", False, f"the {form} model does not compile on CPU: {library_message(e)}")
+        del model
+        ops = runtime.get_ordered_ops()
+        found = Counter(op.get_rt_info()["layerType"].astype(str) for op in ops)
+        if wrong := [f"{found[t]} {t} (expected {n})" for t, n in expected.items() if found[t] != n]:
+            problems.append(f"{form}: {', '.join(wrong)}")
+        if form == "stateful":
+            weights = Counter(op.input_value(1).get_element_type().get_type_name() for op in ops
+                              if op.get_rt_info()["layerType"].astype(str) == "GatherMatmul")
+    held = ", ".join(f"{n} {t}" for t, n in expected.items() if n) or "nothing"
+    absent = [t for t, n in expected.items() if not n]
+    text = f"{held}" + (f", no {' or '.join(absent)}" if absent else "") + ", stateful and paged"
+    if weights:
+        text += f" (fused weights: {', '.join(f'{n} {t}' for t, n in sorted(weights.items()))})"
+    if checked_on:
+        text += f"; {checked_on}"
+    return _finding("target-compiled", not problems, "; ".join(problems) + (f"; {checked_on}" if checked_on else "")
+                    if problems else text)

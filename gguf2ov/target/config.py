@@ -80,7 +80,7 @@ def target_config(raw: dict, where, arch: str | None = None, complete: bool = Fa
     whose metadata states less than a checkpoint's config.json.
     """
     from ..maps.load import load_map
-    from .layers import MIXERS, check_kinds
+    from .layers import check_config, check_kinds
 
     raw = text_model_config(raw, where)
     arch = arch or arch_of(raw.get("model_type"), where)
@@ -134,9 +134,7 @@ def target_config(raw: dict, where, arch: str | None = None, complete: bool = Fa
         final_logit_softcapping=float(cap) if cap else None,
         bos_token_id=getattr(hf, "bos_token_id", None), eos_token_id=getattr(hf, "eos_token_id", None),
         pad_token_id=getattr(hf, "pad_token_id", None), hf=hf)
-    for kind in dict.fromkeys(mixers):
-        if (check := getattr(MIXERS[kind], "check", None)) is not None:
-            check(config, where)
+    check_config(config, where)  # what each layer kind refuses
     return config
 
 

@@ -236,10 +236,12 @@ def tensor_shapes(c: TargetConfig) -> dict[str, tuple[int, ...]]:
 
 # --- the target IR of a variant: built, annotated -------------------------------------------------
 
-def set_target_rt_info(model, locators: dict, variant) -> None:
+def set_target_rt_info(model, locators: dict, variant, kept=()) -> None:
     """The rt_info optimum writes for `text-generation-with-past`, and which GenAI reads: the
     hidden-state locators, and `runtime_options` (activations scaled by 8 on fp16 devices; an f16
-    KV cache unless the weights are compressed, as optimum decides with `quantized_model`)."""
+    KV cache unless the weights are compressed, as optimum decides with `quantized_model`).
+    `kept`: weights kept in float32 (a router), whose MatMuls an NNCF variant records as its
+    ignored scope, as the whole-model run records them."""
     layers = {str(i): loc for i, loc in sorted(locators.items())}
     model.set_rt_info(json.dumps({"layers": layers}, separators=(",", ":")), LOCATORS_KEY)
     model.set_rt_info("8.0", ["runtime_options", "ACTIVATIONS_SCALE_FACTOR"])
@@ -247,7 +249,17 @@ def set_target_rt_info(model, locators: dict, variant) -> None:
         model.set_rt_info("f16", ["runtime_options", "KV_CACHE_PRECISION"])
     model.set_rt_info(variant.name, list(VARIANT_RT_INFO))
     if variant.format.annotate is not None:
-        variant.format.annotate(model, variant)
+        if ignored := _consumers(model, kept):
+            variant.format.annotate(model, variant, ignored)
+        else:
+            variant.format.annotate(model, variant)
+
+
+def _consumers(model, weights) -> list[str]:
+    """The MatMuls (friendly names, in graph order) whose weight is one of `weights` (named `self.<name>`)."""
+    constants = {f"self.{name}" for name in weights}
+    return [op.get_friendly_name() for op in model.get_ordered_ops() if op.get_type_name() == "MatMul"
+            and op.input_value(1).get_node().get_friendly_name() in constants] if constants else []
 
 
 def target_forms(source, variant, compact_grid: bool = False):
@@ -265,5 +277,5 @@ def build_target_ir(source, variant, progress: Callable[[str], None] | None = No
     forms = forms or target_forms(source, variant)
     model, locators = build_target_model(source.config, forms.weight, forms.vector, progress=progress,
                                          input_order=forms.input_order)
-    set_target_rt_info(model, locators, variant)
+    set_target_rt_info(model, locators, variant, getattr(source, "kept", ()))
     return model, forms
