@@ -502,7 +502,7 @@ def _moe_bad_inputs(tmp_path):
             dict(drop=("model.layers.0.mlp.experts.",),
                  replace={"model.layers.0.mlp.experts.gate_up_proj": np.zeros((e, 48, 64), np.float32),
                           "model.layers.0.mlp.experts.down_proj": np.zeros((e, 64, 32), np.float32)}),
-            f"shape mismatch (model.layers.0.mlp.experts.gate_up_proj (8, 48, 64) != (8, 64, 64))"),
+            "shape mismatch (model.layers.0.mlp.experts.gate_up_proj (8, 48, 64) != (8, 64, 64))"),
     }
     for case, (kwargs, message) in checkpoints.items():
         hf = _checkpoint_with(tmp_path, f"ckpt{len(cases)}", **kwargs)

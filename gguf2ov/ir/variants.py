@@ -52,17 +52,16 @@ def _float_bytes(width: int):
 
 
 def _grid_bytes(forms, name) -> int:
-    from ..gguf.transcode import grid_bytes, has_grid
+    from ..gguf.transcode import grid_bytes
 
-    stored = forms.source.quantized(name)
-    if stored is not None and has_grid(stored[1]):
-        return grid_bytes(stored[1], forms.source.expected[name], folded=forms.gather(name) or forms.folded_grid)
-    return 4 * _elements(forms, name)
+    grid = _stored_grid(forms, name)
+    if grid is None:
+        return 4 * _elements(forms, name)
+    return grid_bytes(grid[1], forms.source.expected[name], folded=forms.gather(name) or forms.folded_grid)
 
 
 def _grid_xml_bytes(forms, name) -> int:
-    stored = forms.source.quantized(name)
-    if stored is None:
+    if _stored_grid(forms, name) is None:
         return 0
     # the file's own fields: ~8.5 KB of nodes a weight (Q4_K/Q6_K); folded: ~3.1 KB
     return 3_150 if forms.gather(name) or forms.folded_grid else 8_550
@@ -83,24 +82,35 @@ def _nncf_bytes(forms, name) -> int:
     return int(n * spec.bits / 8 + 2 * groups + zero_points)
 
 
-def _grid_weight(forms, name):
-    from ..gguf.transcode import grid_weight, has_grid
+def _stored_grid(forms, name):
+    """(raw bytes, GGML type, input order or None) of a weight that keeps the file's own grid, else None
+    (a float tensor in the file, or one the map's ops rearrange beyond whole rows or columns). A grid
+    whose columns the map moves (qwen35's tiled value heads in ssm_out) stays in the file's order, and
+    the IR takes its inputs in `input order`."""
+    from ..gguf.transcode import has_grid
 
     stored = forms.source.quantized(name)
     if stored is not None and has_grid(stored[1]):
-        forms.transcoded.append(name)
-        raw, qtype = stored
-        postpone = forms.postponing(name) if forms.streamed else None
-        return grid_weight(raw, qtype, forms.source.expected[name], folded=forms.gather(name) or forms.folded_grid,
-                           postpone=postpone), None
+        return stored[0], stored[1], None
     moved = getattr(forms.source, "quantized_columns", lambda n: None)(name) if not forms.gather(name) else None
-    if moved is not None and has_grid(moved[1]):  # the grid in the file's column order, its inputs reordered
-        raw, qtype, order = moved
-        forms.transcoded.append(name)
+    if moved is not None and has_grid(moved[1]):
+        return moved
+    return None
+
+
+def _grid_weight(forms, name):
+    from ..gguf.transcode import grid_weight
+
+    grid = _stored_grid(forms, name)
+    if grid is None:
+        return forms.postponed(name, "f32"), None  # a float tensor in the file: its values, exactly
+    raw, qtype, order = grid
+    forms.transcoded.append(name)
+    if order is not None:
         forms.input_orders[name] = order
-        postpone = forms.postponing(name) if forms.streamed else None
-        return grid_weight(raw, qtype, forms.source.expected[name], folded=forms.folded_grid, postpone=postpone), None
-    return forms.postponed(name, "f32"), None  # a float tensor in the file: its values, exactly
+    postpone = forms.postponing(name) if forms.streamed else None
+    return grid_weight(raw, qtype, forms.source.expected[name], folded=forms.gather(name) or forms.folded_grid,
+                       postpone=postpone), None
 
 
 def _nncf_weight(forms, name):
