@@ -247,15 +247,8 @@ def _weight_types(xml) -> dict[str, str]:
     from gguf2ov.ir.irweights import weight_constants
 
     model = ov.Core().read_model(str(xml))
-    out = {}
-    for op in model.get_ops():
-        if op.get_type_name() == "MatMul":
-            src = op.input_value(1).get_node()
-            while src.get_type_name() in ("Convert", "Multiply", "Subtract", "Reshape") and src.get_input_size():
-                src = src.input_value(0).get_node()
-            if src.get_type_name() == "Constant":
-                out[op.get_friendly_name()] = src.get_output_element_type(0).get_type_name()
-    assert weight_constants(model)
+    out = {name: src.get_output_element_type(0).get_type_name() for name, src in weight_constants(model).items()}
+    assert out
     return out
 
 

@@ -288,7 +288,7 @@ def format_of_ir(model) -> Format:
             pass  # a name of another version: read the constants
     from .irweights import weight_constants
 
-    types = {src.get_output_element_type(0) for src in weight_constants(model)}
+    types = {src.get_output_element_type(0) for src in weight_constants(model).values()}
     if any(not t.is_real() for t in types):
         return FORMATS["int8"]
     return FORMATS["fp16"] if any(t.get_type_name() in ("f16", "bf16") for t in types) else FORMATS["fp32"]

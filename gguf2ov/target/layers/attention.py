@@ -23,10 +23,12 @@ def state_name(i: int, kind: str) -> str:
     return f"past_key_values.{i}.{kind}present.{i}.{kind}"
 
 
-def tensors(c, i: int) -> dict[str, tuple[int, ...]]:
+def tensors(c, i: int, q_rows: int = 1, qk_norm: bool | None = None) -> dict[str, tuple[int, ...]]:
+    """The layer's attention tensors; `q_rows` query rows a head (2 where a gate rides beside each query)."""
     p = f"model.layers.{i}.self_attn."
     h, hd = c.hidden_size, c.head_dim
     q, kv = c.num_heads * hd, c.num_kv_heads * hd
+    qk_norm = c.qk_norm if qk_norm is None else qk_norm
     shapes = {}
 
     def linear_shape(name, out, inp, bias):
@@ -34,11 +36,11 @@ def tensors(c, i: int) -> dict[str, tuple[int, ...]]:
         if bias:
             shapes[p + name + ".bias"] = (out,)
 
-    linear_shape("q_proj", q, h, c.q_bias)
-    if c.qk_norm:
+    linear_shape("q_proj", q_rows * q, h, c.q_bias)
+    if qk_norm:
         shapes[p + "q_norm.weight"] = (hd,)
     linear_shape("k_proj", kv, h, c.q_bias)
-    if c.qk_norm:
+    if qk_norm:
         shapes[p + "k_norm.weight"] = (hd,)
     linear_shape("v_proj", kv, h, c.q_bias)
     linear_shape("o_proj", h, q, c.attention_bias)

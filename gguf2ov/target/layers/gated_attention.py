@@ -32,23 +32,7 @@ def ordinal(c, i: int) -> int:
 
 
 def tensors(c, i: int) -> dict[str, tuple[int, ...]]:
-    p = f"model.layers.{i}.self_attn."
-    h, hd = c.hidden_size, c.head_dim
-    q, kv = c.num_heads * hd, c.num_kv_heads * hd
-    shapes = {}
-
-    def linear_shape(name, out, inp, bias):
-        shapes[p + name + ".weight"] = (out, inp)
-        if bias:
-            shapes[p + name + ".bias"] = (out,)
-
-    linear_shape("q_proj", 2 * q, h, c.q_bias)  # per head [q_h | gate_h]
-    shapes[p + "q_norm.weight"] = (hd,)
-    linear_shape("k_proj", kv, h, c.q_bias)
-    shapes[p + "k_norm.weight"] = (hd,)
-    linear_shape("v_proj", kv, h, c.q_bias)
-    linear_shape("o_proj", h, q, c.attention_bias)
-    return shapes
+    return attention.tensors(c, i, q_rows=2, qk_norm=True)  # per head [q_h | gate_h], always q/k-normed
 
 
 def build(g, x, i: int):
