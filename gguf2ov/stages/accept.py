@@ -162,10 +162,13 @@ class AcceptResult:
             lines.append(f"{kind} prompts: accepted {total.accepted_tokens} of {total.generated_tokens} "
                          f"({total.accepted_share:.1%}), text {'identical' if total.identical else 'DIFFERENT'}")
         if (best := self.best) is not None:
-            at = next(d for d in self.draft_lengths if d.k == self.num_assistant_tokens)
+            # K itself has no estimate when its last positions were never proposed (short generations)
+            at = next((d for d in self.draft_lengths if d.k == self.num_assistant_tokens), None)
             lines.append(f"proposals per step that pay best on this device: K={best.k} (estimated {best.speedup:.2f}x: "
                          f"{best.tokens_per_step:.2f} tokens per step for {best.step_cost:.2f} decode steps; at "
-                         f"K={at.k}: {at.speedup:.2f}x estimated, {o.speedup:.2f}x measured)")
+                         + (f"K={at.k}: {at.speedup:.2f}x estimated, " if at else
+                            f"K={self.num_assistant_tokens}: no estimate, its last positions never proposed; ")
+                         + f"{o.speedup:.2f}x measured)")
         lines.append(f"pipeline: {self.pipeline} on {self.device}, target {self.target_dir}{self.target_layers}"
                      + (f" ({describe_numerics(self.numerics)})" if self.numerics else ""))
         return lines
