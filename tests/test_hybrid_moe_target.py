@@ -270,6 +270,24 @@ def test_a_file_llama_cpps_converter_wrote_reads_as_its_checkpoint(llamacpp_chec
     assert exact >= len(source.expected) - 8  # 7 norms + 1 and A_log
 
 
+def test_a_shared_gate_without_its_trailing_1_reads_as_the_converters(tmp_path):
+    """llama-quantize writes the shared expert's gate [1, H] (ne {H, 1}) as ne {H}, which llama.cpp's
+    loader asks for; a file either way reads to the checkpoint's [1, H] and builds the same plan."""
+    from gguf2ov.gguf.read import open_gguf
+
+    gguf = open_gguf(LLAMACPP_FILE)
+    gates = {n: gguf.load(n) for n in gguf.tensors if n.endswith("ffn_gate_inp_shexp.weight")}
+    assert gates and all(g.shape[0] == 1 and g.ndim == 2 for g in gates.values())
+    flat = _rewrite(LLAMACPP_FILE, tmp_path / "flat.gguf", tensors={n: g.reshape(-1) for n, g in gates.items()})
+    assert all(len(open_gguf(flat).tensors[n].shape) == 1 for n in gates)
+    converted, quantized = open_target(LLAMACPP_FILE), open_target(flat)
+    assert sorted(converted.expected) == sorted(quantized.expected)
+    for name in converted.expected:
+        if name.endswith("shared_expert_gate.weight"):
+            assert quantized.f32(name).shape == converted.f32(name).shape == (1, gates["blk.0.ffn_gate_inp_shexp.weight"].shape[1])
+            np.testing.assert_array_equal(quantized.f32(name), converted.f32(name))
+
+
 def test_the_target_from_llama_cpps_file_computes_transformers_model_and_the_checkpoints_target(
         tmp_path, llamacpp_checkpoint):
     """The target built from the GGUF against transformers on the checkpoint, and against the target
