@@ -2,6 +2,7 @@
 
     python benchmarks/llamacpp_qwen35.py           # writes tests/data/qwen35-mtp-llamacpp-F16.gguf
     python benchmarks/llamacpp_qwen35.py --check   # and compares larger random checkpoints (below)
+    python benchmarks/llamacpp_qwen35.py --moe     # writes tests/data/qwen35moe-mtp-llamacpp-F16.gguf
 
 Needs llama.cpp built by benchmarks/llamacpp.py (0c1e570: its convert_hf_to_gguf.py and gguf-py,
 llama-quantize). The converter does not know the fixture tokenizer's pre-tokenizer hash: it is told
@@ -9,7 +10,10 @@ it is qwen2's, as benchmarks/bench_target_build.py does.
 
 The committed file is tests/qwen35_data.py's checkpoint (one linear and one full layer, 2 key / 4
 value heads, an MTP block) converted to F16, which holds its values exactly; test_hybrid_target.py
-reads it back and compares it with that checkpoint, regenerated.
+reads it back and compares it with that checkpoint, regenerated. `--moe` writes the qwen35moe file of
+test_hybrid_moe_target.py's checkpoint the same way (one linear and one full layer, 8 experts top 2, a
+shared expert, an MTP block with its experts; the checkpoint's fused gate_up_proj, which the converter
+splits into ffn_gate_exps and ffn_up_exps).
 
 `--check` converts a random checkpoint of 8 layers (L L L F twice, hidden 256, 2 key / 4 value heads
 of 32) with `--no-mtp` and, with MTP weights added, without it; both to F32 and through
@@ -182,11 +186,18 @@ def greedy_ours(xml: Path, tokenizer, prompt: str, n: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="also compare larger random checkpoints")
+    parser.add_argument("--moe", action="store_true", help="write the qwen35moe file instead")
     args = parser.parse_args()
     if llamacpp.built() is None:
         raise SystemExit("llama.cpp is not built: run benchmarks/llamacpp.py first")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
+        if args.moe:
+            import test_hybrid_moe_target as moe
+
+            out = convert(moe.write_llamacpp_checkpoint(work / "data-hf"), moe.LLAMACPP_FILE, "f16")
+            print(f"{out.relative_to(REPO)}: {out.stat().st_size} bytes")
+            return
         hf = qwen35_data.write_checkpoint(work / "data-hf")
         convert(hf, qwen35_data.LLAMACPP_FILE, "f16")
         print(f"{qwen35_data.LLAMACPP_FILE.relative_to(REPO)}: {qwen35_data.LLAMACPP_FILE.stat().st_size} bytes")

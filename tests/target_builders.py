@@ -60,13 +60,14 @@ GEOMETRIES = {
 VOCAB = 300
 
 
-def write_target_checkpoint(path: Path, geometry: dict, seed: int = 0, dtype=None) -> Path:
-    """A random target checkpoint whose weights look trained enough to tell layers apart."""
+def write_target_checkpoint(path: Path, geometry: dict, seed: int = 0, dtype=None, vocab: int = VOCAB) -> Path:
+    """A random target checkpoint whose weights look trained enough to tell layers apart (`vocab`: the
+    fixture tokenizer's 512 for a target GenAI runs)."""
     import torch
     from transformers import CONFIG_MAPPING, AutoModelForCausalLM
 
     spec = dict(geometry)
-    config = CONFIG_MAPPING[spec.pop("model_type")](vocab_size=VOCAB, max_position_embeddings=256, **spec)
+    config = CONFIG_MAPPING[spec.pop("model_type")](vocab_size=vocab, max_position_embeddings=256, **spec)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config)
     gemma = config.model_type.startswith("gemma")

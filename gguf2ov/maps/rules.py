@@ -108,6 +108,23 @@ def _unsqueeze_shape(shape, axis, reverse=False):
     return tuple(shape[:axis] + shape[axis + 1:]) if reverse else tuple(shape[:axis] + [1] + shape[axis:])
 
 
+def _to_rank(x, rank, config, reverse=False):
+    # ggml drops a tensor's trailing 1-sized dimensions where llama.cpp writes a file itself
+    # (llama-quantize writes a [1, H] tensor, ne {H, 1}, as ne {H}) and its loader takes either;
+    # its converter keeps them. Read: leading 1s (numpy order) up to `rank`; written: without them.
+    x = np.asarray(x)
+    return x.reshape(_to_rank_shape(x.shape, rank, reverse))
+
+
+def _to_rank_shape(shape, rank, reverse=False):
+    shape = tuple(shape)
+    if reverse:
+        while len(shape) > 1 and shape[0] == 1:
+            shape = shape[1:]
+        return shape
+    return (1,) * max(rank - len(shape), 0) + shape
+
+
 def _arg_value(args: dict, key: str, config: dict) -> int:
     value = args.get(key, 0)
     try:
@@ -166,6 +183,7 @@ OPS = {
     "log_negated": Op(_log_negated, _check_true, "true", (True,), exact=False,
                       domain=lambda x: -np.abs(x) - np.float32(0.125)),
     "unsqueeze": Op(_unsqueeze, _check_axis, "an axis, 0 to 3", (1,), shape=_unsqueeze_shape),
+    "to_rank": Op(_to_rank, lambda arg: _check_axis(arg) and arg >= 1, "a rank, 1 to 3", (3,), shape=_to_rank_shape),
 }
 
 

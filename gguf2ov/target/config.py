@@ -43,7 +43,7 @@ class TargetConfig:
     num_heads: int
     num_kv_heads: int
     head_dim: int
-    intermediate_size: int
+    intermediate_size: int         # the dense MLP's width (0: the config states none)
     vocab_size: int
     rms_norm_eps: float
     tie_word_embeddings: bool
@@ -87,9 +87,14 @@ def target_config(raw: dict, where, arch: str | None = None, complete: bool = Fa
     built_as = load_map(arch).target
     forward = {**FORWARD_DEFAULTS, **(built_as.get("forward") or {})}
     hf = _hf_config(raw, where)
-    for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size"):
+    for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"):
         if not is_int(getattr(hf, key, None)) or getattr(hf, key) <= 0:
             raise Gguf2ovError(f"{where}: {key} is {getattr(hf, key, None)!r}, not a positive integer")
+    # the dense MLP's width: a config whose every MLP is a mixture of experts states none (Qwen3.5-MoE);
+    # the kinds that build a dense MLP refuse its absence (layers/mlp.py check)
+    intermediate = getattr(hf, "intermediate_size", None)
+    if intermediate is not None and (not is_int(intermediate) or intermediate <= 0):
+        raise Gguf2ovError(f"{where}: intermediate_size is {intermediate!r}, not a positive integer")
     heads = hf.num_attention_heads
     kv_heads = getattr(hf, "num_key_value_heads", None) or heads
     head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // heads
@@ -120,7 +125,7 @@ def target_config(raw: dict, where, arch: str | None = None, complete: bool = Fa
     cap = getattr(hf, "final_logit_softcapping", None)
     config = TargetConfig(
         raw=hf.to_dict() if complete else raw, arch=arch, hidden_size=hf.hidden_size, num_layers=layers,
-        num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, intermediate_size=hf.intermediate_size,
+        num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, intermediate_size=intermediate or 0,
         vocab_size=hf.vocab_size, rms_norm_eps=float(hf.rms_norm_eps),
         tie_word_embeddings=bool(getattr(hf, "tie_word_embeddings", False)), layer_types=layer_types,
         mixers=mixers, mlp=built_as["mlp"], sliding_window=window,

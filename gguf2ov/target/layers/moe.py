@@ -79,6 +79,8 @@ def check(c, where) -> None:
                            "token cannot choose more experts than there are")
     if c.activation != "silu":
         raise Gguf2ovError(f"{where}: a mixture-of-experts MLP with activation {c.activation} is not supported (silu)")
+    if any(not sparse(c, i) for i in range(c.num_layers)):
+        dense.check(c, where)  # the layers the config makes dense
 
 
 def tensors(c, i: int) -> dict[str, tuple[int, ...]]:
