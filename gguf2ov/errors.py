@@ -18,6 +18,11 @@ class Gguf2ovError(Exception):
         return self.message if not self.hint else f"{self.message} ({self.hint})"
 
 
+class WriteError(Gguf2ovError):
+    """An output that could not be written (a full disk, a read-only or vanished folder): not a verdict
+    on the input, so a run stops on it instead of reporting a failed stage in a report it cannot write."""
+
+
 def library_message(error: Exception, limit: int = 300) -> str:
     """The informative line of an OpenVINO / GenAI exception.
 

@@ -189,15 +189,37 @@ class Job:
 
         return open_target_checkpoint(spec.path)
 
+    @cached_property
+    def target_forms(self):
+        """The form every weight of the target to build takes (ir.weights.WeightForms; NNCF's plan made,
+        and refused here if NNCF would refuse it)."""
+        from .target.graph import target_forms
+
+        return target_forms(self.target_source, self.target_spec.variant, self.target_spec.compact_grid)
+
+    @cached_property
+    def target_tokenizer(self):
+        """Where the built target's tokenizer comes from: "gguf" (the file's vocabulary) or a folder;
+        refused before any heavy work when there is none."""
+        from .stages.target import tokenizer_source
+
+        build = self.target_spec
+        return tokenizer_source(build.path, isinstance(build.source, GgufSpec), build.tokenizer_dir)
+
     def require_target_build(self, out_dir, overwrite: bool = False):
         """What building the target needs, checked before any work: a free output folder and a
         tokenizer. Returns where the tokenizer comes from."""
         from .outputs import require_output_dir
-        from .stages.target import tokenizer_source
 
         build = self.target_spec
         require_output_dir(Path(out_dir), overwrite, inputs=(build.path, build.map_path, build.tokenizer_dir))
-        return tokenizer_source(build.path, isinstance(build.source, GgufSpec), build.tokenizer_dir)
+        return self.target_tokenizer
+
+    def target_bytes(self) -> int:
+        """The bytes building the target writes."""
+        from .stages.target import target_folder_bytes
+
+        return target_folder_bytes(self.target_forms, self.target_tokenizer)
 
     def build_target(self, out_dir, overwrite: bool = False):
         """`gguf2ov target`, and `run`'s target stage: the target built into `out_dir`, which every
@@ -206,8 +228,8 @@ class Job:
 
         build = self.target_spec
         tokenizer_from = self.require_target_build(out_dir, overwrite)
-        result = export_target(self.target_source, out_dir, build.variant, tokenizer_from,
-                               compact_grid=build.compact_grid, overwrite=overwrite, progress=self.options.progress,
+        result = export_target(self.target_forms, out_dir, tokenizer_from, overwrite=overwrite,
+                               progress=self.options.progress,
                                sources={"tokenizer": build.tokenizer_dir} if build.tokenizer_dir else None)
         self._built["out_dir"] = Path(out_dir)
         return result

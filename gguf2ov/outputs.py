@@ -7,9 +7,16 @@ SIGTERM removes its own (the CLI turns SIGTERM and SIGHUP into the same unwindin
 NAME removes the temporary siblings whose process is gone (`clear_stale`).
 Only a regular file or a new path is written as a file output: a device or a FIFO given as a
 report path is refused, not replaced by a regular file.
+
+Disk space: a command that writes a folder estimates the bytes it is about to write and refuses
+before any work when the file system holding the output (and its temporary sibling) has less free
+(`require_space`); a write that fails anyway (another process filled the disk, the folder became
+read-only or vanished) is one error naming the file and the reason, the errno's where the library
+gives none (`writing`), and the partial folder is removed as on any failure.
 """
 
 import contextlib
+import errno
 import os
 import re
 import secrets
@@ -20,7 +27,7 @@ import stat
 import threading
 from pathlib import Path
 
-from .errors import Gguf2ovError
+from .errors import Gguf2ovError, WriteError
 
 # This machine's name in temporary names: another machine sharing the folder has other process ids.
 _HOST = re.sub(r"[^A-Za-z0-9]", "", socket.gethostname())[:24] or "host"
@@ -74,6 +81,108 @@ def require_output_file(path) -> None:
     if existing is not None and not os.access(existing, os.W_OK | os.X_OK):
         raise Gguf2ovError(f"cannot write {path}: {existing} is not writable",
                            hint="check the permissions of the folder, or write elsewhere")
+
+
+# --- disk space --------------------------------------------------------------------------------------
+
+# The estimate is within a few percent of what is written: room for that, and for the blocks a file
+# system rounds each file up to.
+SPACE_MARGIN = 1.05
+SPACE_SLACK = 256 << 10
+# Below this, a write that failed without an errno (OpenVINO's serializer says "basic_ios::clear:
+# iostream error") failed because the disk is full.
+FULL_BELOW = 1 << 20
+
+
+def human_bytes(n: int | float | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def free_bytes(path) -> tuple[int, Path]:
+    """(bytes free to this user, the folder measured) on the file system that holds `path` (or would)."""
+    path = Path(path).absolute()
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    st = os.statvfs(existing)
+    return st.f_bavail * st.f_frsize, existing
+
+
+def require_space(path, needed: int, what: str, hint: str | None = None) -> None:
+    """Refuse before any work when the file system of `path` has less free than the `needed` bytes
+    `what` writes there (and a margin)."""
+    free, where = free_bytes(path)
+    if os.statvfs(where).f_flag & os.ST_RDONLY:
+        raise WriteError(f"cannot write {path}: the file system of {where} is read-only",
+                         hint=os_error_hint(errno.EROFS))
+    if free < needed * SPACE_MARGIN + SPACE_SLACK:
+        raise Gguf2ovError(f"not enough disk space for {path}: {what} takes about {human_bytes(needed)}, "
+                           f"{human_bytes(free)} is free on the file system of {where}",
+                           hint=hint or "write to another folder (-o) or free some space")
+
+
+_OS_HINTS = {
+    errno.EACCES: "check the permissions of the path (and of its folders)",
+    errno.EPERM: "check the permissions of the path (and of its folders)",
+    errno.EISDIR: "give a file path, not a folder",
+    errno.ENOTDIR: "a part of the path is a file, not a folder",
+    errno.ENOENT: "check that the path and its folder exist",
+    errno.ENOSPC: "free some disk space (or write elsewhere) and run again",
+    errno.EDQUOT: "free some disk space (or write elsewhere) and run again",
+    errno.EFBIG: "the file-size limit was reached (ulimit -f); raise it or write elsewhere",
+    errno.EROFS: "the file system is read-only; write elsewhere",
+}
+
+
+def os_error_hint(code: int | None) -> str:
+    """What to do about a failed file operation, by its errno."""
+    return _OS_HINTS.get(code, "check the path and the file system, then run again")
+
+
+def _write_failure(path: Path, error: BaseException) -> tuple[str, int] | None:
+    """(why writing `path` failed, as an errno names it, the errno); None when `error` is not a failed
+    write. A library that gives no errno (OpenVINO's serializer: "basic_ios::clear: iostream error")
+    gets the one the file system's state shows."""
+    if isinstance(error, OSError) and error.errno is not None:
+        code = error.errno
+    elif not isinstance(error, (OSError, RuntimeError)):
+        return None
+    else:
+        folder = Path(path).absolute().parent
+        try:
+            st = os.statvfs(folder) if folder.exists() else None
+        except OSError:
+            st = None
+        if not folder.exists():
+            return f"{os.strerror(errno.ENOENT)} (ENOENT): the folder {folder} no longer exists", errno.ENOENT
+        if st is not None and st.f_flag & os.ST_RDONLY:
+            code = errno.EROFS
+        elif st is not None and st.f_bavail * st.f_frsize < FULL_BELOW:
+            code = errno.ENOSPC
+        elif not os.access(folder, os.W_OK):
+            code = errno.EACCES
+        else:
+            return None  # not the disk's doing: the library's own error stands
+    return f"{os.strerror(code)} ({errno.errorcode.get(code, code)})", code
+
+
+@contextlib.contextmanager
+def writing(path):
+    """Around a library's write of `path` (OpenVINO's save_model, safetensors, a copy): a write that
+    fails because of the disk is one Gguf2ovError naming the file and the reason."""
+    try:
+        yield
+    except Gguf2ovError:
+        raise
+    except Exception as e:
+        failure = _write_failure(Path(path), e)
+        if failure is None:
+            raise
+        raise WriteError(f"cannot write {path}: {failure[0]}", hint=os_error_hint(failure[1])) from e
 
 
 def relocated(result, tmp, final):
@@ -147,20 +256,28 @@ def atomic_dir(path, overwrite: bool = False, inputs=(), before_commit=None):
     require_output_dir(path, overwrite, inputs)
     clear_stale(path)
     tmp = _temp_path(path, "partial")  # named before it exists, so an interruption at any point removes it
+    held = None  # the folder held open: its inode cannot be reused by a folder made again at its path
     try:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp.mkdir()  # the usual mode (umask), like the folder it becomes
+            held = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY)
         except OSError as e:
             raise Gguf2ovError(f"cannot create the output {path}: {e.strerror}") from e
         yield tmp
         if before_commit is not None:
             before_commit(tmp)
-    except BaseException:
+        _require_same_folder(tmp, held, path)
+    except BaseException as e:
         with _signals_deferred():
             shutil.rmtree(tmp, ignore_errors=True)
+            if held is not None:
+                os.close(held)
+        if isinstance(e, Gguf2ovError) and str(tmp) in e.message:  # a file named where it would have been
+            e.message = e.message.replace(str(tmp), str(path))
         raise
     with _signals_deferred():  # a signal now would leave the output renamed away
+        os.close(held)
         old = _temp_path(path, "old") if path.exists() else None
         try:
             if old is not None:
@@ -173,6 +290,20 @@ def atomic_dir(path, overwrite: bool = False, inputs=(), before_commit=None):
             raise
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
+
+
+def _require_same_folder(tmp: Path, held: int, path: Path) -> None:
+    """Refuse to put in place a temporary folder that is not the one made (`held` open): removed by
+    another process while it was written (a later write may have made a new one, without what was
+    written before)."""
+    made = os.fstat(held)
+    try:
+        now = tmp.stat()
+    except OSError:
+        now = None
+    if made.st_nlink == 0 or now is None or (now.st_dev, now.st_ino) != (made.st_dev, made.st_ino):
+        raise WriteError(f"cannot write {path}: its folder was removed while it was written (by another process?)",
+                         hint="write it again, to a folder nothing else cleans up")
 
 
 def atomic_write_bytes(path, data: bytes) -> None:
@@ -193,8 +324,8 @@ def atomic_write_bytes(path, data: bytes) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         if isinstance(e, OSError):  # disk full, file-size limit, the path is a folder: name the path
-            raise Gguf2ovError(f"cannot write {path}: {e.strerror or e}",
-                               hint="check the path, its permissions and the free disk space") from e
+            reason, code = _write_failure(path, e) or (str(e), None)
+            raise WriteError(f"cannot write {path}: {reason}", hint=os_error_hint(code)) from e
         raise
 
 

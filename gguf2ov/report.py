@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import printable
-from .outputs import atomic_write_text
+from .outputs import atomic_write_text, human_bytes  # noqa: F401  (human_bytes: the report layer's too)
 
 
 @dataclass
@@ -45,16 +45,6 @@ def fmt_cell(value) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(fmt_cell(v) for v in value) + "]"
     return printable(value)  # names and metadata from untrusted files: no newlines or escape sequences
-
-
-def human_bytes(n: int | float | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 def _text_table(t: Table) -> str:

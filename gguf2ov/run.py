@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import Gguf2ovError
+from .errors import Gguf2ovError, WriteError
 from .progress import step
 from .report import Table, human_bytes, render
 
@@ -64,16 +64,18 @@ class RunResult:
         runs = {name.split(":", 1)[1]: r for name, r in self.results.items() if name.startswith("accept")}
         accept_rows = [[label, r.verdict, r.overall.identity, f"{r.overall.accepted_tokens}/{r.overall.generated_tokens}",
                         r.overall.acceptance_rate, r.overall.mean_acceptance_length, r.overall.tok_s_target,
-                        r.overall.tok_s_draft, r.overall.speedup] for label, r in runs.items()]
+                        r.overall.tok_s_draft, r.overall.speedup, _best_k(r)] for label, r in runs.items()]
         if runs:
             first = next(iter(runs.values()))
             from .numerics import describe_numerics
 
             note = f"{first.pipeline} on {first.device}, {first.precision}" + (
                 f" ({describe_numerics(first.numerics)})" if first.numerics else "")
+            note += f"; K={first.num_assistant_tokens} proposals per step; best K: what pays best on this device " \
+                    "(estimated from each K's measured step time and the acceptance per position)"
             tables.append(Table("Drafts on the target", ["draft", "verdict", "identical", "accepted/generated",
                                                          "accepted/drafted", "mean accept len", "tok/s target",
-                                                         "tok/s draft", "speedup"], accept_rows, note))
+                                                         "tok/s draft", "speedup", "best K"], accept_rows, note))
         return tables
 
     def summary(self) -> list[str]:
@@ -86,7 +88,7 @@ def run(job, out_dir, reference_dir=None, requant: str = DEFAULT_REQUANT, varian
     model (a GGUF or a Hugging Face checkpoint) that the `target` stage builds one from first, into
     OUT/target."""
     from .ir.variants import DEFAULT_DRIFT_VARIANTS, parse_variant
-    from .outputs import atomic_dir, relocated, require_output_dir
+    from .outputs import atomic_dir, relocated, require_output_dir, require_space
     from .sources import GgufSpec
     from .work import counts
 
@@ -109,6 +111,10 @@ def run(job, out_dir, reference_dir=None, requant: str = DEFAULT_REQUANT, varian
         job.require_target_build(out_dir / "target")
     else:
         job.target.require_attach_points()  # a folder GenAI cannot attach to fails before any work
+    require_space(out_dir, run_bytes(job, names), f"the run ({'the target, ' if job.builds_target else ''}the "
+                  f"checkpoint, {len(names)} draft variants and the reports)",
+                  hint="write to another folder (-o), or build fewer draft variants (--variants)"
+                       + (", or the target with --target-format int4" if job.builds_target else ""))
     before = counts()
     start = time.monotonic()
     with atomic_dir(out_dir, overwrite=overwrite, inputs=inputs) as tmp:
@@ -130,6 +136,29 @@ def run(job, out_dir, reference_dir=None, requant: str = DEFAULT_REQUANT, varian
         result = relocated(result, tmp, out_dir)
         _write_reports(result, tmp)
     return result
+
+
+REPORT_BYTES = 400_000  # report.md, report.json and drift's reports and plot
+
+
+def run_bytes(job, names: list[str]) -> int:
+    """What `run` writes, stage by stage: the target it builds, the checkpoint, every draft variant and
+    the reports. Tensor shapes do not depend on a target layer offset, so an ambiguous GGUF is read
+    with the map's default here (the layer-offset stage settles it later)."""
+    from .ir.variants import parse_variant
+    from .hf.write import checkpoint_bytes
+    from .maps.load import map_for, open_mapped
+    from .stages.convert import checkpoint_specs
+    from .stages.drift import drift_bytes
+
+    o = job.options
+    offset = o.target_layer_offset
+    if offset is None:
+        offset = map_for(job.gguf, o.map_path).flag_add("target_layer_offset")
+    mapped = open_mapped(job.gguf, o.map_path, offset, allow_ambiguous=True)
+    total = checkpoint_bytes(checkpoint_specs(mapped, "bf16")) + REPORT_BYTES
+    total += drift_bytes(job.read_draft(offset), [parse_variant(n) for n in names])
+    return total + (job.target_bytes() if job.builds_target else 0)
 
 
 def _run_stages(job, stages: "_Stages", out: Path, reference_dir, requant: str, names: list[str]) -> str:
@@ -185,8 +214,10 @@ def _drift_reason(r, requant: str) -> str:
 
 def _target_judgement(r) -> tuple[bool, str]:
     passed = sum(c.status == "pass" for c in r.checks)
+    kinds = f" ({', '.join(f'{n} {kind}' for kind, n in r.layer_kinds.items())})" if len(r.layer_kinds) > 1 else ""
     return passed == len(r.checks), (f"{Path(r.source).name} ({r.source_kind}, {r.arch}) as {r.weight_format} into "
-                                     f"target/: {r.num_layers} layers, {passed}/{len(r.checks)} target checks pass")
+                                     f"target/: {r.num_layers} layers{kinds}, {passed}/{len(r.checks)} target "
+                                     "checks pass")
 
 
 def _verify_judgement(r) -> tuple[bool, str]:
@@ -198,9 +229,15 @@ def _verify_judgement(r) -> tuple[bool, str]:
     return r.ok, text + (f"; layer-fit {scan.status}: {scan.reason}" if scan is not None and scan.status != "fail" else "")
 
 
+def _best_k(r) -> str:
+    best = r.best
+    return f"{best.k} ({best.speedup:.2f}x)" if best is not None else ""
+
+
 def _accept_judgement(r) -> tuple[bool, str]:
+    best = f"; best K on this device {_best_k(r)}" if r.best is not None else ""
     return (r.verdict == "PASS", f"{r.verdict}: {r.overall.accepted_tokens}/{r.overall.generated_tokens} tokens from "
-                                 f"the draft, {r.overall.speedup:.2f}x" + "".join(f"; {x}" for x in r.reasons))
+                                 f"the draft, {r.overall.speedup:.2f}x{best}" + "".join(f"; {x}" for x in r.reasons))
 
 
 class _Stop(Exception):
@@ -218,6 +255,8 @@ class _Stages:
         start = time.monotonic()
         try:
             r = fn()
+        except WriteError:
+            raise  # the disk's doing, not the stage's: the run stops, leaving nothing behind
         except Gguf2ovError as e:
             self.outcomes.append(StageOutcome(name, "fail", time.monotonic() - start, e.message, _peak_rss()))
             raise _Stop(f"{name} failed") from e

@@ -4,7 +4,8 @@ export of them (the reference), and the same stateful steps run through any targ
 Geometries cover what the builder must get right: GQA ratios 2, 3 and 8, head_dim other than
 hidden / heads, tied and untied heads, biases (qwen2's q/k/v, llama's attention and MLP), Llama 3
 and YaRN RoPE scaling, sliding-window layers (qwen2, gemma3), Gemma's (1 + w) norms, four norms per layer,
-scaled embedding, query_pre_attn_scalar and final logit softcapping.
+scaled embedding, query_pre_attn_scalar and final logit softcapping, and mixtures of experts
+(renormalised or not, a dense layer among them).
 """
 
 import json
@@ -34,50 +35,87 @@ GEOMETRIES = {
                                use_sliding_window=True, sliding_window=5, max_window_layers=1),
     # Gemma 3: sliding / full / sliding layers (window 4), local and global RoPE bases, head_dim 24,
     # query_pre_attn_scalar 32, final logit softcapping
+    # Gemma 1 (a map and this geometry are all it took): MQA, head_dim 32 != 96 / 4, GeGLU, (1 + w) norms,
+    # scaled embedding, tied head
+    "gemma-mqa": dict(model_type="gemma", hidden_size=96, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=1, head_dim=32,
+                      hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True),
     "gemma3-sliding-softcap": dict(model_type="gemma3_text", hidden_size=96, intermediate_size=128,
                                    num_hidden_layers=3, num_attention_heads=6, num_key_value_heads=2, head_dim=24,
                                    query_pre_attn_scalar=32, sliding_window=4, final_logit_softcapping=30.0,
                                    layer_types=["sliding_attention", "full_attention", "sliding_attention"],
                                    tie_word_embeddings=True),
+    # mixtures of experts (qwen3_moe): 8 experts, top 2, renormalised, untied head
+    "qwen3moe-top2-untied": dict(model_type="qwen3_moe", hidden_size=64, intermediate_size=96,
+                                 moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2, norm_topk_prob=True,
+                                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                 tie_word_embeddings=False),
+    # top 3 of 6 not renormalised, layer 2 dense (mlp_only_layers), GQA 4, head_dim 24, tied head
+    "qwen3moe-dense-layer-tied": dict(model_type="qwen3_moe", hidden_size=64, intermediate_size=80,
+                                      moe_intermediate_size=48, num_experts=6, num_experts_per_tok=3,
+                                      norm_topk_prob=False, mlp_only_layers=[2], num_hidden_layers=4,
+                                      num_attention_heads=4, num_key_value_heads=1, head_dim=24,
+                                      tie_word_embeddings=True),
 }
 VOCAB = 300
 
 
-def write_target_checkpoint(path: Path, geometry: dict, seed: int = 0, dtype=None) -> Path:
-    """A random target checkpoint whose weights look trained enough to tell layers apart."""
+def write_target_checkpoint(path: Path, geometry: dict, seed: int = 0, dtype=None, vocab: int = VOCAB) -> Path:
+    """A random target checkpoint whose weights look trained enough to tell layers apart (`vocab`: the
+    fixture tokenizer's 512 for a target GenAI runs)."""
     import torch
     from transformers import CONFIG_MAPPING, AutoModelForCausalLM
 
     spec = dict(geometry)
-    config = CONFIG_MAPPING[spec.pop("model_type")](vocab_size=VOCAB, max_position_embeddings=256, **spec)
+    config = CONFIG_MAPPING[spec.pop("model_type")](vocab_size=vocab, max_position_embeddings=256, **spec)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config)
     gemma = config.model_type.startswith("gemma")
+    hybrid = config.model_type.startswith("qwen3_5")  # (1 + w) norms but the gated one, and recurrences
     with torch.no_grad():
         for name, p in model.named_parameters():
-            # Gemma's norms multiply by (1 + w): theirs start near 0, the others' near 1
-            p.copy_(0.2 * torch.randn_like(p) + (1.0 if "norm" in name and not gemma else 0.0))
+            if hybrid and name.endswith(("linear_attn.A_log", "linear_attn.dt_bias", "linear_attn.norm.weight")):
+                p.copy_(_recurrent_init(name, p))
+                continue
+            # Gemma's and Qwen3.5's norms multiply by (1 + w): theirs start near 0, the others' near 1
+            p.copy_(0.2 * torch.randn_like(p) + (1.0 if "norm" in name and not (gemma or hybrid) else 0.0))
     if dtype is not None:
         model = model.to(dtype)
     model.save_pretrained(path)
     return path
 
 
+def _recurrent_init(name: str, p):
+    """A Gated DeltaNet layer's decay (A_log: -exp(A_log) between -4.2 and -0.2), its bias and its gated
+    norm (w, near 1) as transformers initialises them, spread so that a head order error shows."""
+    import torch
+
+    if name.endswith("A_log"):
+        return torch.log(0.2 + 4 * torch.rand_like(p))
+    return torch.randn_like(p) if name.endswith("dt_bias") else 1 + 0.3 * torch.randn_like(p)
+
+
 def optimum_export(hf_dir: Path, out: Path) -> Path:
     """optimum-intel 2.2.0's `text-generation-with-past` export in float32.
 
-    optimum-intel 2.2.0 refuses gemma3_text with transformers > 5.0 (its config class states
-    MAX_TRANSFORMERS_VERSION 5.0); the limit is lifted for the export, whose trace the tests hold
+    optimum-intel 2.2.0 refuses gemma and gemma3_text with transformers > 5.0 (their config classes
+    state MAX_TRANSFORMERS_VERSION 5.0); the limit is lifted for the export, whose trace the tests hold
     to transformers' own model (test_target_graph.py)."""
     from optimum.exporters.openvino import main_export, model_configs
     from optimum.intel import OVConfig
 
-    limit = model_configs.Gemma3TextOpenVINOConfig.MAX_TRANSFORMERS_VERSION
-    model_configs.Gemma3TextOpenVINOConfig.MAX_TRANSFORMERS_VERSION = "5.99"
+    capped = [model_configs.GemmaOpenVINOConfig, model_configs.Gemma3TextOpenVINOConfig]
+    limits = [c.__dict__.get("MAX_TRANSFORMERS_VERSION") for c in capped]
+    for c in capped:
+        c.MAX_TRANSFORMERS_VERSION = "5.99"
     try:
         main_export(str(hf_dir), str(out), task="text-generation-with-past", ov_config=OVConfig(dtype="fp32"))
     finally:
-        model_configs.Gemma3TextOpenVINOConfig.MAX_TRANSFORMERS_VERSION = limit
+        for c, limit in zip(capped, limits):
+            if limit is None:
+                del c.MAX_TRANSFORMERS_VERSION
+            else:
+                c.MAX_TRANSFORMERS_VERSION = limit
     return out
 
 

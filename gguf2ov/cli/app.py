@@ -8,7 +8,6 @@ that exits.
 """
 
 import argparse
-import errno
 import importlib
 import os
 import signal
@@ -16,7 +15,7 @@ import sys
 
 from .. import __version__
 from ..errors import Gguf2ovError, is_reference_module, needs_reference, printable
-from ..outputs import Terminated, signals_unwind
+from ..outputs import Terminated, os_error_hint, signals_unwind
 from ..progress import quiet_third_party, silenced
 from .output import require_report_paths
 
@@ -131,21 +130,8 @@ def _os_error_text(e: OSError) -> str:
     return f"{path}: {reason}" if path is not None else reason
 
 
-_OS_HINTS = {
-    errno.EACCES: "check the permissions of the path (and of its folders)",
-    errno.EPERM: "check the permissions of the path (and of its folders)",
-    errno.EISDIR: "give a file path, not a folder",
-    errno.ENOTDIR: "a part of the path is a file, not a folder",
-    errno.ENOENT: "check that the path and its folder exist",
-    errno.ENOSPC: "free some disk space (or write elsewhere) and run again",
-    errno.EDQUOT: "free some disk space (or write elsewhere) and run again",
-    errno.EFBIG: "the file-size limit was reached (ulimit -f); raise it or write elsewhere",
-    errno.EROFS: "the file system is read-only; write elsewhere",
-}
-
-
 def _os_error_hint(e: OSError) -> str:
-    return _OS_HINTS.get(e.errno, "check the path and the file system, then run again")
+    return os_error_hint(e.errno)
 
 
 if __name__ == "__main__":

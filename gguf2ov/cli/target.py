@@ -11,8 +11,10 @@ HELP = "build a DFlash-ready OpenVINO target from a GGUF or a checkpoint, weight
 
 
 def configure_parser(parser) -> None:
-    parser.add_argument("source", help="a target GGUF (qwen3, llama, qwen2, gemma3), " + a.HUB_NAME + ", or a Hugging "
-                                       "Face checkpoint folder")
+    from ..target.config import target_arches
+
+    parser.add_argument("source", help=f"a target GGUF ({', '.join(target_arches())}), " + a.HUB_NAME + ", or a "
+                                       "Hugging Face checkpoint folder")
     parser.add_argument("-o", "--output", required=True, help="output folder for the OpenVINO target")
     a.weight_format_arguments(parser, TARGET_GROUP_SIZE, default=None,
                               default_text="gguf for a GGUF source, fp32 for a checkpoint")

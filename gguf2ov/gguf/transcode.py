@@ -270,6 +270,17 @@ def has_grid(qtype) -> bool:
         return False
 
 
+_TYPE_BYTES = {"f32": 4, "f16": 2, "u8": 1, "i8": 1, "u6": 6 / 8, "u4": 4 / 8}
+
+
+def grid_bytes(qtype, shape, folded: bool = False) -> int:
+    """The bytes a weight of `qtype` and [out, in] `shape` takes in the IR on its own grid (its
+    Constants as `grid_weight` makes them; the few shape constants aside)."""
+    layout = _LAYOUTS[QType(qtype)]
+    kinds = _constant_kinds(QType(qtype), layout, shape, folded)
+    return int(sum(_TYPE_BYTES[kind] * np.prod(dims, dtype=np.int64) for kind, dims in kinds.values()))
+
+
 def grid_bits(qtype) -> float:
     """Bits per weight of a `qtype` weight's IR constants (the few shape constants aside)."""
     layout = _LAYOUTS[QType(qtype)]
@@ -302,6 +313,12 @@ def grid_weight(raw, qtype, shape, folded: bool = False, postpone=None):
     `postpone(type, shape, make, name)`: builds the Constants as PostponedConstants whose values
     `make()` returns only while OpenVINO writes the .bin (ir.weights.WeightForms passes it); the
     tensor is then decoded once, then, not held in memory until the model is saved.
+
+    A 3-D `shape` [E, N, K] is a mixture of experts' weights (ggml ne {K, N, E}, for
+    `MatMul(x [E, T, K], W, transpose_b=True)`): the rows are decoded as those of an [E * N, K]
+    weight, and every Constant keeps the expert axis (codes [E, N, K / G, G], scale and zero point
+    [E, N, K / G, 1]), which the CPU plugin's GatherMatmul needs to run them compressed (the 2-D
+    form reshaped to [E, N, K] is decompressed at compile time, measured).
     """
     try:
         qtype = QType(qtype)
@@ -311,12 +328,12 @@ def grid_weight(raw, qtype, shape, folded: bool = False, postpone=None):
         names = ", ".join(t.name for t in _LAYOUTS)
         raise Gguf2ovError(f"{qtype.name} weights cannot be carried on their GGUF grid", hint=f"supported: {names}")
     shape = tuple(int(s) for s in shape)
-    if len(shape) != 2:
-        raise Gguf2ovError(f"a GGUF grid weight must be 2-D [out, in], not {shape}")
+    if len(shape) not in (2, 3):
+        raise Gguf2ovError(f"a GGUF grid weight must be 2-D [out, in] or 3-D [experts, out, in], not {shape}")
     layout = _LAYOUTS[qtype]
     block = GGML_QUANT_SIZES[qtype][0]
-    if shape[1] % block:
-        raise Gguf2ovError(f"{qtype.name} rows of {shape[1]} elements are not whole {block}-element blocks")
+    if shape[-1] % block:
+        raise Gguf2ovError(f"{qtype.name} rows of {shape[-1]} elements are not whole {block}-element blocks")
     kinds = _constant_kinds(qtype, layout, shape, folded)
     if postpone is None:
         tensors = _decode(raw, qtype, layout, shape, kinds, folded)
@@ -329,18 +346,18 @@ def grid_weight(raw, qtype, shape, folded: bool = False, postpone=None):
 
 
 def _constant_kinds(qtype, layout: _Layout, shape, folded: bool) -> dict[str, tuple[str, list[int]]]:
-    """{constant: (OpenVINO type, shape)} of the weight's Constants."""
-    rows, n = shape
+    """{constant: (OpenVINO type, shape)} of the weight's Constants (the leading axes: rows, or experts and rows)."""
+    *rows, n = shape
     groups, blocks_per_row = n // layout.group, n // GGML_QUANT_SIZES[qtype][0]
     codes = "u8" if folded and layout.codes == "u6" else layout.codes
-    kinds = {"codes": (codes, [rows, groups, layout.group])}
+    kinds = {"codes": (codes, [*rows, groups, layout.group])}
     if folded and _folds(layout):
-        kinds["scale"] = ("f32", [rows, groups, 1])
+        kinds["scale"] = ("f32", [*rows, groups, 1])
         if layout.zero_point in ("min", "k"):
-            kinds["zero_point"] = ("f32", [rows, groups, 1])
+            kinds["zero_point"] = ("f32", [*rows, groups, 1])
         return kinds
     for name, kind, items in layout.params:
-        kinds[name] = (kind, [rows, blocks_per_row, items])
+        kinds[name] = (kind, [*rows, blocks_per_row, items])
     return kinds
 
 
@@ -356,13 +373,14 @@ def _decode(raw, qtype, layout: _Layout, shape, kinds: dict, folded: bool) -> di
     import openvino as ov
 
     block, type_size = GGML_QUANT_SIZES[qtype]
-    rows, n = shape
+    *lead, n = shape
+    rows = int(np.prod(lead))
     row_bytes = n // block * type_size
     data = np.asarray(raw() if callable(raw) else raw).view(np.uint8)
     if data.size != rows * row_bytes:
         raise Gguf2ovError(f"{qtype.name} data of {data.size} bytes does not hold a {shape} tensor "
                            f"({rows * row_bytes} bytes)")
-    data = data.reshape(rows, row_bytes)
+    data = data.reshape(rows, row_bytes)  # a view of the mapped file (a copy only of rows cut from a fused tensor)
     blocks_per_row = n // block
     n_blocks = rows * blocks_per_row
 
@@ -426,10 +444,11 @@ def _postponed_constants(raw, qtype, layout, shape, kinds: dict, folded: bool, p
     return {name: postpone(kind, dims, part(name)) for name, (kind, dims) in kinds.items()}
 
 
-def _per_group(node, rows: int, groups: int):
+def _per_group(node, rows, groups: int):
     from openvino import opset13 as ops
 
-    return ops.reshape(node, ops.constant(np.array([rows, groups, 1], dtype=np.int64)), False)
+    rows = list(rows) if isinstance(rows, (list, tuple)) else [rows]
+    return ops.reshape(node, ops.constant(np.array([*rows, groups, 1], dtype=np.int64)), False)
 
 
 def _codes_f32(codes, u6: bool):
@@ -444,7 +463,7 @@ def _codes_f32(codes, u6: bool):
 def _decompression(layout: _Layout, constants: dict, shape, u6: bool):
     from openvino import opset13 as ops
 
-    rows, n = shape
+    *rows, n = shape
     groups = n // layout.group
 
     def f32(name):

@@ -178,3 +178,22 @@ class Checkpoint:
         record = self.provenance()
         found = record.get("qtypes") or (record.get("options") or {}).get("qtypes")
         return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
+
+
+class RenamedCheckpoint:
+    """A checkpoint's tensors under other names ({name: the stored name}), the others left out: a
+    folder whose model is saved under a prefix, or holds more than one model (a VLM's vision tower)."""
+
+    def __init__(self, checkpoint: Checkpoint, names: dict[str, str]):
+        self.path, self.config = checkpoint.path, checkpoint.config
+        self._checkpoint, self._names = checkpoint, dict(names)
+        self.shapes = {name: checkpoint.shapes[stored] for name, stored in self._names.items()}
+
+    def dtype(self, name: str) -> str:
+        return self._checkpoint.dtype(self._names[name])
+
+    def load(self, name: str) -> np.ndarray:
+        return self._checkpoint.load(self._names[name])
+
+    def load_rows(self, name: str, start: int, stop: int) -> np.ndarray:
+        return self._checkpoint.load_rows(self._names[name], start, stop)

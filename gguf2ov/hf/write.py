@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import Gguf2ovError
 from ..names import CONFIG_FILE, PROVENANCE_FILE, SAFETENSORS_FILE, SAFETENSORS_INDEX
-from ..outputs import atomic_dir
+from ..outputs import atomic_dir, writing
 from ..progress import progress as progress_bar
 
 # --dtype -> (safetensors dtype, bytes per element)
@@ -93,6 +93,16 @@ def safetensors_header(specs: list[TensorSpec]) -> bytes:
     return struct.pack("<Q", len(raw)) + raw
 
 
+# config.json, gguf2ov.json and the index beside the safetensors
+SMALL_FILES_BYTES = 16_000
+
+
+def checkpoint_bytes(specs: list[TensorSpec], max_shard_size: int = DEFAULT_MAX_SHARD_SIZE) -> int:
+    """The bytes `write_checkpoint` writes for `specs`: the tensors, each shard's header and the small files."""
+    return sum(s.n_bytes for s in specs) + sum(len(safetensors_header(shard)) for shard in
+                                               shard_specs(specs, max_shard_size)) + SMALL_FILES_BYTES
+
+
 def write_checkpoint(out_dir, config: dict, specs: list[TensorSpec], tensors, *, provenance: dict | None = None,
                      max_shard_size: int = DEFAULT_MAX_SHARD_SIZE, overwrite: bool = False,
                      progress: bool = True, allow_nonfinite: bool = False, before_commit=None) -> WriteResult:
@@ -115,19 +125,13 @@ def write_checkpoint(out_dir, config: dict, specs: list[TensorSpec], tensors, *,
     commit = (lambda tmp: before_commit(result)) if before_commit else None
     with atomic_dir(out_dir, overwrite=overwrite, before_commit=commit) as tmp:
         for file_name, shard in zip(files, shards):
-            try:
-                with open(tmp / file_name, "wb") as f:
-                    f.write(safetensors_header(shard))
-                    for spec in shard:
-                        if bad := _write_tensor(f, spec, next(items, None)):
-                            if not allow_nonfinite:
-                                raise _nonfinite_error(spec, *bad)
-                            nonfinite[spec.name] = bad[0]
-            except OSError as e:
-                if e.filename is not None:
-                    raise
-                # a failed write() names no file: say which one (disk full, file-size limit)
-                raise OSError(e.errno, e.strerror or str(e), str(Path(out_dir) / file_name)) from e
+            with writing(tmp / file_name), open(tmp / file_name, "wb") as f:  # a failed write() names no file
+                f.write(safetensors_header(shard))
+                for spec in shard:
+                    if bad := _write_tensor(f, spec, next(items, None)):
+                        if not allow_nonfinite:
+                            raise _nonfinite_error(spec, *bad)
+                        nonfinite[spec.name] = bad[0]
         if len(shards) > 1:
             weight_map = {s.name: file_name for file_name, shard in zip(files, shards) for s in shard}
             index = {"metadata": {"total_size": sum(s.n_bytes for s in specs)}, "weight_map": weight_map}
@@ -177,4 +181,5 @@ def _count_nonfinite(encoded: np.ndarray, dtype: str) -> int:
 
 
 def _write_json(path: Path, obj) -> None:
-    path.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
+    with writing(path):
+        path.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")

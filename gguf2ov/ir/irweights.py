@@ -102,17 +102,17 @@ def ir_weights(model_or_path, kinds=("MatMul", "Gather")) -> dict[str, np.ndarra
 # --- what the IR's weights are stored as ------------------------------------------------------------
 
 
-
-def weight_constants(model) -> list:
-    """The stored constant behind each MatMul that multiplies by a weight (through its decompression)."""
-    found = []
+def weight_constants(model) -> dict:
+    """{MatMul name: the stored constant behind it} for each MatMul that multiplies by a weight
+    (through its decompression)."""
+    found = {}
     for op in model.get_ops():
         if op.get_type_name() == "MatMul":
             src = op.input_value(1).get_node()
             while src.get_type_name() in ("Convert", "Multiply", "Subtract", "Reshape") and src.get_input_size():
                 src = src.input_value(0).get_node()
             if src.get_type_name() == "Constant":
-                found.append(src)
+                found[op.get_friendly_name()] = src
     return found
 
 

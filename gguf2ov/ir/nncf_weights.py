@@ -50,6 +50,11 @@ would have given it, so this module splits that pass in two:
   `nncf_rt_info` / `write_nncf_rt_info` restore the `nncf.weight_compression` parameters that
   the whole-model run writes into the model's rt_info.
 
+* A mixture of experts adds [E, N, K] expert weights, those of batched MatMuls (transpose_b):
+  NNCF compresses them along K as it compresses a Linear weight (per (expert, row) channel, or per
+  group along the row), so each is planned as a Linear is and compressed in a micro model with one
+  batched MatMul; the expert axis is the one chunks are cut along.
+
 * A target adds an embedding table (a Gather's weight): `plan_modes` keeps it in the backup int8
   in int4 modes unless all_layers, and knows that a tied lm_head re-uses it (then no MatMul is
   kept back as "the last layer"); `compress_weight(..., gather=True)` compresses it in a micro
@@ -128,8 +133,8 @@ def sensitivity(w: np.ndarray) -> float:
 def streamed_sensitivity(rows_of, shape, elements: int | None = None) -> float:
     """`sensitivity` of a [rows, width] weight read in row chunks: NNCF's error is the largest of the
     rows' mean squared errors (weight_lowering.get_integer_quantization_error, "max_mean"), so the
-    largest over the chunks is the whole weight's."""
-    rows, width = shape
+    largest over the chunks is the whole weight's (an [E, N, K] weight's chunks are whole experts)."""
+    rows, width = shape[0], int(np.prod(shape[1:], dtype=np.int64))
     error = max(_quantization_error(rows_of(r0, r1)) for r0, r1 in row_chunks(rows, width, elements))
     return 1 / (error + _EPS)
 
@@ -144,13 +149,13 @@ def _quantization_error(w: np.ndarray) -> float:
     from nncf.quantization.algorithms.weight_compression.weight_lowering import get_integer_quantization_error
     from nncf.tensor import Tensor
 
-    w = _as_f32_2d(w)
+    w = _as_f32_2d(np.asarray(w).reshape(-1, np.shape(w)[-1]))  # [E, N, K] experts: E * N channels
     weight = Tensor(ov.Tensor(w, w.shape, ov.Type.f32))
     return get_integer_quantization_error(weight, (1,), WeightCompressionConfig(), reduction="max_mean")
 
 
 def plan_modes(variant, weights, values=None, scores: dict | None = None, embeddings=(),
-               last_shared: bool = False) -> dict[str, WeightSpec]:
+               last_shared: bool = False, held: dict | None = None) -> dict[str, WeightSpec]:
     """{name: WeightSpec}: what whole-model `nncf.compress_weights` does to each weight for `variant`.
 
     `weights`: (name, shape) of every weight NNCF compresses, shape [out, in] for a Linear (consumed
@@ -164,6 +169,8 @@ def plan_modes(variant, weights, values=None, scores: dict | None = None, embedd
     `values(name) -> f32 [out, in] array` is called once per ratio-defining weight when
     ratio < 1 (the data-free sensitivity pass); `scores` ({name: score}, from `sensitivity`) may
     be given instead, e.g. computed while the weights were first streamed.
+    `held` ({name: why}) names weights that int4 modes keep in the backup int8 whatever the ratio
+    (as NNCF does for an ignored scope compressed to int8 on its own): they are not ratio-defining.
     """
     mode = _primary_mode(variant)
     weights = [(name, tuple(int(d) for d in shape)) for name, shape in weights]
@@ -171,8 +178,9 @@ def plan_modes(variant, weights, values=None, scores: dict | None = None, embedd
     if len(set(names)) != len(names):
         raise Gguf2ovError("plan_modes: weight names must be unique (NNCF compresses a shared weight once)")
     for name, shape in weights:
-        if len(shape) != 2:
-            raise Gguf2ovError(f"plan_modes: weight {name!r} has shape {shape}, expected [out, in]")
+        if len(shape) not in (2, 3):
+            raise Gguf2ovError(f"plan_modes: weight {name!r} has shape {shape}, expected [out, in] or "
+                               "[experts, out, in]")
 
     if variant.bits == 8:
         # int8 is per channel for every weight; a ratio is ignored for int8 (as the whole-model export did,
@@ -186,6 +194,11 @@ def plan_modes(variant, weights, values=None, scores: dict | None = None, embedd
     plan = {name: WeightSpec(INT8_ASYM, -1, "backup: embedding") if name in embeddings else backup for name in names}
     matmuls = [(name, shape) for name, shape in weights if name not in embeddings]
     ratio_defining = matmuls if variant.all_layers or last_shared else matmuls[:-1]
+    held = held or {}
+    for name in held:
+        if name in plan:
+            plan[name] = WeightSpec(INT8_ASYM, -1, f"backup: {held[name]}")
+    ratio_defining = [(name, shape) for name, shape in ratio_defining if name not in held]
     if variant.all_layers:  # _get_ratio_defining_params appends the embeddings after the MatMuls
         ratio_defining += [(name, shape) for name, shape in weights if name in embeddings]
     ratio = variant.ratio if variant.ratio is not None else 1.0
@@ -209,7 +222,7 @@ def plan_modes(variant, weights, values=None, scores: dict | None = None, embedd
             in_int4 += _num_weights(shape)
         for name, _ in ratio_defining:
             plan[name] = WeightSpec(INT8_ASYM, -1, "backup: ratio")
-    bad = [(name, shape[1]) for name, shape in primary if shape[1] % variant.group_size]
+    bad = [(name, shape[-1]) for name, shape in primary if shape[-1] % variant.group_size]
     if bad:  # validate_group_size, algorithm.py l. 654-679
         raise Gguf2ovError(
             f"variant {variant.name!r}: group size {variant.group_size} does not divide the input width of "
@@ -248,8 +261,9 @@ def _nncf_silenced():
 def compress_weight(w, spec: WeightSpec, name: str = "weight", gather: bool = False):
     """The decompression subgraph's output (f32 [out, in]) of `w` compressed as NNCF would per `spec`.
 
-    `w`: f32 [out, in]; `name` becomes the compressed constant's friendly name (NNCF names the
-    scale / zero point after it), as the weight's Constant name does in a whole-model run.
+    `w`: f32 [out, in], or [experts, out, in] for a batched MatMul; `name` becomes the compressed
+    constant's friendly name (NNCF names the scale / zero point after it), as the weight's Constant
+    name does in a whole-model run.
     `gather`: `w` is an embedding table, compressed as NNCF compresses the table of a Gather (one
     scale per row, or per group along the row; its subgraph named after input port 0).
     """
@@ -257,10 +271,14 @@ def compress_weight(w, spec: WeightSpec, name: str = "weight", gather: bool = Fa
     import openvino as ov
     from openvino import opset13 as ops
 
-    w = _as_f32_2d(w)
+    w = _as_f32_2d(w) if np.ndim(w) != 3 or gather else np.ascontiguousarray(w, dtype=np.float32)
     # ov.Tensor(array, shape, type) wraps the array without a copy, read-only arrays included
     const = ops.constant(ov.Tensor(w, w.shape, ov.Type.f32), name=name, shared_memory=True)
-    if gather:
+    if w.ndim == 3:  # experts: MatMul(x [E, T, K], W [E, N, K], transpose_b), as the MoE block has them
+        x = ops.parameter([w.shape[0], 1, w.shape[2]], ov.Type.f32, name="x")
+        consumer = ops.matmul(x, const, transpose_a=False, transpose_b=True)
+        port = 1
+    elif gather:
         x = ops.parameter([-1], ov.Type.i64, name="ids")
         consumer = ops.gather(const, ops.convert(x, "i32"), ops.constant(np.int64(0)))
         port = 0
@@ -288,7 +306,7 @@ def compress_weight(w, spec: WeightSpec, name: str = "weight", gather: bool = Fa
     if out.get_node().get_type_name() == "Constant":
         raise Gguf2ovError(f"NNCF left {name} uncompressed ({spec.mode} g{spec.group_size})")
     # Detach the subgraph from the micro model so that nothing else keeps it alive.
-    consumer.input(port).replace_source_output(ops.constant(np.zeros((1, 1), np.float32)).output(0))
+    consumer.input(port).replace_source_output(ops.constant(np.zeros((1,) * w.ndim, np.float32)).output(0))
     del micro, consumer, x
     return out
 
@@ -329,7 +347,7 @@ def streamed_compression(rows_of, shape, spec: WeightSpec, postpone, name: str =
     """
     import openvino as ov
 
-    rows, width = (int(d) for d in shape)
+    rows, width = int(shape[0]), int(np.prod(shape[1:], dtype=np.int64))  # [E, N, K] experts: chunks of experts
     chunks = row_chunks(rows, width, elements)
     first = min(rows, PROBE_ROWS)
     out = compress_weight(rows_of(0, first), spec, name, gather)
@@ -473,12 +491,16 @@ def nncf_rt_info(variant) -> dict[str, str]:
     return {key: str(value) for key, value in params.items()}
 
 
-def write_nncf_rt_info(model, variant) -> None:
-    """Record `variant`'s NNCF parameters in `model`'s rt_info as `nncf.compress_weights` does."""
+def write_nncf_rt_info(model, variant, ignored: list[str] = ()) -> None:
+    """Record `variant`'s NNCF parameters in `model`'s rt_info as `nncf.compress_weights` does;
+    `ignored`: the MatMuls left uncompressed (a router), as `IgnoredScope(names=...)` records them."""
     import nncf
 
     for key, value in nncf_rt_info(variant).items():
-        model.set_rt_info(value, ["nncf", "weight_compression", key])
+        if key == "ignored_scope" and ignored:
+            model.set_rt_info(str(list(ignored)), ["nncf", "weight_compression", key, "names"])
+        else:
+            model.set_rt_info(value, ["nncf", "weight_compression", key])
     model.set_rt_info(nncf.__version__, ["nncf", "version"])
 
 

@@ -27,8 +27,12 @@ ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 DEFAULT_THETA = 10_000.0
 
 
-def rope_table(config, layer_type: str | None = None, where="the config") -> tuple[np.ndarray, float]:
-    """The inverse frequencies (float32 [rotary dim / 2]) and attention scaling of `layer_type`'s RoPE."""
+def rope_table(config, layer_type: str | None = None, where="the config", partial: bool = False
+               ) -> tuple[np.ndarray, float]:
+    """The inverse frequencies (float32 [rotary dim / 2]) and attention scaling of `layer_type`'s RoPE.
+
+    `partial`: the model's own default RoPE turns `partial_rotary_factor` of the head (Qwen3.5's
+    compute_default_rope_parameters); most models' default turns the whole head whatever it says."""
     params = rope_parameters(config, layer_type)
     kind = params["rope_type"]
     if kind not in ROPE_TYPES:
@@ -39,7 +43,7 @@ def rope_table(config, layer_type: str | None = None, where="the config") -> tup
     # the same but for an explicit None, where transformers fails)
     head_dim = _get(config, "head_dim") or _get(config, "hidden_size") // _get(config, "num_attention_heads")
     if kind == "default":
-        return _default(params, head_dim)
+        return _default(params, _rotary_dim(params, head_dim) if partial else head_dim)
     if kind == "linear":
         return _linear(params, head_dim)
     if kind == "llama3":

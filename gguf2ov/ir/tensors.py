@@ -49,6 +49,9 @@ class TensorSource:
 
     embeddings: tuple[str, ...] = ()  # the tables an embedding Gather reads
     last_matmul_shared: bool = False  # the last MatMul re-uses an earlier weight (a tied lm_head)
+    int8_weights: dict = {}           # {weight: why} that NNCF's int4 modes keep in int8
+    kept: tuple[str, ...] = ()  # weights every format keeps in float32 (a mixture of experts' router)
+    batched: tuple[str, ...] = ()  # [E, N, K] weights of batched MatMuls (experts), compressed like Linears
 
     def __init__(self, path: Path, kind: str, mapped=None, checkpoint=None):
         self.path, self.kind = path, kind
@@ -121,3 +124,18 @@ class TensorSource:
             return None
         config = self._mapped.config
         return (lambda: apply_ops(entry.ops, raw, config)), entry.qtype
+
+    def quantized_columns(self, name: str):
+        """(raw memory-mapped bytes, GGML type, input order) of a GGUF tensor whose map ops only move
+        whole columns (qwen35's tiled value heads in ssm_out), else None. A block spans columns, so the
+        stored grid keeps the file's column order; the IR multiplies it by the inputs taken in
+        `input order` (`x[..., order]`), which is the same product."""
+        from ..maps.rules import columns_moved
+
+        entry = self._entries.get(name)
+        if entry is None or not entry.ops or len(entry.shape) != 2:
+            return None
+        order = columns_moved(entry.ops, self._mapped.config, entry.shape[1])
+        if order is None:
+            return None
+        return self._mapped.gguf.raw(entry.gguf_name), entry.qtype, np.argsort(order)

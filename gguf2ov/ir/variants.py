@@ -12,6 +12,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..errors import Gguf2ovError
 
 DEFAULT_GROUP_SIZE = 16  # a Q4_K sub-block is 32 wide: 16 divides it, so no group straddles two grids
@@ -40,17 +42,75 @@ def _float_weight(dtype: str):
     return make
 
 
-def _grid_weight(forms, name):
-    from ..gguf.transcode import grid_weight, has_grid
+def _elements(forms, name) -> int:
+    shape = forms.source.expected[name]
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def _float_bytes(width: int):
+    return lambda forms, name: width * _elements(forms, name)
+
+
+def _grid_bytes(forms, name) -> int:
+    from ..gguf.transcode import grid_bytes
+
+    grid = _stored_grid(forms, name)
+    if grid is None:
+        return 4 * _elements(forms, name)
+    return grid_bytes(grid[1], forms.source.expected[name], folded=forms.gather(name) or forms.folded_grid)
+
+
+def _grid_xml_bytes(forms, name) -> int:
+    if _stored_grid(forms, name) is None:
+        return 0
+    # the file's own fields: ~8.5 KB of nodes a weight (Q4_K/Q6_K); folded: ~3.1 KB
+    return 3_150 if forms.gather(name) or forms.folded_grid else 8_550
+
+
+def _nncf_xml_bytes(forms, name) -> int:
+    spec = forms.plan[name]
+    return 3_150 if spec.bits == 8 else 2_800 if spec.sym else 4_150
+
+
+def _nncf_bytes(forms, name) -> int:
+    """NNCF's constants for one weight: codes, an f16 scale per group (or output channel) and, asymmetric,
+    a zero point per group of the codes' width."""
+    spec, shape = forms.plan[name], forms.source.expected[name]
+    n, rows = _elements(forms, name), int(shape[0])
+    groups = rows if spec.group_size == -1 else n // spec.group_size
+    zero_points = 0 if spec.sym else groups * spec.bits / 8
+    return int(n * spec.bits / 8 + 2 * groups + zero_points)
+
+
+def _stored_grid(forms, name):
+    """(raw bytes, GGML type, input order or None) of a weight that keeps the file's own grid, else None
+    (a float tensor in the file, or one the map's ops rearrange beyond whole rows or columns). A grid
+    whose columns the map moves (qwen35's tiled value heads in ssm_out) stays in the file's order, and
+    the IR takes its inputs in `input order`."""
+    from ..gguf.transcode import has_grid
 
     stored = forms.source.quantized(name)
     if stored is not None and has_grid(stored[1]):
-        forms.transcoded.append(name)
-        raw, qtype = stored
-        postpone = forms.postponing(name) if forms.streamed else None
-        return grid_weight(raw, qtype, forms.source.expected[name], folded=forms.gather(name) or forms.folded_grid,
-                           postpone=postpone), None
-    return forms.postponed(name, "f32"), None  # a float tensor in the file: its values, exactly
+        return stored[0], stored[1], None
+    moved = getattr(forms.source, "quantized_columns", lambda n: None)(name) if not forms.gather(name) else None
+    if moved is not None and has_grid(moved[1]):
+        return moved
+    return None
+
+
+def _grid_weight(forms, name):
+    from ..gguf.transcode import grid_weight
+
+    grid = _stored_grid(forms, name)
+    if grid is None:
+        return forms.postponed(name, "f32"), None  # a float tensor in the file: its values, exactly
+    raw, qtype, order = grid
+    forms.transcoded.append(name)
+    if order is not None:
+        forms.input_orders[name] = order
+    postpone = forms.postponing(name) if forms.streamed else None
+    return grid_weight(raw, qtype, forms.source.expected[name], folded=forms.gather(name) or forms.folded_grid,
+                       postpone=postpone), None
 
 
 def _nncf_weight(forms, name):
@@ -64,10 +124,10 @@ def _nncf_weight(forms, name):
     return compress_weight(values, spec, name=constant, gather=forms.gather(name)), values
 
 
-def _nncf_rt_info(model, variant) -> None:
+def _nncf_rt_info(model, variant, ignored=()) -> None:
     from .nncf_weights import write_nncf_rt_info
 
-    write_nncf_rt_info(model, variant)
+    write_nncf_rt_info(model, variant, ignored)
 
 
 _F16_CONVERT = re.compile(r'(<layer id="\d+" name="[^"]*" type="Convert" version="opset1">\s*<data destination_type="f32" />)'
@@ -95,27 +155,33 @@ class Format:
     name: str
     stores: str                    # what the IR holds, for help texts and reports
     make: Callable                 # (forms, name) -> (weight output, source values read or None)
+    stored_bytes: Callable         # (forms, name) -> the bytes the weight takes in the .bin
     # verify's checkpoint-match: max |OV - reference| relative to max(1, max |reference|). Measured on
     # a tiny draft over two steps: f32 4.8e-7 (1.7e-6 on a larger one), fp16 weights 1.5e-3 at a
     # reference scale of 4.1; the GGUF grid holds the dequantized values up to float32 rounding.
     # None: compressed integer weights are not held to a tolerance (`drift` measures them).
     tolerance: float | None
+    # the bytes its decompression subgraph adds to the .xml (the disk estimate's; measured on this
+    # project's draft and target IRs, openvino 2026.4.1): (forms, name) -> bytes
+    xml_bytes: Callable = lambda forms, name: 0
     needs_gguf: bool = False       # the file's own grid: only a GGUF source has one
     compressed: bool = True        # integer codes in the IR (optimum then leaves the KV cache in f32)
     nncf_bits: int | None = None   # NNCF's weight compression at this width
     after_save: Callable | None = None   # (xml path) -> None, once the IR is written
-    annotate: Callable | None = None     # (ov.Model, Variant) -> None, the rt_info the format adds
+    annotate: Callable | None = None     # (ov.Model, Variant[, ignored MatMuls]) -> None: the rt_info it adds
 
 
 FORMATS = {f.name: f for f in [
-    Format("fp32", "float32 constants", _float_weight("f32"), tolerance=1e-4, compressed=False),
-    Format("fp16", "float16 constants (decompressed by the plugin)", _float_weight("f16"), tolerance=1e-2,
-           compressed=False,
+    Format("fp32", "float32 constants", _float_weight("f32"), _float_bytes(4), tolerance=1e-4, compressed=False),
+    Format("fp16", "float16 constants (decompressed by the plugin)", _float_weight("f16"), _float_bytes(2),
+           xml_bytes=lambda forms, name: 490, tolerance=1e-2, compressed=False,
            after_save=lambda xml: mark_decompression(xml)),  # NNCF's own f16 Converts stay as NNCF wrote them
-    Format("int8", "NNCF int8 per channel", _nncf_weight, tolerance=None, nncf_bits=8, annotate=_nncf_rt_info),
-    Format("int4", "NNCF int4 per group (int8 where NNCF keeps a backup)", _nncf_weight, tolerance=None,
-           nncf_bits=4, annotate=_nncf_rt_info),
-    Format("gguf", "the GGUF's own codes, scales and minimums", _grid_weight, tolerance=1e-4, needs_gguf=True),
+    Format("int8", "NNCF int8 per channel", _nncf_weight, _nncf_bytes, xml_bytes=_nncf_xml_bytes, tolerance=None,
+           nncf_bits=8, annotate=_nncf_rt_info),
+    Format("int4", "NNCF int4 per group (int8 where NNCF keeps a backup)", _nncf_weight, _nncf_bytes,
+           xml_bytes=_nncf_xml_bytes, tolerance=None, nncf_bits=4, annotate=_nncf_rt_info),
+    Format("gguf", "the GGUF's own codes, scales and minimums", _grid_weight, _grid_bytes, xml_bytes=_grid_xml_bytes,
+           tolerance=1e-4, needs_gguf=True),
 ]}
 
 
@@ -222,7 +288,7 @@ def format_of_ir(model) -> Format:
             pass  # a name of another version: read the constants
     from .irweights import weight_constants
 
-    types = {src.get_output_element_type(0) for src in weight_constants(model)}
+    types = {src.get_output_element_type(0) for src in weight_constants(model).values()}
     if any(not t.is_real() for t in types):
         return FORMATS["int8"]
     return FORMATS["fp16"] if any(t.get_type_name() in ("f16", "bf16") for t in types) else FORMATS["fp32"]

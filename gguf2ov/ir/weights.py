@@ -24,6 +24,9 @@ class WeightSource(Protocol):
     expected: dict[str, tuple[int, ...]]  # every tensor the graph reads, in the graph's order
     embeddings: tuple[str, ...]           # the tables an embedding Gather reads (a draft has none)
     last_matmul_shared: bool              # the last MatMul re-uses an earlier weight (a tied lm_head)
+    int8_weights: dict[str, str]          # weights int4 keeps in int8, with why (a target's layer kinds)
+    kept: tuple[str, ...]                 # weights every format keeps in float32 (a router)
+    batched: tuple[str, ...]              # [E, N, K] batched-MatMul weights (experts)
 
     def f32(self, name: str) -> np.ndarray: ...
 
@@ -62,6 +65,7 @@ class WeightForms:
     folded_grid: bool = False
     transcoded: list = field(default_factory=list)
     plan: dict = field(default_factory=dict)
+    input_orders: dict = field(default_factory=dict)  # weight -> the order its grid takes its inputs in
     failure: BaseException | None = None  # what stopped a postponed weight while OpenVINO was saving
 
     def __post_init__(self):
@@ -74,15 +78,18 @@ class WeightForms:
             try:
                 self.plan = plan_modes(self.variant, self.compressed_weights(), values=self.source.f32,
                                        scores=self._scores(), embeddings=self.source.embeddings,
-                                       last_shared=self.source.last_matmul_shared)
+                                       last_shared=self.source.last_matmul_shared, held=self.source.int8_weights)
             except Gguf2ovError as e:
                 raise Gguf2ovError(f"NNCF cannot compress the model as {self.variant.name}: {e.message}",
                                    hint=e.hint) from e
 
     def compressed_weights(self) -> list[tuple[str, tuple]]:
-        """Every weight NNCF compresses (the 2-D tensors: Linear weights and embedding tables), in the
-        graph's order (the order NNCF walks the model in)."""
-        return [(n, s) for n, s in self.source.expected.items() if len(s) == 2]
+        """Every weight NNCF compresses (the 2-D tensors: Linear weights and embedding tables, and the
+        [E, N, K] experts of batched MatMuls), in the graph's order (the order NNCF walks the model in).
+        The weights the source keeps in float32 (a router) are left out, as an ignored scope leaves them."""
+        kept, batched = set(self.source.kept), set(self.source.batched)
+        return [(n, s) for n, s in self.source.expected.items()
+                if (len(s) == 2 or n in batched) and n not in kept]
 
     def _scores(self) -> dict | None:
         """NNCF's data-free scores, read in row chunks, when a ratio < 1 needs them and weights stream."""
@@ -93,14 +100,31 @@ class WeightForms:
 
         return {name: streamed_sensitivity(self.rows(name), shape) for name, shape in self.compressed_weights()}
 
+    def stored_bytes(self) -> int:
+        """The bytes the IR will hold for its weights: every weight in this variant's form, every other
+        tensor (norms, biases) in f32, and the weights' decompression subgraphs in the .xml; what a disk
+        check adds up before anything is made (the graph's own nodes are its builder's to add)."""
+        weights = dict(self.compressed_weights())
+        form = self.variant.format
+        return sum(form.stored_bytes(self, name) + form.xml_bytes(self, name) if name in weights
+                   else 4 * int(np.prod(shape, dtype=np.int64)) for name, shape in self.source.expected.items())
+
     def weight(self, name: str):
-        output, values = self.variant.format.make(self, name)
+        if name in self.source.kept:  # a router decides discretely: float32 in every format
+            output, values = self.postponed(name, "f32"), None
+        else:
+            output, values = self.variant.format.make(self, name)
         if self.observe is not None:
             self.observe(name, output, values)
         return output
 
     def vector(self, name: str) -> np.ndarray:
         return self.source.f32(name)
+
+    def input_order(self, name: str):
+        """The order the weight made for `name` takes its inputs in (x[..., order]), when it keeps the
+        file's column order (a GGUF grid whose map op moves columns); None: the inputs as they are."""
+        return self.input_orders.get(name)
 
     def gather(self, name: str) -> bool:
         """Whether `name` is an embedding table (read by a Gather, not multiplied by a MatMul)."""
@@ -167,9 +191,12 @@ def save_ir(ov_model, out_dir, forms: WeightForms | None = None) -> None:
 
     from ..names import IR_XML
 
+    from ..outputs import writing
+
     xml = Path(out_dir) / IR_XML
     try:
-        ov.save_model(ov_model, str(xml), compress_to_fp16=False)
+        with writing(xml.with_suffix(".bin")):  # the .bin is what fills a disk
+            ov.save_model(ov_model, str(xml), compress_to_fp16=False)
     except BaseException:
         if forms is not None and forms.failure is not None:
             raise forms.failure from None

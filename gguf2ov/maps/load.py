@@ -23,8 +23,27 @@ Map sections:
   (inclusive), `above` and `below` (exclusive) bound the value written (each item of a list),
   `below: KEY` keeps it under another config value (a token id under vocab_size) and
   `length: KEY` makes a list as long as another (one layer type per layer).
-- `tensors`: GGUF name template (`{N}` = block index) -> HF template, or `{to:, ops: [...]}`.
+  Derived values: `over: KEY` with `as: int | float` divides the file's value by another config
+  value (a head size from a total; `int` refuses a remainder), and writing multiplies it back
+  (truncated to an integer, as llama.cpp's converter truncates); `periodic: {every: KEY, then:,
+  else:}` makes a `length`-long list when the file states none (item i is `then` when (i + 1) is a
+  multiple of KEY's value: every 4th layer full attention); `per_block: true` marks a list the
+  file states per GGUF block, whose items for `trailing_blocks` are dropped; `layered: true` reads a
+  value the file may state per layer (an array, as Ollama writes head counts) when its non-zero
+  items agree; `write_default: true` writes `default` back when the HF config does not state the
+  value (a key llama.cpp's loader requires).
+- `tensors`: GGUF name template (`{N}` = block index) -> HF template, or `{to:, ops: [...],
+  aliases: [other GGUF templates of the same tensor, read but never written]}`, or `{refuse: why}`:
+  a layout the map cannot read, refused in one error line with why.
+- `layer_tensors`: layer type -> tensors like `tensors`, which apply to the layers of that type only
+  (config `layer_types`): one GGUF name may mean one tensor in one layer type and be refused in
+  another (llama.cpp's `attn_qkv`: a linear layer's in_proj_qkv, a full layer's fused Q/K/V).
 - `optional`: like `tensors`, copied when present; `null` accepts a tensor but does not write it.
+- `trailing_blocks`: blocks after the decoder's that the file counts in its block count and the
+  model does not run (llama.cpp's MTP block): `count` (a config rule for how many), `counted_in`
+  (the config key it is taken off), `hf` (the config key that records it), `what` (for messages),
+  `tensors` and `optional` (the blocks' templates: accepted and dropped; a count the tensors do not
+  fit is one error). Files are written back without them.
 - `groups`: named sets of tensors that are present all together or not at all.
 - `group_hf`: group name -> fixed config fields that apply when the file holds that group (a
   variant of the architecture that the tensors tell apart, e.g. DFlash 2 within `dflash`). A file
@@ -34,6 +53,11 @@ Map sections:
 - `legacy`: config rules an older converter used (only used to write GGUF in the old layout).
 - `compare`: HF config key -> other places a published config may hold it; the keys `check`
   compares with a reference.
+- `checkpoint`: how a checkpoint folder's tensor names become the map's: `rename` (prefix -> prefix:
+  transformers 5 saves some models' decoders under `model.language_model.`), `ignore` (prefixes of
+  tensors of other parts of the folder's model, a vision tower or an MTP block), `text_config_of`
+  (model types whose config.json holds this model's config as `text_config`: a VLM whose language
+  model is built alone).
 - `target`: how `gguf2ov target` builds the architecture (a map without it is no target): `mixers`
   (layer type -> the kind of layer that mixes tokens in it), `mlp` (the kind of every layer's MLP)
   and `forward` (what its forward does beyond the kinds' own: norms scaling by 1 + w, a scaled
@@ -43,6 +67,7 @@ Maps are found in the shipped `tensor_maps/` and in the folders named by GGUF2OV
 separated like PATH) or passed as `maps_dir`: adding an architecture is one YAML file there.
 """
 
+import dataclasses
 import os
 import re
 from dataclasses import dataclass
@@ -58,14 +83,18 @@ from .arch_map import ArchMap, PlanEntry, TensorRule, short
 from .rules import OPS, VALUE_TYPES, is_number, valid_shape_expr, valid_type
 
 TOP_LEVEL_KEYS = {"arch", "extends", "unset", "strip_hf_prefix", "hf", "config", "tensors", "optional", "groups",
-                  "group_hf", "shapes", "legacy", "compare", "target"}
+                  "group_hf", "shapes", "legacy", "compare", "target", "layer_tensors", "trailing_blocks",
+                  "checkpoint"}
 TARGET_KEYS = {"mixers", "mlp", "forward"}
+TRAILING_KEYS = {"count", "counted_in", "hf", "what", "tensors", "optional"}
+CHECKPOINT_KEYS = {"rename", "ignore", "text_config_of"}
 # Sections whose entries `unset` can drop (the ones that are mappings).
 UNSET_SECTIONS = ("hf", "config", "tensors", "optional", "groups", "group_hf", "shapes", "legacy", "compare")
 # Extra folders of maps, separated like PATH (os.pathsep).
 MAPS_ENV = "GGUF2OV_MAPS"
 RULE_KEYS = {"from", "tensor_absent", "type", "add", "default", "optional", "len", "map", "constant", "min", "max",
-             "above", "below", "length", "flag", "ambiguous_when", "choices", "write_also", "hf_aliases"}
+             "above", "below", "length", "flag", "ambiguous_when", "choices", "write_also", "hf_aliases", "over", "as",
+             "periodic", "per_block", "layered", "write_default"}
 # Values a command-line option can set in place of a config rule's `add` (rule key `flag`). Each is
 # a keyword of ArchMap.hf_config and an option of the commands that read GGUFs, so a new one needs
 # Python; its option is the name with dashes (flag_option).
@@ -289,15 +318,40 @@ def _build(data: dict, name: str) -> ArchMap:
     config = {k: _rule(k, v, arch, bad) for k, v in (data.get("config") or {}).items()}
     legacy = {k: _rule(k, v, arch, bad, typed=False) for k, v in (data.get("legacy") or {}).items()}
     for hf_key, rule in config.items():
-        for key in ("below", "length"):
+        for key in ("below", "length", "over"):
             if isinstance(rule.get(key), str) and rule[key] not in config:
                 raise bad(f"config {hf_key}: {key}: {rule[key]} is not a config key of this map")
+        if "periodic" in rule and not (isinstance(rule.get("length"), str) and rule["periodic"].get("every") in config):
+            raise bad(f"config {hf_key}: periodic needs `length` and an `every` that is a config key of this map")
     rules = [_tensor_rule(g, v, True, None, bad) for g, v in (data.get("tensors") or {}).items()]
+    for layer_type, body in (data.get("layer_tensors") or {}).items():
+        if not isinstance(body, dict):
+            raise bad(f"layer_tensors {layer_type} must be a mapping of tensors")
+        for g, v in body.items():
+            rule = _tensor_rule(g, v, True, None, bad)
+            if not rule.per_layer:
+                raise bad(f"layer_tensors {layer_type}: {g} is not a per-layer template ({{N}})")
+            rules.append(dataclasses.replace(rule, layer_type=layer_type))
+    trailing = _trailing_blocks(data.get("trailing_blocks"), config, arch, bad)
+    if trailing is not None:
+        for names, required in ((trailing["tensors"], True), (trailing.get("optional", []), False)):
+            for g in names:
+                rule = _tensor_rule(g, None, required, None, bad)
+                if not rule.per_layer:
+                    raise bad(f"trailing_blocks: {g} is not a per-block template ({{N}})")
+                rules.append(dataclasses.replace(rule, trailing=True))
     rules += [_tensor_rule(g, v, False, None, bad) for g, v in (data.get("optional") or {}).items() if g]
     for group, body in (data.get("groups") or {}).items():
         if not isinstance(body, dict):
             raise bad(f"group {group} must be a mapping of tensors")
         rules += [_tensor_rule(g, v, False, group, bad) for g, v in body.items()]
+    checkpoint = data.get("checkpoint") or {}
+    if not isinstance(checkpoint, dict) or set(checkpoint) - CHECKPOINT_KEYS \
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in (checkpoint.get("rename") or {}).items()) \
+            or not all(isinstance(p, str) for p in checkpoint.get("ignore") or []) \
+            or not all(isinstance(t, str) for t in checkpoint.get("text_config_of") or []):
+        raise bad("checkpoint must hold `rename` (prefix -> prefix), `ignore` (prefixes) and `text_config_of` "
+                  "(model types)")
     hf_templates = [r.hf for r in rules if r.hf]
     if dup := sorted({h for h in hf_templates if hf_templates.count(h) > 1}):
         raise bad(f"HF names produced twice: {dup}")
@@ -331,7 +385,20 @@ def _build(data: dict, name: str) -> ArchMap:
             raise bad("target must hold `mixers` (layer type -> kind), `mlp` (a kind) and optionally `forward` "
                       "(a mapping of forward options)")
     return ArchMap(arch, name, dict(data.get("hf") or {}), config, rules, shapes, legacy, group_hf,
-                   {k: list(v) for k, v in compare.items()}, target)
+                   {k: list(v) for k, v in compare.items()}, target, trailing, checkpoint)
+
+
+def _trailing_blocks(section, config, arch, bad) -> dict | None:
+    if section is None:
+        return None
+    if not isinstance(section, dict) or set(section) - TRAILING_KEYS \
+            or not {"count", "counted_in", "hf", "what", "tensors"} <= set(section) \
+            or not isinstance(section["tensors"], list) or not isinstance(section.get("optional", []), list):
+        raise bad("trailing_blocks must hold `count` (a config rule), `counted_in` and `hf` (config keys), `what` "
+                  "and `tensors` (and optionally `optional`), the block templates")
+    if section["counted_in"] not in config:
+        raise bad(f"trailing_blocks: counted_in {section['counted_in']} is not a config key of this map")
+    return dict(section, count=_rule("trailing_blocks.count", section["count"], arch, bad))
 
 
 def _rule(hf_key, rule, arch, bad, typed: bool = True) -> dict:
@@ -362,6 +429,15 @@ def _rule(hf_key, rule, arch, bad, typed: bool = True) -> dict:
         raise bad(f"config {hf_key}: below names another config key or is a number")
     if "add" in rule and not OPS["add"].check(rule["add"]):
         raise bad(f"config {hf_key}: add must be a number")
+    if ("over" in rule) != ("as" in rule) or rule.get("as", "int") not in ("int", "float") \
+            or not isinstance(rule.get("over", ""), str):
+        raise bad(f"config {hf_key}: over (a config key) and as (int or float) go together")
+    periodic = rule.get("periodic")
+    if periodic is not None and not (isinstance(periodic, dict) and set(periodic) == {"every", "then", "else"}):
+        raise bad(f"config {hf_key}: periodic must hold every (a config key), then and else (the item of every "
+                  "every-th layer, and of the others)")
+    if rule.get("write_default") and "default" not in rule:
+        raise bad(f"config {hf_key}: write_default needs a default")
     if "flag" in rule and rule["flag"] not in KNOWN_FLAGS:
         raise bad(f"config {hf_key}: unknown flag {rule['flag']!r}; known: {sorted(KNOWN_FLAGS)}")
     for cond in rule.get("ambiguous_when", []):
@@ -371,17 +447,24 @@ def _rule(hf_key, rule, arch, bad, typed: bool = True) -> dict:
 
 
 def _tensor_rule(gguf, value, required, group, bad) -> TensorRule:
+    aliases, refuse = [], None
     if value is None or isinstance(value, str):
         hf, ops = value, []
-    elif isinstance(value, dict) and set(value) <= {"to", "ops"} and "to" in value:
-        hf, ops = value["to"], value.get("ops") or []
+    elif isinstance(value, dict) and set(value) == {"refuse"} and isinstance(value["refuse"], str):
+        hf, ops, refuse, required = None, [], value["refuse"], False
+    elif isinstance(value, dict) and set(value) <= {"to", "ops", "aliases"} and "to" in value:
+        hf, ops, aliases = value["to"], value.get("ops") or [], value.get("aliases") or []
+        if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+            raise bad(f"tensor {gguf}: aliases must list GGUF name templates")
     else:
-        raise bad(f"tensor {gguf}: expected an HF name, null, or {{to:, ops:}}")
-    for template in (gguf, hf or ""):
+        raise bad(f"tensor {gguf}: expected an HF name, null, {{to:, ops:, aliases:}} or {{refuse: why}}")
+    for template in (gguf, hf or "", *aliases):
         if any(p != "N" for p in _PLACEHOLDER.findall(template)) or template.count("{") != template.count("}"):
             raise bad(f"tensor {gguf}: bad template {template!r} (the only placeholder is {{N}})")
     if hf is not None and ("{N}" in gguf) != ("{N}" in hf):
         raise bad(f"tensor {gguf}: {{N}} must appear in both the GGUF and the HF name")
+    if any(("{N}" in a) != ("{N}" in gguf) for a in aliases):
+        raise bad(f"tensor {gguf}: an alias must have {{N}} where the name has it")
     parsed = []
     for op in ops:
         if not isinstance(op, dict) or len(op) != 1:
@@ -392,7 +475,8 @@ def _tensor_rule(gguf, value, required, group, bad) -> TensorRule:
         if not OPS[op_name].check(arg):
             raise bad(f"tensor {gguf}: op {op_name} takes {OPS[op_name].takes}, got {arg!r}")
         parsed.append((op_name, arg))
-    return TensorRule(gguf, hf, tuple(parsed), required, group, _template_re(gguf), _template_re(hf) if hf else None)
+    return TensorRule(gguf, hf, tuple(parsed), required, group, _template_re(gguf), _template_re(hf) if hf else None,
+                      refuse=refuse, aliases=tuple(aliases), alias_res=tuple(_template_re(a) for a in aliases))
 
 
 def _template_re(template: str) -> re.Pattern:

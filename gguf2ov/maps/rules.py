@@ -57,6 +57,83 @@ def _unpermute_qk(x, args, config, reverse=False):
     return x.reshape(*halves, *x.shape[1:]).swapaxes(1, 2).reshape(x.shape)
 
 
+def _untile_heads(x, args, config, reverse=False):
+    # llama.cpp's _LinearAttentionVReorderBase._reorder_v_heads: where fewer key than value heads
+    # share a recurrent layer, its converter stores the value heads tiled ([heads / groups, groups,
+    # size], value head j at j % groups * r + j // groups) so that ggml can repeat the key heads by
+    # tiling; transformers' order is grouped ([groups, heads / groups, size]: value head j reads key
+    # head j // r). Along `axis` (rows 0 or columns 1), after the first `after` entries.
+    groups, heads, size, after = (_arg_value(args, key, config) for key in ("groups", "heads", "size", "after"))
+    axis = args.get("axis", 0)
+    if not (groups > 0 and heads > 0 and size > 0 and heads % groups == 0 and 0 <= after
+            and x.ndim > axis and x.shape[axis] == after + heads * size):
+        raise Gguf2ovError(f"untile_heads: axis {axis} of {list(x.shape)} does not hold {after} entries and then "
+                           f"{heads} heads of {size} in {groups} groups")
+    index = _untile_index(groups, heads, size, after, reverse)
+    return np.take(np.asarray(x), index, axis=axis)
+
+
+def _untile_index(groups: int, heads: int, size: int, after: int, reverse: bool = False) -> np.ndarray:
+    # reading, HF's grouped entry (g, j, e) takes the stored (j, g, e); writing, the other way round
+    ratio = heads // groups
+    order = (ratio, groups, size) if not reverse else (groups, ratio, size)
+    index = np.arange(heads * size).reshape(order).transpose(1, 0, 2).reshape(-1)
+    return np.concatenate([np.arange(after), after + index])
+
+
+def _untile_columns(args, config, width: int):
+    """The column order of untile_heads along columns (None along rows)."""
+    if args.get("axis", 0) != 1:
+        return None
+    groups, heads, size, after = (_arg_value(args, key, config) for key in ("groups", "heads", "size", "after"))
+    if not (groups > 0 and heads > 0 and size > 0 and heads % groups == 0 and width == after + heads * size):
+        raise Gguf2ovError(f"untile_heads: {width} columns do not hold {after} and then {heads} heads of {size} in "
+                           f"{groups} groups")
+    return _untile_index(groups, heads, size, after)
+
+
+def _log_negated(x, arg, config, reverse=False):
+    # llama.cpp stores a recurrent layer's A_log as ssm_a = -exp(A_log); computed in float64, rounded once
+    x = np.asarray(x, dtype=np.float64)
+    return (-np.exp(x) if reverse else np.log(-x)).astype(np.float32)
+
+
+def _unsqueeze(x, axis, config, reverse=False):
+    # llama.cpp squeezes a [C, 1, K] conv kernel to [C, K]
+    return np.squeeze(x, axis) if reverse else np.expand_dims(x, axis)
+
+
+def _unsqueeze_shape(shape, axis, reverse=False):
+    shape = list(shape)
+    return tuple(shape[:axis] + shape[axis + 1:]) if reverse else tuple(shape[:axis] + [1] + shape[axis:])
+
+
+def _to_rank(x, rank, config, reverse=False):
+    # ggml drops a tensor's trailing 1-sized dimensions where llama.cpp writes a file itself
+    # (llama-quantize writes a [1, H] tensor, ne {H, 1}, as ne {H}) and its loader takes either;
+    # its converter keeps them. Read: leading 1s (numpy order) up to `rank`; written: without them.
+    x = np.asarray(x)
+    return x.reshape(_to_rank_shape(x.shape, rank, reverse))
+
+
+def _to_rank_shape(shape, rank, reverse=False):
+    shape = tuple(shape)
+    if reverse:
+        while len(shape) > 1 and shape[0] == 1:
+            shape = shape[1:]
+        return shape
+    return (1,) * max(rank - len(shape), 0) + shape
+
+
+def _arg_value(args: dict, key: str, config: dict) -> int:
+    value = args.get(key, 0)
+    try:
+        value = eval_shape(value, config)
+    except (KeyError, BadShapeValue, ValueError, TypeError) as e:
+        raise Gguf2ovError(f"untile_heads: {key} = {value!r} cannot be computed from the config ({e})") from None
+    return value
+
+
 def _check_add(arg):
     return isinstance(arg, (int, float)) and not isinstance(arg, bool)
 
@@ -65,24 +142,79 @@ def _check_heads(arg):
     return isinstance(arg, dict) and set(arg) == {"heads"} and isinstance(arg["heads"], str)
 
 
+def _check_untile(arg):
+    return (isinstance(arg, dict) and {"groups", "heads", "size"} <= set(arg) <= {"groups", "heads", "size", "after", "axis"}
+            and arg.get("axis", 0) in (0, 1) and not isinstance(arg.get("axis", 0), bool)
+            and all(valid_shape_expr(arg[k]) for k in ("groups", "heads", "size", "after") if k in arg))
+
+
+def _check_true(arg):
+    return arg is True
+
+
+def _check_axis(arg):
+    return isinstance(arg, int) and not isinstance(arg, bool) and 0 <= arg <= 3
+
+
 @dataclass(frozen=True)
 class Op:
     apply: Callable[..., np.ndarray]  # (x, arg, config, reverse=False)
     check: Callable[[object], bool]   # whether a map's argument is valid
     takes: str                # the argument, in words, for messages
     examples: tuple = ()      # valid arguments (with a config where "n" is a head count of 4), for tests
-    rows_only: bool = False   # moves whole rows and changes no value: it applies to stored quantized rows too
+    # moves whole rows and changes no value: it applies to stored quantized rows too (a callable: for
+    # the arguments it says)
+    rows_only: bool | Callable[[object], bool] = False
+    exact: bool = True        # its reverse gives back the very float32 values (else to float32 rounding)
+    shape: Callable | None = None   # (shape, arg, reverse=False) -> the shape it makes (None: unchanged)
+    # (arg, config, width) -> the columns it takes, in order (x[:, order]), when it only moves whole columns
+    columns: Callable | None = None
+    domain: Callable | None = None  # maps any values into those the op reads (for tests)
 
 
 OPS = {
     "add": Op(_add, _check_add, "a number, e.g. add: -1.0", (-1.0, 0.5)),
     "unpermute_qk": Op(_unpermute_qk, _check_heads, "{heads: <config key>}", ({"heads": "n"},), rows_only=True),
+    "untile_heads": Op(_untile_heads, _check_untile,
+                       "{groups: <expr>, heads: <expr>, size: <expr>, after: <expr>, axis: 0 or 1}",
+                       ({"groups": 2, "heads": "n", "size": 4, "after": 16}, {"groups": 3, "heads": 6, "size": 1,
+                                                                              "axis": 1}),
+                       rows_only=lambda arg: arg.get("axis", 0) == 0, columns=_untile_columns),
+    "log_negated": Op(_log_negated, _check_true, "true", (True,), exact=False,
+                      domain=lambda x: -np.abs(x) - np.float32(0.125)),
+    "unsqueeze": Op(_unsqueeze, _check_axis, "an axis, 0 to 3", (1,), shape=_unsqueeze_shape),
+    "to_rank": Op(_to_rank, lambda arg: _check_axis(arg) and arg >= 1, "a rank, 1 to 3", (3,), shape=_to_rank_shape),
 }
 
 
 def moves_rows_only(ops) -> bool:
     """Whether every op only moves whole rows (so it can move a quantized tensor's stored rows)."""
-    return all(OPS[name].rows_only for name, _ in ops)
+    def rows_only(name, arg):
+        flag = OPS[name].rows_only
+        return flag(arg) if callable(flag) else flag
+
+    return all(rows_only(name, arg) for name, arg in ops)
+
+
+def columns_moved(ops, config, width: int) -> np.ndarray | None:
+    """When every op only moves whole columns (of a [rows, width] tensor): the order the stored columns
+    take, `hf = stored[:, order]`; else None. A stored grid then multiplies the inputs in that order."""
+    order = np.arange(width)
+    for name, arg in ops:
+        moved = OPS[name].columns(arg, config, width) if OPS[name].columns is not None else None
+        if moved is None:
+            return None
+        order = order[moved]
+    return order
+
+
+def shape_through(ops, shape, reverse=False) -> tuple:
+    """The shape a tensor of `shape` has after `ops` (reverse: before them)."""
+    shape = tuple(shape)
+    for name, arg in (reversed(ops) if reverse else ops):
+        if OPS[name].shape is not None:
+            shape = OPS[name].shape(shape, arg, reverse)
+    return shape
 
 
 def apply_ops(ops, x, config, reverse=False):

@@ -158,23 +158,68 @@ def properties(precision: str, device: str = "CPU") -> dict:
     return props
 
 
-def scheduler():
+# One request at a time: what DFlash's paged path admits ("DFlash CB/PA POC supports only one active request").
+LIVE_SEQUENCES = 1
+
+
+def target_layer_types(target_dir) -> list[str]:
+    """The layer types a target folder's config.json states (a VLM's text_config); [] when it states none."""
+    from ..hf.checkpoint import read_json_object
+
+    raw = read_json_object(Path(target_dir) / "config.json", required=False) or {}
+    config = raw if "num_hidden_layers" in raw else raw.get("text_config") or raw
+    types = config.get("layer_types") or []
+    return [str(t) for t in types] if isinstance(types, list) else []
+
+
+def describe_layer_types(types) -> str:
+    """" (6 linear_attention, 2 full_attention)": a target's kinds of layer, when it has several."""
+    from collections import Counter
+
+    if len(set(types)) < 2:
+        return ""
+    return " (" + ", ".join(f"{n} {kind}" for kind, n in Counter(types).items()) + ")"
+
+
+def linear_attention_layers(target_dir) -> int:
+    """How many layers of a target keep a linear-attention (Gated DeltaNet) state: what GenAI's
+    scheduler must make room for."""
+    return sum(t == "linear_attention" for t in target_layer_types(target_dir))
+
+
+def scheduler(linear_attention: bool = False, num_assistant_tokens: int | None = None):
+    """The SchedulerConfig every pipeline runs with: prefix caching off (DFlash with the paged-attention
+    backend rejects it, and so does GenAI's linear-attention verifier) and, with a draft of
+    `num_assistant_tokens` proposals per step, room for its verify pass:
+    - `max_num_batched_tokens` >= K + 1 (the block the target verifies);
+    - on a target with linear-attention states, `num_linear_attention_blocks` >= live sequences + 1 + K:
+      GenAI 2026.4.1 keeps one committed recurrent-state row per live sequence plus 1 + K borrowed scratch
+      rows in one pool, and its automatic size (K at construction + 2, K = 5 unless set) refuses a larger K
+      ("The borrowed speculative linear-attention window needs ..."). The pool is not set on other targets:
+      GenAI refuses it on a model without linear-attention inputs."""
     import openvino_genai as ov_genai
 
     s = ov_genai.SchedulerConfig()
-    s.enable_prefix_caching = False  # DFlash with the paged-attention backend rejects it
+    s.enable_prefix_caching = False
+    if num_assistant_tokens:
+        s.max_num_batched_tokens = max(s.max_num_batched_tokens, num_assistant_tokens + 1)
+        if linear_attention:
+            s.num_linear_attention_blocks = max(s.num_linear_attention_blocks,
+                                                LIVE_SEQUENCES + 1 + num_assistant_tokens)
     return s
 
 
-def make_pipeline(target_dir, device: str, props: dict, draft_dir=None):
-    """`LLMPipeline` or `VLMPipeline` (by the target folder), with the DFlash draft attached when given."""
+def make_pipeline(target_dir, device: str, props: dict, draft_dir=None, num_assistant_tokens: int | None = None):
+    """`LLMPipeline` or `VLMPipeline` (by the target folder), with the DFlash draft attached when given,
+    its scheduler sized for up to `num_assistant_tokens` proposals per step."""
     import openvino_genai as ov_genai
 
     target_dir = Path(target_dir)
     count("target compiles (GenAI pipelines)")
     cls = ov_genai.VLMPipeline if target_kind(target_dir) == "vlm" else ov_genai.LLMPipeline
     extra = {} if draft_dir is None else {"draft_model": ov_genai.draft_model(str(draft_dir), device, **props)}
-    return cls(str(target_dir), device, scheduler_config=scheduler(), **extra, **props)
+    s = scheduler(linear_attention_layers(target_dir) > 0, num_assistant_tokens if draft_dir is not None else None)
+    return cls(str(target_dir), device, scheduler_config=s, **extra, **props)
 
 
 def generation_config(pipe, max_new_tokens: int, num_assistant_tokens: int | None, apply_chat_template: bool = False):

@@ -25,8 +25,9 @@ from ..numerics import EXACT, describe_numerics, numerics, rounds_unlike_exact
 from ..progress import progress as progress_bar
 from ..progress import step
 from ..report import Table
-from ..runtime.genai import (PIPELINES, Generation, GenerationSettings, Prompt, as_prompts, generate,
-                             generation_config, make_pipeline, properties, target_kind)
+from ..runtime.genai import (PIPELINES, Generation, GenerationSettings, Prompt, as_prompts, describe_layer_types,
+                             generate, generation_config, make_pipeline, properties, target_kind,
+                             target_layer_types)
 from ..runtime.target import require_not_gguf_named, require_target_dir
 from ..work import count
 
@@ -67,6 +68,19 @@ class PromptAcceptance:
 
 
 @dataclass(frozen=True)
+class DraftLength:
+    """What k proposals per step cost and give on this device: the step's time (the draft's proposals and
+    the target's verify pass over k + 1 tokens) against one decode step of the target alone, measured
+    in the pipeline; the tokens a step emits, from the run's acceptance per position; and their ratio,
+    the speedup k would give."""
+
+    k: int
+    step_cost: float        # a step with k proposals / a decode step
+    tokens_per_step: float  # 1 + the acceptance per position summed up to k
+    speedup: float          # tokens_per_step / step_cost
+
+
+@dataclass(frozen=True)
 class AcceptResult:
     target_dir: str
     draft_dir: str
@@ -86,12 +100,19 @@ class AcceptResult:
     # the device and arithmetic the figures were measured under (numerics.numerics): reports from two
     # machines compare when these agree
     numerics: dict = field(default_factory=dict)
+    target_layers: str = ""  # the target's kinds of layer, when it has several
+    draft_lengths: tuple[DraftLength, ...] = ()  # k = 1..K as measured on this device
+    best_num_assistant_tokens: int | None = None  # the k of the best estimated speedup
     # The overall figures again at the top level of the JSON, under their usual names.
     FLAT = ("identical", "identical_exact", "accepted_tokens", "draft_candidates", "target_steps", "acceptance_rate",
             "mean_acceptance_length", "tok_s_target", "tok_s_draft", "speedup")
 
     def json_flat(self) -> dict:
         return {name: getattr(self.overall, name) for name in self.FLAT}
+
+    @property
+    def best(self) -> DraftLength | None:
+        return next((d for d in self.draft_lengths if d.k == self.best_num_assistant_tokens), None)
 
     def tables(self) -> list[Table]:
         headers = ["prompt", "identical", "generated", "accepted", "drafted", "target steps",
@@ -114,6 +135,14 @@ class AcceptResult:
             tables.append(Table("Acceptance per draft position", ["position", "accepted when proposed"],
                                 [[i + 1, p if p == p else "never proposed"]  # nan: no step proposed that many
                                  for i, p in enumerate(self.per_position_acceptance)]))
+        if self.draft_lengths:
+            tables.append(Table(
+                "Proposals per step on this device", ["K", "step / decode step", "tokens per step", "speedup (est.)"],
+                [[("*" if d.k == self.best_num_assistant_tokens else "") + str(d.k), d.step_cost, d.tokens_per_step,
+                  d.speedup] for d in self.draft_lengths],
+                note=f"a step's time with K proposals (draft and verify) over a decode step of the target alone, both "
+                     f"measured in the pipeline (median of {PROBE_ROUNDS} {PROBE_TOKENS}-token probes at each K); tokens per step from the "
+                     f"acceptance per position at K={self.num_assistant_tokens}; * the best"))
         return tables
 
     def summary(self) -> list[str]:
@@ -132,7 +161,15 @@ class AcceptResult:
         for kind, total in self.by_kind.items():
             lines.append(f"{kind} prompts: accepted {total.accepted_tokens} of {total.generated_tokens} "
                          f"({total.accepted_share:.1%}), text {'identical' if total.identical else 'DIFFERENT'}")
-        lines.append(f"pipeline: {self.pipeline} on {self.device}"
+        if (best := self.best) is not None:
+            # K itself has no estimate when its last positions were never proposed (short generations)
+            at = next((d for d in self.draft_lengths if d.k == self.num_assistant_tokens), None)
+            lines.append(f"proposals per step that pay best on this device: K={best.k} (estimated {best.speedup:.2f}x: "
+                         f"{best.tokens_per_step:.2f} tokens per step for {best.step_cost:.2f} decode steps; at "
+                         + (f"K={at.k}: {at.speedup:.2f}x estimated, " if at else
+                            f"K={self.num_assistant_tokens}: no estimate, its last positions never proposed; ")
+                         + f"{o.speedup:.2f}x measured)")
+        lines.append(f"pipeline: {self.pipeline} on {self.device}, target {self.target_dir}{self.target_layers}"
                      + (f" ({describe_numerics(self.numerics)})" if self.numerics else ""))
         return lines
 
@@ -162,12 +199,16 @@ def require_dirs(target_dir: Path, draft_dir: Path) -> None:
 def per_position_acceptance(runs: list[Generation], k: int) -> tuple[float, ...]:
     """P(the i-th proposal is accepted | it was proposed), from the per-step counts.
 
-    Each verify step after the prefill emits accepted + 1 tokens for the draft call before it; when
-    the counts do not line up that way (another GenAI version), nothing is derived.
+    Each verify step after the prefill emits accepted + 1 tokens for the draft call before it; a last
+    step with one token left to generate runs without a draft call and emits that token (GenAI
+    2026.4.1, measured). When the counts do not line up that way (another GenAI version), nothing is
+    derived.
     """
     accepted_at, proposed_at = [0] * k, [0] * k
     for run in runs:
-        steps, calls = run.emitted_per_step[1:], run.drafted_per_call
+        steps, calls = list(run.emitted_per_step[1:]), run.drafted_per_call
+        while len(steps) > len(calls) and steps[-1] == 1:  # undrafted last steps: one token each
+            steps.pop()
         if len(steps) != len(calls) or sum(e - 1 for e in steps) != run.accepted:
             return ()
         for emitted, drafted in zip(steps, calls):
@@ -175,6 +216,37 @@ def per_position_acceptance(runs: list[Generation], k: int) -> tuple[float, ...]
                 proposed_at[i] += 1
                 accepted_at[i] += i < emitted - 1
     return tuple(a / p if p else float("nan") for a, p in zip(accepted_at, proposed_at))
+
+
+# New tokens of the short generation that measures a step's cost at each number of proposals, and the
+# numbers of proposals measured (those up to the run's own, which is measured too).
+PROBE_TOKENS = 32
+PROBE_ROUNDS = 3
+PROBED = (1, 2, 3, 4, 5, 7, 10, 15)
+
+
+def probed_lengths(k: int) -> tuple[int, ...]:
+    return tuple(sorted({n for n in PROBED if n <= k} | {k}))
+
+
+def draft_lengths(positions: tuple[float, ...], step_seconds: dict[int, float],
+                  decode_seconds: float) -> tuple[DraftLength, ...]:
+    """For each k measured: its step's cost against a decode step, the tokens a step emits with k
+    proposals (1 + P(proposal i accepted) summed over i <= k: a block's proposals are accepted as a
+    prefix), and their ratio. Empty when the counts or the times are not there."""
+    import math
+
+    if not positions or not decode_seconds > 0:
+        return ()
+    out = []
+    for k, seconds in sorted(step_seconds.items()):
+        accepted = positions[:k]
+        if len(accepted) < k or not all(math.isfinite(a) for a in accepted) or not seconds > 0:
+            continue
+        tokens = 1 + sum(accepted)
+        cost = seconds / decode_seconds
+        out.append(DraftLength(k, cost, tokens, tokens / cost))
+    return tuple(out)
 
 
 # An attached draft whose proposals the target takes less often than this is not working.
@@ -208,13 +280,16 @@ def judge(overall: PromptAcceptance, precision: str) -> tuple[str, list[str]]:
 
 
 def _pipeline_runs(target_dir, draft_dir, settings: GenerationSettings, props: dict, prompts, warm_up: bool = True,
-                   show: bool = False, failed: str = "", hint: str | None = None) -> list[list[Generation]]:
+                   show: bool = False, failed: str = "", hint: str | None = None,
+                   probes: tuple[int, ...] = ()) -> tuple[list[list[Generation]], dict[int, float]]:
     """Per prompt, its `settings.repeats` greedy generations in one GenAI pipeline (the target alone
-    when `draft_dir` is None), the pipeline dropped before returning. GenAI's errors become one
-    Gguf2ovError: `failed` says what was being run, `hint` what to check."""
+    when `draft_dir` is None), the pipeline dropped before returning; and, for each k of `probes`, the
+    time a step takes in a short generation of the first prompt with k proposals per step in the same
+    pipeline (k = 0: a decoded token of the target alone). GenAI's errors become one Gguf2ovError:
+    `failed` says what was being run, `hint` what to check."""
     s = settings
     try:
-        pipe = make_pipeline(target_dir, s.device, props, draft_dir)
+        pipe = make_pipeline(target_dir, s.device, props, draft_dir, s.num_assistant_tokens)
         speculative = draft_dir is not None
         cfg = generation_config(pipe, s.max_new_tokens, s.num_assistant_tokens if speculative else None,
                                 s.apply_chat_template)
@@ -225,12 +300,40 @@ def _pipeline_runs(target_dir, draft_dir, settings: GenerationSettings, props: d
         for _ in range(s.repeats):
             for i, p in enumerate(progress_bar(prompts, desc=label, enabled=show, unit="prompt")):
                 runs[i].append(generate(pipe, p, cfg, speculative))
+        times: dict[int, list[float]] = {k: [] for k in probes}
+        for _ in range(PROBE_ROUNDS if probes else 0):  # rounds over every k: a busy core slows all of them alike
+            for k in probes:
+                probe = generation_config(pipe, PROBE_TOKENS, k or None, s.apply_chat_template)
+                r = generate(pipe, prompts[0], probe, k > 0)
+                times[k].append(r.seconds / max(r.steps if k else r.generated, 1))
+        probed = {k: statistics.median(v) for k, v in times.items()}
         del pipe
-        return runs
+        return runs, probed
     except Gguf2ovError:
         raise
     except Exception as e:  # GenAI reports everything as RuntimeError with a C++ message
-        raise Gguf2ovError(f"OpenVINO GenAI failed {failed}: {library_message(e)}", hint=hint) from e
+        reason = library_message(e, limit=600)
+        raise Gguf2ovError(f"OpenVINO GenAI failed {failed}: {reason}", hint=genai_hint(reason) or hint) from e
+
+
+# What GenAI's own words point at, for the hint under its reason (none: no guess is made).
+_GENAI_HINTS = (
+    (("hidden-state RT info", "Eagle3 fallback"),
+     "the target IR must carry hidden_states_decoder_layers that GenAI can use: gguf2ov verify --target shows "
+     "target-locators; a target built by gguf2ov target has them"),
+    (("unmanaged state op",),
+     "OpenVINO's paged conversion left state ops in the target (a Gated DeltaNet or conv subgraph its fusions do "
+     "not match): gguf2ov verify --target shows target-paged"),
+    (("linear-attention window", "num_linear_attention_blocks"),
+     "GenAI's linear-attention state pool is too small for this many proposals: lower --num-assistant-tokens"),
+    (("token-embedding Gather",),
+     "GenAI found no embedding Gather to attach the draft to (GenAI's own GGUF reader makes such a target): build "
+     "the target with gguf2ov target"),
+)
+
+
+def genai_hint(reason: str) -> str | None:
+    return next((hint for phrases, hint in _GENAI_HINTS if any(p in reason for p in phrases)), None)
 
 
 @dataclass(frozen=True)
@@ -242,6 +345,7 @@ class Baseline:
     prompts: tuple[Prompt, ...]
     settings: GenerationSettings  # as the target alone ran (`alone()`: no proposals)
     runs: tuple                   # per prompt, its timed Generations
+    token_seconds: float = float("nan")  # a decoded token, in the probe every draft length is measured against
 
 
 def _prompts(prompts) -> tuple[Prompt, ...]:
@@ -262,10 +366,11 @@ def target_alone(target_dir, prompts, settings: GenerationSettings = GenerationS
                            hint="pass a folder exported with optimum-intel's image-text-to-text task")
     step(f"target alone ({PIPELINES[kind]}): {len(prompts)} prompt(s) x {settings.repeats}", progress)
     count("target-alone baselines (GenAI)")
-    runs = _pipeline_runs(target_dir, None, settings, properties(settings.precision, settings.device), prompts,
-                          show=progress, failed=f"on target {target_dir}",
-                          hint="check that the target folder runs on its own (gguf2ov verify --target)")
-    return Baseline(target_dir, prompts, settings, tuple(tuple(r) for r in runs))
+    runs, probed = _pipeline_runs(target_dir, None, settings, properties(settings.precision, settings.device), prompts,
+                                  show=progress, failed=f"on target {target_dir}",
+                                  hint="check that the target folder runs on its own (gguf2ov verify --target)",
+                                  probes=(0,))
+    return Baseline(target_dir, prompts, settings, tuple(tuple(r) for r in runs), probed[0])
 
 
 def run_acceptance(target_dir, draft_dir, prompts, settings: GenerationSettings = GenerationSettings(),
@@ -285,10 +390,9 @@ def run_acceptance(target_dir, draft_dir, prompts, settings: GenerationSettings 
     base = [list(r) for r in baseline.runs]
 
     step(f"target + draft (K={gen.num_assistant_tokens}): {len(prompts)} prompt(s) x {gen.repeats}", progress)
-    spec = _pipeline_runs(target_dir, draft_dir, gen, props, prompts, show=progress,
-                          failed=f"on target {target_dir} with draft {draft_dir}",
-                          hint="check that the draft was exported for this target (gguf2ov verify) and that the "
-                               "target IR carries hidden_states_decoder_layers")
+    spec, probed = _pipeline_runs(target_dir, draft_dir, gen, props, prompts, show=progress,
+                                  failed=f"on target {target_dir} with draft {draft_dir}",
+                                  probes=probed_lengths(gen.num_assistant_tokens))
 
     per_prompt = []
     for p, b_runs, s_runs in zip(prompts, base, spec):
@@ -325,13 +429,21 @@ def run_acceptance(target_dir, draft_dir, prompts, settings: GenerationSettings 
     # Image prompts count for identical text; acceptance is judged on the text prompts when there are any.
     judged = dataclasses.replace(by_kind["text"], identical=overall.identical,
                                  identical_exact=overall.identical_exact) if by_kind else overall
+    positions = per_position_acceptance([runs[-1] for runs in spec], gen.num_assistant_tokens)
+    lengths = draft_lengths(positions, probed, baseline.token_seconds)
+    best = max(lengths, key=lambda d: d.speedup).k if lengths else None
     verdict, reasons = judge(judged, gen.precision)
     if verdict == "BROKEN" and explain is not None:
         reasons += explain()
+    if verdict == "SLOW" and best is not None and best != gen.num_assistant_tokens and \
+            next(d for d in lengths if d.k == best).speedup > 1.0:
+        d = next(d for d in lengths if d.k == best)
+        reasons.append(f"with {best} proposals per step instead of {gen.num_assistant_tokens} the draft would pay on "
+                       f"this device (estimated {d.speedup:.2f}x): pass --num-assistant-tokens {best}")
     return AcceptResult(
         verdict=verdict,
         reasons=tuple(reasons),
-        per_position_acceptance=per_position_acceptance([runs[-1] for runs in spec], gen.num_assistant_tokens),
+        per_position_acceptance=positions,
         target_dir=str(target_dir),
         draft_dir=str(draft_dir),
         device=gen.device,
@@ -345,6 +457,9 @@ def run_acceptance(target_dir, draft_dir, prompts, settings: GenerationSettings 
         pipeline=PIPELINES[kind],
         by_kind=by_kind,
         numerics=in_force,
+        target_layers=describe_layer_types(target_layer_types(target_dir)),
+        draft_lengths=lengths,
+        best_num_assistant_tokens=best,
     )
 
 
@@ -368,7 +483,7 @@ def _recheck_exactly(per_prompt, prompts, target_dir, draft_dir, settings: Gener
     once = dataclasses.replace(settings, repeats=1)
     texts = [[runs[0].text for runs in _pipeline_runs(
         target_dir, draft, once, exact, subset, warm_up=False,
-        failed=f"rechecking {draft_dir} on {target_dir} {EXACT_RECHECK}")] for draft in (None, draft_dir)]
+        failed=f"rechecking {draft_dir} on {target_dir} {EXACT_RECHECK}")[0]] for draft in (None, draft_dir)]
     out = list(per_prompt)
     for i, alone, drafted in zip(differing, *texts):
         out[i] = dataclasses.replace(out[i], identical_exact=alone == drafted)

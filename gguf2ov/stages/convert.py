@@ -8,9 +8,9 @@ from gguf import GGMLQuantizationType
 
 from ..checks.taps import OffsetDecision
 from ..errors import Gguf2ovError
-from ..hf.write import DEFAULT_MAX_SHARD_SIZE, DTYPES, TensorSpec, write_checkpoint
+from ..hf.write import DEFAULT_MAX_SHARD_SIZE, DTYPES, TensorSpec, checkpoint_bytes, write_checkpoint
 from ..maps.rules import config_get, plain_value
-from ..outputs import require_output_dir
+from ..outputs import require_output_dir, require_space
 from ..progress import step
 from ..report import Table, human_bytes
 
@@ -72,6 +72,12 @@ class ConvertResult:
                 f"computes NaN" for name, count in self.nonfinite.items()]
 
 
+def checkpoint_specs(mapped, dtype: str) -> list[TensorSpec]:
+    """The tensors `convert` writes for a GGUF read through its map, at `dtype` (integer tensors as they are)."""
+    return [TensorSpec(e.hf_name, e.shape, _INTEGER_TYPES.get(e.qtype, DTYPES[dtype][0]),
+                       source=f"{e.gguf_name}, {e.qtype.name}") for e in mapped.plan if e.hf_name is not None]
+
+
 def convert(source, out_dir, dtype: str = "bf16", overwrite: bool = False, progress: bool = True,
             max_shard_size: int = DEFAULT_MAX_SHARD_SIZE, allow_nonfinite: bool = False, offset_decision=None,
             before_commit=None) -> ConvertResult:
@@ -94,8 +100,9 @@ def convert(source, out_dir, dtype: str = "bf16", overwrite: bool = False, progr
     dropped = [e.gguf_name for e in plan if e.hf_name is None]
     warnings = [f"not written (the HF model has no such tensor): {', '.join(dropped)}"] if dropped else []
     written = [e for e in plan if e.hf_name is not None]
-    specs = [TensorSpec(e.hf_name, e.shape, _INTEGER_TYPES.get(e.qtype, DTYPES[dtype][0]),
-                        source=f"{e.gguf_name}, {e.qtype.name}") for e in written]
+    specs = checkpoint_specs(mapped, dtype)
+    require_space(out_dir, checkpoint_bytes(specs, max_shard_size), f"the {dtype} checkpoint",
+                  hint="write to another folder (-o), or convert with a smaller --dtype (bf16 or f16: half of f32)")
     step(f"{gguf.path.name}: {amap.arch}, {len(written)} tensors -> {out_dir}", enabled=progress)
     hf_key, gguf_key = flagged or (None, None)
     done = []

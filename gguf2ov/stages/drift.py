@@ -268,6 +268,17 @@ def plot_drift(variants: list[VariantDrift], path) -> str | None:
     return str(path)
 
 
+# drift.json, drift.md and the plot
+REPORT_BYTES = 200_000
+
+
+def drift_bytes(draft, variants) -> int:
+    """The bytes `drift` writes: every variant's folder and the reports."""
+    from ..draft.graph import draft_ir_bytes
+
+    return sum(draft_ir_bytes(draft, v) for v in variants) + REPORT_BYTES
+
+
 def drift(draft, out_dir, variants=None, target=None, prompts=None, verify=None, accept=None,
           overwrite: bool = False, progress: bool = True) -> DriftResult:
     """Build every variant of `draft` (a draft.source.DraftSource, opened once: every variant streams
@@ -282,7 +293,7 @@ def drift(draft, out_dir, variants=None, target=None, prompts=None, verify=None,
     from ..draft.graph import write_draft_ir
     from ..ir.variants import DEFAULT_DRIFT_VARIANTS, parse_variant
     from ..ir.weights import ir_size
-    from ..outputs import atomic_dir
+    from ..outputs import atomic_dir, require_space
     from ..progress import step
     from ..provenance import provenance
     from ..report import write_reports
@@ -295,6 +306,8 @@ def drift(draft, out_dir, variants=None, target=None, prompts=None, verify=None,
             raise Gguf2ovError("the gguf variant needs a GGUF source, not a checkpoint folder")
         parsed = [v for v in parsed if not v.format.needs_gguf]
     parsed = [parse_variant("fp32")] + [v for v in parsed if v.name != "fp32"]  # the baseline comes first
+    require_space(out_dir, drift_bytes(draft, parsed), f"{len(parsed)} draft variants",
+                  hint="write to another folder (-o), or build fewer variants (--variants)")
     if target is not None:
         target.require_attach_points()  # before minutes of export, not after
 

@@ -22,9 +22,9 @@ from pathlib import Path
 
 from ..checks.taps import OffsetDecision
 from ..draft.config import SELECTOR_LEFT_OUT, SELECTOR_PREFIX
-from ..draft.graph import write_draft_ir
+from ..draft.graph import draft_ir_bytes, write_draft_ir
 from ..ir.variants import parse_variant, require_source_for
-from ..outputs import atomic_dir, relocated
+from ..outputs import atomic_dir, relocated, require_space
 from ..progress import step
 from ..report import Table, human_bytes
 
@@ -104,6 +104,7 @@ def export_draft(draft, out_dir, variant=None, validate=None, overwrite: bool = 
     """
     out_dir, variant = Path(out_dir), variant or parse_variant("fp32")
     require_source_for(variant, draft.kind)
+    require_space(out_dir, draft_ir_bytes(draft, variant), f"the {variant.name} draft")
     start = time.perf_counter()
     with atomic_dir(out_dir, overwrite=overwrite, inputs=(draft.path,)) as tmp:
         info, forms = write_draft_ir(draft, tmp, variant, progress, observe)

@@ -77,6 +77,7 @@ def inspect(gguf_path, map_path=None) -> InspectResult:
         problems = [e.message]
     else:
         map_name = amap.path
+        config = None
         try:
             config = amap.hf_config(gguf, allow_ambiguous=True)
             problems = amap.problems(gguf, config)
@@ -85,7 +86,7 @@ def inspect(gguf_path, map_path=None) -> InspectResult:
             problems = [e.message]
         fits = not problems
         for name in gguf.tensors:
-            found = amap.match(name)
+            found = amap.match(name, config)  # with a config: the rule of the tensor's layer type
             if len(found) == 1:
                 rule, n = found[0]
                 hf_names[name] = rule.hf_name(n)

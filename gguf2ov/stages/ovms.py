@@ -11,7 +11,18 @@ recognises a DFlash draft by its rt_info (`dflash_mode`, `dflash/mask_token_id`,
     OUT/gguf2ov.json         provenance
     OUT/NAME/graph.pbtxt
     OUT/NAME/...             the target's files (IR, tokenizer, detokenizer, configs)
+    OUT/NAME/generation_config.json  the target's, with num_assistant_tokens set (below)
     OUT/NAME/DRAFT/...       the draft's files; draft_models_path "./DRAFT" is relative to the graph
+
+The proposals per step: `LLMCalculatorOptions` has no field for them, nor for GenAI's
+linear-attention state pool (`num_linear_attention_blocks`), which a hybrid (Gated DeltaNet) target
+needs room in for 1 + K scratch rows beside each live sequence's. GenAI sizes that pool, when it is
+not set, from the K of the GenerationConfig it loads with the pipeline: the model folder's
+generation_config.json, K = 5 when it states none, the pool K + 2 (measured with GenAI 2026.4.1: a
+hybrid target loaded with K = 9 in that file serves requests with 9 proposals, one loaded without it
+refuses them: "The borrowed speculative linear-attention window needs ..."). So the repository's
+generation_config.json states the K asked for (`--num-assistant-tokens`): requests get it by default,
+and a request asking for more proposals on a hybrid target is refused by GenAI with its own message.
 
 Weights are hard-linked where the file system allows it, everything else is copied. Field names,
 numbers and defaults come from OVMS's `src/llm/llm_calculator.proto`; OVMS itself was not run.
@@ -28,7 +39,7 @@ from pathlib import Path
 from ..errors import Gguf2ovError, library_message
 from ..hf.checkpoint import read_json_object
 from ..names import CONFIG_FILE, IR_XML, PROVENANCE_FILE
-from ..outputs import atomic_dir, atomic_write_text, require_output_dir
+from ..outputs import atomic_dir, atomic_write_text, free_bytes, require_output_dir, require_space, writing
 from ..progress import step
 from ..report import Table, human_bytes
 
@@ -66,6 +77,8 @@ class OvmsResult:
     files: list[ServedFile]
     skipped: list[str]                # target files not carried over (a graph.pbtxt of its own)
     warnings: list[str]
+    num_assistant_tokens: int = 5
+    linear_attention_layers: int = 0   # a hybrid target's: its state pool admits at most num_assistant_tokens
     ovms_version: str = OVMS_VERSION
     seconds: float = 0.0
 
@@ -87,19 +100,29 @@ class OvmsResult:
                  f"{copied} copied; layout and fields of OVMS {self.ovms_version} (OVMS itself was not run here)",
                  f"serve: ovms --rest_port 8000 --config_path {Path(self.out_dir) / CONFIG_FILE}",
                  "GenAI's DFlash serves one request at a time, greedy only (temperature 0), without "
-                 "assistant_confidence_threshold"]
+                 "assistant_confidence_threshold",
+                 f"proposals per step: {self.num_assistant_tokens} (in {self.name}/{GENERATION_CONFIG}, the "
+                 "requests' default)"
+                 + (f"; the target has {self.linear_attention_layers} linear-attention layers, whose state pool "
+                    f"GenAI sizes for {self.num_assistant_tokens} at load: a request asking for more is refused"
+                    if self.linear_attention_layers else "")]
         lines += [f"not carried over from the target: {name} (this {GRAPH_FILE} replaces it)" for name in self.skipped]
         return lines + [f"warning: {w}" for w in self.warnings]
 
 
 def ovms_repository(target_dir, draft_dir, out_dir, name: str | None = None, device: str = "CPU",
-                    overwrite: bool = False, progress: bool = True) -> OvmsResult:
-    """Write OUT (atomically) as a model repository OVMS serves: the target with the DFlash draft attached."""
+                    num_assistant_tokens: int = 7, overwrite: bool = False, progress: bool = True) -> OvmsResult:
+    """Write OUT (atomically) as a model repository OVMS serves: the target with the DFlash draft attached,
+    `num_assistant_tokens` proposals per step (the most a hybrid target's state pool then admits)."""
+    from ..runtime.genai import linear_attention_layers
+
     start = time.perf_counter()
     target_dir, draft_dir, out_dir = Path(target_dir), Path(draft_dir), Path(out_dir)
     name = name or _safe_segment(target_dir.resolve().name)
     require_name(name)
     require_device(device)
+    if num_assistant_tokens < 1:
+        raise Gguf2ovError(f"--num-assistant-tokens must be at least 1, not {num_assistant_tokens}")
     require_serving_target(target_dir)
     subdir = draft_subdir(draft_dir, target_dir)
     require_output_dir(out_dir, overwrite, inputs=(target_dir, draft_dir))
@@ -108,10 +131,15 @@ def ovms_repository(target_dir, draft_dir, out_dir, name: str | None = None, dev
     warnings = sampling_warnings(target_dir)
     draft_models_path = f"./{subdir}"
     options = calculator_options(draft_models_path, device)
+    require_space(out_dir, placed_bytes(target_dir, out_dir) + placed_bytes(draft_dir, out_dir) + 64_000,
+                  "the model repository (its weights hard-linked where the file system allows it)",
+                  hint="write the repository on the file system of the target and the draft, where their weights "
+                       "are hard-linked, or free some space")
     with atomic_dir(out_dir, overwrite=overwrite, inputs=(target_dir, draft_dir)) as tmp:
         model = tmp / name
         step(f"target {target_dir} -> {out_dir / name}", progress)
-        files = place_tree(target_dir, model, tmp, skip={GRAPH_FILE})
+        files = place_tree(target_dir, model, tmp, skip={GRAPH_FILE, GENERATION_CONFIG})
+        files.append(_write(tmp, f"{name}/{GENERATION_CONFIG}", generation_config(target_dir, num_assistant_tokens)))
         step(f"draft {draft_dir} -> {out_dir / name / subdir}", progress)
         files += place_tree(draft_dir, model / subdir, tmp)
         files += [_write(tmp, f"{name}/{GRAPH_FILE}", graph_pbtxt(options)),
@@ -122,6 +150,7 @@ def ovms_repository(target_dir, draft_dir, out_dir, name: str | None = None, dev
         out_dir=str(out_dir), name=name, target_dir=str(target_dir), draft_dir=str(draft_dir),
         draft_models_path=draft_models_path, device=device, options=options, draft_rt_info=rt_info,
         files=files, skipped=[GRAPH_FILE] if (target_dir / GRAPH_FILE).exists() else [], warnings=warnings,
+        num_assistant_tokens=num_assistant_tokens, linear_attention_layers=linear_attention_layers(target_dir),
         seconds=time.perf_counter() - start)
 
 
@@ -140,6 +169,13 @@ def calculator_options(draft_models_path: str, device: str) -> dict:
         "draft_models_path": draft_models_path,  # OVMS resolves a relative path against the graph's folder
         "draft_device": device,
     }
+
+
+def generation_config(target_dir: Path, num_assistant_tokens: int) -> str:
+    """The target's generation_config.json with `num_assistant_tokens`: what GenAI loads the pipeline
+    with, and so what it sizes a hybrid target's linear-attention state pool for (K + 2 rows)."""
+    config = read_json_object(target_dir / GENERATION_CONFIG, required=False) or {}
+    return json.dumps({**config, "num_assistant_tokens": num_assistant_tokens}, indent=2) + "\n"
 
 
 def graph_pbtxt(options: dict) -> str:
@@ -212,6 +248,13 @@ def place_tree(src: Path, dst: Path, root: Path, skip=frozenset()) -> list[Serve
     return placed
 
 
+def placed_bytes(src: Path, out_dir: Path) -> int:
+    """The bytes `place_tree` writes for `src` into `out_dir`: every file but the weights a hard link
+    shares (on the same file system)."""
+    same = os.stat(free_bytes(out_dir)[1]).st_dev == os.stat(src).st_dev
+    return sum(p.stat().st_size for p in src.rglob("*") if p.is_file() and not (same and p.suffix == ".bin"))
+
+
 def _place(path: Path, target: Path) -> str:
     if path.suffix == ".bin":
         try:
@@ -219,7 +262,8 @@ def _place(path: Path, target: Path) -> str:
             return "hard link"
         except OSError:  # another file system, or one without hard links
             pass
-    shutil.copy2(path, target)
+    with writing(target):
+        shutil.copy2(path, target)
     return "copy"
 
 

@@ -7,20 +7,22 @@ locators DFlash needs, weight by weight (target_graph.py), and writes a folder G
 LLMPipeline loads as a target: the IR, config.json, generation_config.json, the OpenVINO tokenizer
 and detokenizer, and gguf2ov.json. Before the folder is put in place, the written IR is checked as `verify --target`
 checks any target (`target/checks.py`): interface, state variables, locators on live nodes of the
-hidden width, the embedding and lm_head GenAI attaches a draft to, and OpenVINO's paged conversion
-making of every layer what its kind must become.
+hidden width, the embedding and lm_head GenAI attaches a draft to, OpenVINO's paged conversion
+making of every layer what its kind must become, and, where a kind expects it (a mixture of experts'
+GatherMatmul), what the CPU plugin compiles it into (`target/probe.py`).
 """
 
 import json
 import shutil
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..findings import Finding
 from ..errors import Gguf2ovError
 from ..names import CONFIG_FILE, DETOKENIZER_IR, IR_XML, PROVENANCE_FILE, TOKENIZER_IR
-from ..outputs import atomic_dir, atomic_write_text
+from ..outputs import atomic_dir, atomic_write_text, require_space, writing
 from ..progress import step
 from ..provenance import provenance
 from ..report import Table, human_bytes
@@ -44,6 +46,7 @@ class TargetExportResult:
     vocab_size: int
     tied_embeddings: bool
     sliding_layers: list[int]
+    layer_kinds: dict[str, int]  # layer type -> how many layers are of it
     inputs: list[list[str]]  # [name, partial shape, element type]
     outputs: list[list[str]]
     state_variables: int
@@ -55,6 +58,7 @@ class TargetExportResult:
     transcoded: int = 0
     grid: str | None = None  # "folded" | "compact", when weights carry the GGUF's grid
     nncf_backup: list[str] = field(default_factory=list)
+    nncf_backup_why: dict[str, str] = field(default_factory=dict)  # weight -> why NNCF keeps it in int8
     seconds: float = 0.0
 
     def tables(self) -> list[Table]:
@@ -73,12 +77,14 @@ class TargetExportResult:
                  f"in {self.seconds:.1f} s",
                  f"target: {self.num_layers} layers, hidden {self.hidden_size}, vocab {self.vocab_size}, "
                  f"{'tied' if self.tied_embeddings else 'untied'} lm_head, tokenizer from {self.tokenizer}"]
+        if len(self.layer_kinds) > 1:
+            lines.append("layers: " + ", ".join(f"{n} {kind}" for kind, n in self.layer_kinds.items()))
         if self.sliding_layers:
             lines.append(f"sliding-window layers: {self.sliding_layers}")
         if self.transcoded:
             lines.append(f"{self.transcoded} weights carry the GGUF's own grid ({self.grid})")
         if self.nncf_backup:
-            lines.append(f"kept in NNCF's backup int8: {', '.join(self.nncf_backup)}")
+            lines.append(f"kept in NNCF's backup int8: {_backup_text(self.nncf_backup, self.nncf_backup_why)}")
         passed = sum(c.status == "pass" for c in self.checks)
         lines.append(f"target checks: {passed}/{len(self.checks)} pass")
         return lines
@@ -87,21 +93,24 @@ class TargetExportResult:
 # --- the stage ------------------------------------------------------------------------------------
 
 
-def export_target(target, out_dir, variant, tokenizer_from, compact_grid: bool = False, overwrite: bool = False,
-                  progress: bool = True, sources: dict | None = None) -> TargetExportResult:
-    """Build the OpenVINO target of `target` (a target.source.TargetSource: a GGUF through its map, or
-    a checkpoint folder) in `out_dir`, its weights as `variant` (an ir.variants.Variant).
+def export_target(forms, out_dir, tokenizer_from, overwrite: bool = False, progress: bool = True,
+                  sources: dict | None = None) -> TargetExportResult:
+    """Build the OpenVINO target `forms` describe (target.graph.target_forms: its source, a GGUF through
+    its map or a checkpoint folder, and the form of its weights: the variant, `gguf` weights folded or
+    in the file's own factorisation) in `out_dir`.
 
-    `tokenizer_from`: "gguf" (the file's vocabulary) or a folder (`tokenizer_source`). `compact_grid`:
-    `gguf` weights in the file's own factorisation (IR 1.00x the GGUF's tensor bytes) instead of
-    folded (~1.38x), which the CPU plugin runs in ~2/3 of the memory (gguf/transcode.py). `sources`:
+    `tokenizer_from`: "gguf" (the file's vocabulary) or a folder (`tokenizer_source`). `sources`:
     further inputs provenance records (a --tokenizer folder).
     """
-    from ..target.graph import target_forms
+    from ..target.probe import compiled_check
 
+    target, variant = forms.source, forms.variant
     if tokenizer_from == "gguf":
         _require_vocabulary(target)
-    forms = target_forms(target, variant, compact_grid)  # NNCF's plan, refused here if NNCF would refuse it
+    require_space(out_dir, target_folder_bytes(forms, tokenizer_from), f"the {variant.name} target",
+                  hint="write to another folder (-o)" + (", or keep the file's own factorisation (--compact-grid: "
+                                                         "~0.74x the folded IR)" if forms.transcoded and
+                                                         forms.folded_grid else ""))
 
     start = time.perf_counter()
     with atomic_dir(out_dir, overwrite=overwrite) as tmp:
@@ -115,6 +124,8 @@ def export_target(target, out_dir, variant, tokenizer_from, compact_grid: bool =
 
         step("checking the written target", progress)
         checks, info = check_target_ir(tmp, target.config)
+        if (compiled := compiled_check(tmp, target, forms)) is not None:  # what the CPU plugin makes of it
+            checks.append(compiled)
         if failed := [c for c in checks if c.status == "fail"]:
             raise Gguf2ovError("the built target fails its checks: " + "; ".join(f"{c.name}: {c.reason}" for c in failed),
                                hint="nothing was written; rerun with --debug to inspect")
@@ -125,11 +136,57 @@ def export_target(target, out_dir, variant, tokenizer_from, compact_grid: bool =
         out_dir=str(out_dir), source=str(target.path), source_kind=target.kind, arch=target.arch,
         weight_format=variant.name, hidden_size=c.hidden_size, num_layers=c.num_layers, vocab_size=c.vocab_size,
         tied_embeddings=c.tie_word_embeddings,
-        sliding_layers=[i for i, t in enumerate(c.layer_types) if t == "sliding_attention"], inputs=info["inputs"],
+        sliding_layers=[i for i, t in enumerate(c.layer_types) if t == "sliding_attention"],
+        layer_kinds=dict(Counter(c.layer_types)), inputs=info["inputs"],
         outputs=info["outputs"], state_variables=info["state_variables"], locators=info["locators"],
         rt_info=info["rt_info"], tokenizer=str(tokenizer_from), files=files, checks=checks,
         transcoded=len(forms.transcoded), grid=options["grid"], nncf_backup=options["nncf_backup"],
+        nncf_backup_why={n: forms.plan[n].reason.removeprefix("backup: ") for n in options["nncf_backup"]},
         seconds=time.perf_counter() - start)
+
+
+# config.json, generation_config.json and gguf2ov.json
+SMALL_FILES_BYTES = 12_000
+
+
+def target_folder_bytes(forms, tokenizer_from) -> int:
+    """The bytes `export_target` writes (the IR, the tokenizers and the small files), within a few
+    percent (measured)."""
+    from ..target.graph import target_ir_bytes
+
+    return target_ir_bytes(forms) + tokenizer_bytes(tokenizer_from, forms.source) + SMALL_FILES_BYTES
+
+
+def tokenizer_bytes(tokenizer_from, target) -> int:
+    """The tokenizer files a target folder gets: the Hugging Face files copied beside the IRs, and the
+    OpenVINO tokenizer and detokenizer, ~1.6x tokenizer.json and 30 KB (measured, 512 to 151936 tokens)."""
+    if tokenizer_from is None:
+        return 0
+    if tokenizer_from == "gguf":
+        m = target.gguf.metadata
+        entries = [*(m.get("tokenizer.ggml.tokens") or []), *(m.get("tokenizer.ggml.merges") or [])]
+        return int(1.6 * sum(len(str(e).encode("utf-8")) + 8 for e in entries)) + 30_000
+    folder = Path(tokenizer_from)
+    copied = sum((folder / n).stat().st_size for n in TOKENIZER_FILES if (folder / n).is_file())
+    if (folder / TOKENIZER_IR).is_file() and not _has_hf_tokenizer(folder):  # OpenVINO tokenizers copied as they are
+        return sum(p.stat().st_size for n in (TOKENIZER_IR, DETOKENIZER_IR) for p in
+                   ((folder / n), (folder / n).with_suffix(".bin")) if p.is_file())
+    model = next((folder / n for n in TOKENIZER_MODEL_FILES if (folder / n).is_file()), None)
+    return copied + int(1.6 * (model.stat().st_size if model else 0)) + 30_000
+
+
+def _backup_text(names: list[str], why: dict[str, str]) -> str:
+    """The weights NNCF keeps in int8, by reason: a few by name, many by count."""
+    by_reason = {}
+    for name in names:
+        by_reason.setdefault(why.get(name, ""), []).append(name)
+    parts = []
+    for reason, group in by_reason.items():
+        if len(group) > 2:
+            parts.append(f"{len(group)} {reason or 'weights'}")
+        else:
+            parts.append(", ".join(group) + (f" ({reason})" if reason else ""))
+    return "; ".join(parts)
 
 
 def _grid_form(forms) -> str | None:
@@ -153,7 +210,7 @@ def write_target(folder: Path, target, variant, tokenizer_from, progress: bool =
     model, forms = build_target_ir(target, variant, forms=forms,
                                    progress=(lambda m: step(f"{variant.name}: {m}", progress)) if progress else None)
     step(f"saving the {variant.name} IR (weights made as they are written)", progress)
-    save_ir(model, folder, forms)
+    save_ir(model, folder, forms)  # a write that fails is one error naming the file (save_ir's `writing`)
     del model
     atomic_write_text(folder / CONFIG_FILE, json.dumps(target.config.raw, indent=2) + "\n")
     write_generation_config(folder, target)
@@ -203,15 +260,18 @@ def write_tokenizers(folder: Path, tokenizer_from, target) -> None:
             for suffix in (".xml", ".bin"):
                 path = (Path(tokenizer_from) / name).with_suffix(suffix)
                 if path.is_file():
-                    shutil.copy2(path, folder / path.name)
+                    with writing(folder / path.name):
+                        shutil.copy2(path, folder / path.name)
         return
     else:
         tokenizer, detokenizer = convert_hf_tokenizer(Path(tokenizer_from))
         for name in TOKENIZER_FILES:
             if (Path(tokenizer_from) / name).is_file():
-                shutil.copy2(Path(tokenizer_from) / name, folder / name)
-    ov.save_model(tokenizer, str(folder / TOKENIZER_IR))
-    ov.save_model(detokenizer, str(folder / DETOKENIZER_IR))
+                with writing(folder / name):
+                    shutil.copy2(Path(tokenizer_from) / name, folder / name)
+    for model, name in ((tokenizer, TOKENIZER_IR), (detokenizer, DETOKENIZER_IR)):
+        with writing(folder / name):
+            ov.save_model(model, str(folder / name))
 
 
 def convert_hf_tokenizer(folder: Path):
@@ -236,7 +296,8 @@ def write_generation_config(folder: Path, target) -> None:
     """A checkpoint's generation_config.json, else bos/eos/pad from the config (a GGUF's metadata)."""
     own = target.path / GENERATION_CONFIG if target.kind == "checkpoint" else None
     if own is not None and own.is_file():
-        shutil.copy2(own, folder / GENERATION_CONFIG)
+        with writing(folder / GENERATION_CONFIG):
+            shutil.copy2(own, folder / GENERATION_CONFIG)
         return
     c = target.config
     ids = {"bos_token_id": c.bos_token_id, "eos_token_id": c.eos_token_id, "pad_token_id": c.pad_token_id}

@@ -20,6 +20,7 @@ from ..ir.variants import format_of_ir
 from ..names import (CONFIG_FILE, DETOKENIZER_IR, IR_XML, PROVENANCE_FILE, SAFETENSORS_FILE, TOKENIZER_IR)
 from ..report import Table
 from ..runtime.draft_ir import CONTEXT_STEPS, synthetic_steps
+from ..runtime.genai import describe_layer_types, target_layer_types
 from ..runtime.target import TargetIR
 from ..work import count
 
@@ -391,8 +392,8 @@ def _target_checks(d: _Draft, target: TargetIR) -> list[Finding]:
         return [Finding("target", "target", "fail", f"{target.path} lacks {CONFIG_FILE}")]
     cfg = target.config  # a VLM's text_config
     n_layers, hidden, vocab = cfg.get("num_hidden_layers"), cfg.get("hidden_size"), cfg.get("vocab_size")
-    out = [Finding("target", "target", "pass", f"{target.model_path.name}: {n_layers} layers, hidden {hidden}, "
-                                               f"vocab {vocab}")]
+    out = [Finding("target", "target", "pass", f"{target.model_path.name}: {n_layers} layers{describe_layer_types(target_layer_types(target.path))}, "
+                                               f"hidden {hidden}, vocab {vocab}")]
     out += target.findings(taps=d.ids or [])
 
     if d.hidden is None or hidden is None:
@@ -414,12 +415,15 @@ def _target_checks(d: _Draft, target: TargetIR) -> list[Finding]:
                            "no layer_types in the target config: all layers share one type" if not types else
                            "skipped: layer ids out of range"))
     else:
+        # Taps are the layers' residual outputs, whatever mixes tokens inside: z-lab's own rule
+        # (build_target_layer_ids) gives Qwen3.5-9B's 5-layer draft [1, 8, 15, 22, 29], where 15 is full
+        # attention and the rest linear. What a wrong set costs shows in fc-width and layer-fit.
         picked = [types[i] for i in ids]
-        uniform = len(set(picked)) == 1
-        out.append(Finding("layer-types", "target", "pass" if uniform else "fail",
-                           f"layers {ids} are all {picked[0]}" if uniform else
-                           f"layers {ids} mix types {picked}: a draft trained on a mixed set cannot work on this "
-                           "target (fc is sized for its own layer set; remapping ids cannot fix it)"))
+        mixed = len(set(picked)) > 1
+        out.append(Finding("layer-types", "target", "pass",
+                           f"layers {ids} are {', '.join(picked)}: a mixed set, as DFlash picks its taps on hybrid "
+                           "targets (each tap is a layer's residual output)" if mixed else
+                           f"layers {ids} are all {picked[0]}"))
 
     if d.fc_in is None or hidden is None or not ids:
         out.append(Finding("fc-width", "target", "skip", "fc input width or layer ids unknown"))

@@ -145,8 +145,9 @@ def _attach_points(model, embedding_model) -> list[Finding]:
 
 def paged_finding(model, c) -> Finding:
     """What GenAI's SDPAToPagedAttention makes of the graph: every layer's kind converted (attention to
-    a paged attention with the config's key/value heads, head size and window) and no state op left,
-    which DFlash refuses."""
+    a paged attention with the config's key/value heads, head size and window; a Gated DeltaNet layer
+    to its paged recurrence and conv, with their state tables), no state op left, which DFlash
+    refuses, and every locator's producer still there."""
     from collections import Counter
 
     from openvino._offline_transformations import paged_attention_transformation
@@ -160,7 +161,10 @@ def paged_finding(model, c) -> Finding:
         return _finding("target-paged", False, f"SDPAToPagedAttention failed: {library_message(e)}")
     ops = paged.get_ordered_ops()
     left = [op.get_type_name() for op in ops if op.get_type_name() in ("ReadValue", "Assign")]
-    expected = [MIXERS[c.mixers[i]].paged(c, i) for i in range(c.num_layers)]
+    expected = []
+    for i in range(c.num_layers):
+        made = MIXERS[c.mixers[i]].paged(c, i)
+        expected += made if isinstance(made, list) else [made]
     wrong = [f"{len(left)} state ops left ({', '.join(sorted(set(left)))}): DFlash refuses unmanaged state"] if left else []
     found = Counter(op.get_type_name() for op in ops)
     for op_type, n in Counter(e["op"] for e in expected).items():
@@ -173,10 +177,19 @@ def paged_finding(model, c) -> Finding:
         window = _constant(op.input_value(10))
         if heads != want["heads"] or window != want["window"]:
             wrong.append(f"attention {i}: heads {heads}, window {window} (expected {want['heads']}, {want['window']})")
+    inputs = {port_name(p): p.get_partial_shape() for p in paged.inputs}
+    for name, shape in (e["table"] for e in expected if "table" in e):
+        have = inputs.get(name)
+        if have is None or [d.get_length() if d.is_static else -1 for d in have] != shape:
+            wrong.append(f"state table {name} is {have if have is not None else 'absent'} (expected "
+                         f"{[d if d >= 0 else '?' for d in shape]})")
+    nodes = {op.get_friendly_name() for op in ops}
+    if gone := [k for k, loc in sorted((read_locators(model) or {}).items()) if loc.get("producer") not in nodes]:
+        wrong.append(f"the producers of locator(s) {gone[:6]} are gone after the conversion")
     kinds = ", ".join(f"{n} {op_type}" for op_type, n in Counter(e["op"] for e in expected).items())
     window = f", sliding windows {c.sliding_window} where configured" if c.sliding_window else ""
     return _finding("target-paged", not wrong, "; ".join(wrong[:4]) if wrong else f"{kinds} for {c.num_layers} layers, "
-                    f"no state op left{window}")
+                    f"no state op left, every locator kept{window}")
 
 
 def _constant(output):
@@ -190,3 +203,67 @@ def _constant(output):
     manager.run_passes(sub)
     node = sub.get_results()[0].input_value(0).get_node()
     return int(node.get_data().reshape(-1)[0]) if node.get_type_name() == "Constant" else None
+
+
+# --- what the CPU plugin compiles it into ---------------------------------------------------------
+
+def expected_compiled(c) -> dict[str, int]:
+    """{op type: count} the compiled model must hold, by its layers' kinds (`compiled(c, i)`; empty
+    when no kind states any: such a target is not compiled to check it)."""
+    from collections import Counter
+
+    from .layers import per_layer
+
+    total = Counter()
+    for found in per_layer(c, "compiled"):
+        total.update(found)
+    return dict(total)
+
+
+def compiled_finding(xml, c, checked_on: str = "") -> Finding | None:
+    """What OpenVINO's CPU plugin makes of the IR at `xml` (of config `c`), stateful and after
+    SDPAToPagedAttention (GenAI's conversion when a draft attaches): the runtime model's layer types
+    counted against what the kinds expect, e.g. 3 GatherMatmul per mixture-of-experts layer and no
+    Tile or ScatterElementsUpdate left (the dense trace, 13-30x slower per decode step, would remain
+    if the plugin's rewrite did not match). Compiled with the plugin's defaults, as GenAI runs it.
+    `checked_on`: what the IR is when it is not the target itself (`probe.py`). None when no kind
+    expects anything of the compiled model."""
+    from collections import Counter
+
+    import openvino as ov
+    from openvino._offline_transformations import paged_attention_transformation
+
+    from ..numerics import compile_plain
+
+    expected = expected_compiled(c)
+    if not expected:
+        return None
+    problems, weights = [], Counter()
+    for form in ("stateful", "paged"):
+        model = ov.Core().read_model(str(xml))
+        if form == "paged":
+            try:
+                paged_attention_transformation(model)
+            except RuntimeError as e:
+                return _finding("target-compiled", False, f"SDPAToPagedAttention failed: {library_message(e)}")
+        try:
+            runtime = compile_plain(model).get_runtime_model()
+        except RuntimeError as e:
+            return _finding("target-compiled", False, f"the {form} model does not compile on CPU: {library_message(e)}")
+        del model
+        ops = runtime.get_ordered_ops()
+        found = Counter(op.get_rt_info()["layerType"].astype(str) for op in ops)
+        if wrong := [f"{found[t]} {t} (expected {n})" for t, n in expected.items() if found[t] != n]:
+            problems.append(f"{form}: {', '.join(wrong)}")
+        if form == "stateful":
+            weights = Counter(op.input_value(1).get_element_type().get_type_name() for op in ops
+                              if op.get_rt_info()["layerType"].astype(str) == "GatherMatmul")
+    held = ", ".join(f"{n} {t}" for t, n in expected.items() if n) or "nothing"
+    absent = [t for t, n in expected.items() if not n]
+    text = f"{held}" + (f", no {' or '.join(absent)}" if absent else "") + ", stateful and paged"
+    if weights:
+        text += f" (fused weights: {', '.join(f'{n} {t}' for t, n in sorted(weights.items()))})"
+    if checked_on:
+        text += f"; {checked_on}"
+    return _finding("target-compiled", not problems, "; ".join(problems) + (f"; {checked_on}" if checked_on else "")
+                    if problems else text)

@@ -19,7 +19,7 @@ from ..maps.rules import is_int
 ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
 # What a map's `target.forward` may state, and its value when it does not.
 FORWARD_DEFAULTS = {"qk_norm": False, "qkv_bias": False, "sandwich_norms": False, "norm_offset": 0.0,
-                    "scaled_embedding": False}
+                    "scaled_embedding": False, "partial_rotary": False}
 
 EMBEDDING = "model.embed_tokens.weight"
 LM_HEAD = "lm_head.weight"
@@ -43,7 +43,7 @@ class TargetConfig:
     num_heads: int
     num_kv_heads: int
     head_dim: int
-    intermediate_size: int
+    intermediate_size: int         # the dense MLP's width (0: the config states none)
     vocab_size: int
     rms_norm_eps: float
     tie_word_embeddings: bool
@@ -80,15 +80,21 @@ def target_config(raw: dict, where, arch: str | None = None, complete: bool = Fa
     whose metadata states less than a checkpoint's config.json.
     """
     from ..maps.load import load_map
-    from .layers import check_kinds
+    from .layers import check_config, check_kinds
 
+    raw = text_model_config(raw, where)
     arch = arch or arch_of(raw.get("model_type"), where)
     built_as = load_map(arch).target
     forward = {**FORWARD_DEFAULTS, **(built_as.get("forward") or {})}
     hf = _hf_config(raw, where)
-    for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size"):
+    for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"):
         if not is_int(getattr(hf, key, None)) or getattr(hf, key) <= 0:
             raise Gguf2ovError(f"{where}: {key} is {getattr(hf, key, None)!r}, not a positive integer")
+    # the dense MLP's width: a config whose every MLP is a mixture of experts states none (Qwen3.5-MoE);
+    # the kinds that build a dense MLP refuse its absence (layers/mlp.py check)
+    intermediate = getattr(hf, "intermediate_size", None)
+    if intermediate is not None and (not is_int(intermediate) or intermediate <= 0):
+        raise Gguf2ovError(f"{where}: intermediate_size is {intermediate!r}, not a positive integer")
     heads = hf.num_attention_heads
     kv_heads = getattr(hf, "num_key_value_heads", None) or heads
     head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // heads
@@ -117,12 +123,13 @@ def target_config(raw: dict, where, arch: str | None = None, complete: bool = Fa
             raise Gguf2ovError(f"{where}: {key} is {getattr(hf, key)!r}: not supported in an OpenVINO LLM target")
     scalar = getattr(hf, "query_pre_attn_scalar", None)
     cap = getattr(hf, "final_logit_softcapping", None)
-    return TargetConfig(
+    config = TargetConfig(
         raw=hf.to_dict() if complete else raw, arch=arch, hidden_size=hf.hidden_size, num_layers=layers,
-        num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, intermediate_size=hf.intermediate_size,
+        num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, intermediate_size=intermediate or 0,
         vocab_size=hf.vocab_size, rms_norm_eps=float(hf.rms_norm_eps),
         tie_word_embeddings=bool(getattr(hf, "tie_word_embeddings", False)), layer_types=layer_types,
-        mixers=mixers, mlp=built_as["mlp"], sliding_window=window, rope=_rope(hf, layer_types, head_dim, where),
+        mixers=mixers, mlp=built_as["mlp"], sliding_window=window,
+        rope=_rope(hf, layer_types, head_dim, where, bool(forward["partial_rotary"])),
         attention_scale=float((scalar or head_dim) ** -0.5), activation=ACTIVATIONS[activation],
         attention_bias=bool(getattr(hf, "attention_bias", False)), qkv_bias=bool(forward["qkv_bias"]),
         mlp_bias=bool(getattr(hf, "mlp_bias", False)), qk_norm=bool(forward["qk_norm"]),
@@ -132,6 +139,27 @@ def target_config(raw: dict, where, arch: str | None = None, complete: bool = Fa
         final_logit_softcapping=float(cap) if cap else None,
         bos_token_id=getattr(hf, "bos_token_id", None), eos_token_id=getattr(hf, "eos_token_id", None),
         pad_token_id=getattr(hf, "pad_token_id", None), hf=hf)
+    check_config(config, where)  # what each layer kind refuses
+    return config
+
+
+def text_model_config(raw: dict, where) -> dict:
+    """The config a target is built from: `raw`, or a VLM's language model, its `text_config`, for the
+    model types a map names in `checkpoint.text_config_of` (the hub's Qwen3.5 checkpoints are VLMs):
+    named as the map's text model, with the VLM's tied-embeddings flag, which its lm_head follows."""
+    from ..maps.load import load_map
+
+    for arch in target_arches():
+        amap = load_map(arch)
+        if raw.get("model_type") in (amap.checkpoint.get("text_config_of") or []):
+            text = raw.get("text_config")
+            if not isinstance(text, dict):
+                raise Gguf2ovError(f"{where}: a {raw.get('model_type')} config without a text_config object")
+            text = {**text, "model_type": amap.hf["model_type"], "architectures": list(amap.hf["architectures"])}
+            if "tie_word_embeddings" in raw:
+                text["tie_word_embeddings"] = raw["tie_word_embeddings"]
+            return text
+    return raw
 
 
 def arch_of(model_type, where) -> str:
@@ -154,17 +182,20 @@ def _hf_config(raw: dict, where):
     clean = {k: v for k, v in raw.items() if k not in ("auto_map", "transformers_version")}
     try:
         return CONFIG_MAPPING[raw["model_type"]].from_dict(clean)
-    except (TypeError, ValueError, KeyError) as e:  # transformers validates the geometry
+    except Exception as e:  # transformers validates the geometry (ValueError, or huggingface_hub's strict-dataclass errors)
         raise Gguf2ovError(f"{where}: not a valid {raw.get('model_type')} config: {' '.join(str(e).split())[:300]}") \
             from e
 
 
-def _rope(hf, layer_types, head_dim: int, where) -> dict:
-    """{layer type: (inverse frequencies, attention scaling)}, as transformers' rotary embedding makes them."""
+def _rope(hf, layer_types, head_dim: int, where, partial: bool = False) -> dict:
+    """{layer type: (inverse frequencies, attention scaling)}, as transformers' rotary embedding makes them;
+    `partial`: the model turns the first partial_rotary_factor of each head only (the map's forward)."""
     tables = {}
     for layer_type in sorted(set(layer_types)):
-        inv_freq, scaling = rope_table(hf, layer_type, where)
-        if 2 * inv_freq.size != head_dim:
+        inv_freq, scaling = rope_table(hf, layer_type, where, partial=partial)
+        if partial and not (0 < 2 * inv_freq.size <= head_dim):
+            raise Gguf2ovError(f"{where}: RoPE rotates {2 * inv_freq.size} of {head_dim} head dimensions")
+        if not partial and 2 * inv_freq.size != head_dim:
             raise Gguf2ovError(f"{where}: RoPE rotates {2 * inv_freq.size} of {head_dim} head dimensions: "
                                "partial rotary embeddings are not supported")
         tables[layer_type] = (inv_freq, scaling)

@@ -93,9 +93,10 @@ class _Graph:
     for by name, the norms, the attention masks and RoPE tables (made once, when first asked for) and
     the state variables' Assigns."""
 
-    def __init__(self, config: TargetConfig, weight, vector):
+    def __init__(self, config: TargetConfig, weight, vector, input_order=None):
         ops = _ops()
         self.config, self.weight, self._vector = config, weight, vector
+        self._input_order = input_order
         self.input_ids = ops.parameter([-1, -1], np.int64, name="input_ids")
         self.attention_mask = ops.parameter([-1, -1], np.int64, name="attention_mask")
         self.position_ids = ops.parameter([-1, -1], np.int64, name="position_ids")
@@ -109,6 +110,14 @@ class _Graph:
 
     def vector(self, name: str) -> np.ndarray:
         return self._vector(name)
+
+    def ordered_input(self, x, name: str):
+        """`x` in the order the weight made for `name` (asked for already) takes its inputs in: a
+        Gather over the last axis where that weight keeps a file's column order, else `x`."""
+        order = self._input_order(name) if self._input_order is not None else None
+        if order is None:
+            return x
+        return _ops().gather(x, const(order, np.int64), const(-1, np.int64))
 
     def bias(self, name: str, present: bool):
         return self._vector(name) if present else None
@@ -133,20 +142,21 @@ class _Graph:
 
 
 def build_target_model(config: TargetConfig, weight: Callable[[str], object], vector: Callable[[str], np.ndarray],
-                       progress: Callable[[str], None] | None = None):
+                       progress: Callable[[str], None] | None = None, input_order=None):
     """(the stateful target `ov.Model`, its hidden-state locators {layer: {producer, output_index}}).
 
     `weight(name)` returns the float32 output for a Linear weight or the embedding table (a
     Constant or a decompression subgraph); `vector(name)` the float32 values of a norm weight or a
     bias. Each is called once per tensor, in graph order (`tensor_shapes`), so a caller can stream
-    and free each source tensor. Each layer is its mixer kind and its MLP kind (`layers/`) between
-    the decoder's norms and residual adds.
+    and free each source tensor. `input_order(name)`: the order a weight takes its inputs in, when
+    not theirs (WeightForms.input_order). Each layer is its mixer kind and its MLP kind (`layers/`)
+    between the decoder's norms and residual adds.
     """
     import openvino as ov
 
     ops = _ops()
     c = config
-    g = _Graph(c, weight, vector)
+    g = _Graph(c, weight, vector, input_order)
     table = weight(EMBEDDING)
     if "embed_tokens" not in table.get_node().get_friendly_name():
         # GenAI finds the embedding by its table's size or, below 1000 rows, by this name
@@ -188,6 +198,19 @@ def build_target_model(config: TargetConfig, weight: Callable[[str], object], ve
     return model, {i: {"producer": node.get_friendly_name(), "output_index": 0} for i, node in locators.items()}
 
 
+# The .xml bytes of a target's nodes outside its layers (inputs, embedding, masks, RoPE, final norm, head);
+# measured on 4- and 8-layer qwen3 targets.
+XML_BASE_BYTES = 30_000
+
+
+def target_ir_bytes(forms) -> int:
+    """The bytes the target's IR will take on disk (.bin and .xml), within a few percent (measured):
+    its weights' forms and the nodes of its layers' kinds."""
+    c = forms.source.config
+    nodes = XML_BASE_BYTES + MLPS[c.mlp].IR_XML_BYTES * c.num_layers + sum(MIXERS[m].IR_XML_BYTES for m in c.mixers)
+    return forms.stored_bytes() + nodes
+
+
 def tensor_shapes(c: TargetConfig) -> dict[str, tuple[int, ...]]:
     """Every tensor the target graph reads, with its shape, in the order `build_target_model` asks
     for them (the order NNCF walks the weights in): the embedding, each layer's norms around its
@@ -213,10 +236,12 @@ def tensor_shapes(c: TargetConfig) -> dict[str, tuple[int, ...]]:
 
 # --- the target IR of a variant: built, annotated -------------------------------------------------
 
-def set_target_rt_info(model, locators: dict, variant) -> None:
+def set_target_rt_info(model, locators: dict, variant, kept=()) -> None:
     """The rt_info optimum writes for `text-generation-with-past`, and which GenAI reads: the
     hidden-state locators, and `runtime_options` (activations scaled by 8 on fp16 devices; an f16
-    KV cache unless the weights are compressed, as optimum decides with `quantized_model`)."""
+    KV cache unless the weights are compressed, as optimum decides with `quantized_model`).
+    `kept`: weights kept in float32 (a router), whose MatMuls an NNCF variant records as its
+    ignored scope, as the whole-model run records them."""
     layers = {str(i): loc for i, loc in sorted(locators.items())}
     model.set_rt_info(json.dumps({"layers": layers}, separators=(",", ":")), LOCATORS_KEY)
     model.set_rt_info("8.0", ["runtime_options", "ACTIVATIONS_SCALE_FACTOR"])
@@ -224,7 +249,17 @@ def set_target_rt_info(model, locators: dict, variant) -> None:
         model.set_rt_info("f16", ["runtime_options", "KV_CACHE_PRECISION"])
     model.set_rt_info(variant.name, list(VARIANT_RT_INFO))
     if variant.format.annotate is not None:
-        variant.format.annotate(model, variant)
+        if ignored := _consumers(model, kept):
+            variant.format.annotate(model, variant, ignored)
+        else:
+            variant.format.annotate(model, variant)
+
+
+def _consumers(model, weights) -> list[str]:
+    """The MatMuls (friendly names, in graph order) whose weight is one of `weights` (named `self.<name>`)."""
+    constants = {f"self.{name}" for name in weights}
+    return [op.get_friendly_name() for op in model.get_ordered_ops() if op.get_type_name() == "MatMul"
+            and op.input_value(1).get_node().get_friendly_name() in constants] if constants else []
 
 
 def target_forms(source, variant, compact_grid: bool = False):
@@ -240,6 +275,7 @@ def build_target_ir(source, variant, progress: Callable[[str], None] | None = No
     Returns (model, weight forms); `forms`: the WeightForms made for it already (its NNCF plan
     checked), else `target_forms`."""
     forms = forms or target_forms(source, variant)
-    model, locators = build_target_model(source.config, forms.weight, forms.vector, progress=progress)
-    set_target_rt_info(model, locators, variant)
+    model, locators = build_target_model(source.config, forms.weight, forms.vector, progress=progress,
+                                         input_order=forms.input_order)
+    set_target_rt_info(model, locators, variant, getattr(source, "kept", ()))
     return model, forms

@@ -4,7 +4,9 @@
 transformers does (`config.py`), check the tensor names and shapes strictly against the graph
 `graph.py` builds (`graph.tensor_shapes`, from the layer kinds), and then hand out one tensor at a
 time (`ir.tensors.TensorSource`): float32 values, row chunks of them, or the GGUF's raw quantized
-bytes. Nothing holds the model in memory whole.
+bytes. Nothing holds the model in memory whole. A tensor a source stores in another layout than
+the graph reads (a checkpoint's experts one per tensor, gate and up fused: `layouts.py`) is handed
+out as the graph names it, made from the stored ones.
 """
 
 import dataclasses
@@ -13,10 +15,12 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import Gguf2ovError
-from ..ir.tensors import TensorSource, tensor_mismatch
+from ..ir.tensors import TensorSource, some, tensor_mismatch
 from ..names import CONFIG_FILE
 from .config import EMBEDDING, LM_HEAD, TargetConfig, target_arches, target_config
 from .graph import tensor_shapes
+from .layers import int8_weights, per_layer
+from .layouts import resolve
 
 # llama.cpp stores Llama 3's RoPE scaling as a tensor of per-frequency divisors (its converter's
 # rope_factors; the llama map drops it), not as config keys: RoPE turns by position * inv_freq / factor.
@@ -33,7 +37,9 @@ class TargetSource(TensorSource):
     """A validated target whose weights are read one tensor at a time.
 
     `config` the TargetConfig; `expected` the tensors the graph reads (name -> shape);
-    `ignored` the tensors present but unused (a tied model's lm_head copy, RoPE buffers).
+    `ignored` the tensors present but unused (a tied model's lm_head copy, RoPE buffers); `kept` the
+    weights every format keeps in float32 (a router), `batched` the [E, N, K] batched-MatMul weights
+    (experts), as the layer kinds state them.
     """
 
     embeddings = (EMBEDDING,)
@@ -44,7 +50,38 @@ class TargetSource(TensorSource):
         self.config, self.map_path = config, map_path
         self.expected = tensor_shapes(config)
         self.last_matmul_shared = config.tie_word_embeddings  # the lm_head reads the embedding table
+        self.int8_weights = int8_weights(config)  # what the layer kinds keep out of int4
+        self.kept = tuple(n for names in per_layer(config, "kept") for n in names)
+        self.batched = tuple(n for names in per_layer(config, "batched") for n in names)
+        layouts = {k: v for found_layouts in per_layer(config, "layouts") for k, v in found_layouts.items()}
+        self._recipes, found, problems = resolve(self.expected, found, layouts)
+        if problems:
+            raise Gguf2ovError(f"{path}: tensors do not match the {config.arch} model its config describes: shape "
+                               f"mismatch ({some(list(dict.fromkeys(problems)))})",
+                               hint="check that config.json belongs to these weights (or pass --map with the map "
+                                    "that covers this file)")
         self.ignored = _check_tensors(self.expected, found, config, path)
+
+    def f32(self, name: str) -> np.ndarray:
+        recipe = self._recipes.get(name)
+        if recipe is None:
+            return super().f32(name)
+        if self._last is not None and self._last[0] == name:
+            return self._last[1]
+        x = self.f32_rows(name, 0, self.expected[name][0])
+        x.flags.writeable = False
+        self._last = (name, x)
+        return x
+
+    def f32_rows(self, name: str, start: int, stop: int) -> np.ndarray:
+        recipe = self._recipes.get(name)
+        if recipe is None:
+            return super().f32_rows(name, start, stop)
+        return recipe.rows(super().f32, super().f32_rows, start, stop)
+
+    def quantized(self, name: str):
+        recipe = self._recipes.get(name)
+        return super().quantized(name) if recipe is None else recipe.quantized(super().quantized)
 
     @property
     def arch(self) -> str:
@@ -68,7 +105,8 @@ def _check_tensors(expected: dict, found: dict, config: TargetConfig, where) -> 
 
 def open_target_checkpoint(path: Path) -> TargetSource:
     """Open a Hugging Face checkpoint folder as a target, validated and ready to stream weights."""
-    from ..hf.checkpoint import Checkpoint, read_json_object
+    from ..hf.checkpoint import Checkpoint, RenamedCheckpoint, read_json_object
+    from ..maps.load import load_map
 
     config_path = path / CONFIG_FILE
     if not config_path.is_file():
@@ -76,6 +114,9 @@ def open_target_checkpoint(path: Path) -> TargetSource:
     raw = read_json_object(config_path)
     config = target_config(raw, config_path)
     checkpoint = Checkpoint(path)  # memory-mapped safetensors, read one tensor at a time
+    amap = load_map(config.arch)
+    if amap.checkpoint:  # saved under a prefix, or beside other models' tensors (the map's `checkpoint`)
+        checkpoint = RenamedCheckpoint(checkpoint, amap.checkpoint_names(checkpoint.shapes, path))
     return TargetSource(path, "checkpoint", config, dict(checkpoint.shapes), checkpoint=checkpoint)
 
 

@@ -43,18 +43,31 @@ def use_more_bits(i: int, n: int) -> bool:
     return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
 
 
-def tensor_type(gguf_name: str, shape: tuple[int, ...], mix: str, n_layers: int) -> GGMLQuantizationType:
-    """The GGML type llama.cpp's quantizer picks for a tensor under `mix` (no importance matrix)."""
+def tensor_type(gguf_name: str, shape: tuple[int, ...], mix: str, n_layers: int,
+                n_expert: int = 1) -> GGMLQuantizationType:
+    """The GGML type llama.cpp's quantizer picks for a tensor under `mix` (no importance matrix).
+    `n_expert`: the model's expert count (`{arch}.expert_count`), which some of its rules read."""
     default, _ = MIXES[mix]
-    if len(shape) < 2 or not gguf_name.endswith("weight") or "norm" in gguf_name:
-        return Q.F32  # norms, 1-D tensors and raw parameters (conv bases) stay F32
+    dims = len(shape) - next((i for i, d in enumerate(shape) if d != 1), len(shape))  # ggml_n_dims: ne {H, 1} is 1-D
+    if dims < 2 or not gguf_name.endswith("weight") or "norm" in gguf_name or "ssm_conv1d" in gguf_name or \
+            "ffn_gate_inp" in gguf_name:
+        # norms, 1-D tensors, raw parameters (conv bases), recurrent layers' conv kernels and expert routers
+        # (shared experts' gates too) stay F32, as llama.cpp writes them
+        return Q.F32
     qtype = default
     if mix == "Q4_K_M":
         layer = re.match(r"blk\.(\d+)\.", gguf_name)
         if gguf_name == "output.weight":
             qtype = Q.Q6_K
-        elif layer and re.search(r"\.(attn_v|ffn_down)\.weight$", gguf_name) and use_more_bits(int(layer[1]), n_layers):
+        # ffn_down names the experts' and a shared expert's too (ffn_down_exps, ffn_down_shexp)
+        elif layer and re.search(r"\.(attn_v|ffn_down[a-z_]*)\.weight$", gguf_name) and \
+                use_more_bits(int(layer[1]), n_layers):
             qtype = Q.Q6_K
+        if n_expert == 8:  # llama-quant.cpp's rules for 8-expert models
+            if re.search(r"\.attn_[kv]\.weight$", gguf_name):
+                qtype = Q.Q8_0
+            elif gguf_name.endswith(".attn_output.weight"):
+                qtype = Q.Q5_K
     ne0 = shape[-1]
     if ne0 % GGML_QUANT_SIZES[qtype][0]:
         qtype = K_FALLBACK.get(qtype, qtype)
@@ -106,17 +119,45 @@ def write_gguf(checkpoint_dir, out_path, arch: str, tokenizer_dir=None, mix: str
             add_value(writer, key, value)
 
     counts = {}
-    for hf_name in progress_bar(list(checkpoint.shapes), desc="quantizing", enabled=progress, unit="tensor"):
+    n_expert = metadata.get(f"{arch}.expert_count", 1)
+    renamed = amap.checkpoint_names(checkpoint.shapes, checkpoint_dir)  # the map's names for the stored ones
+    names = stacked_experts(renamed)
+    for hf_name in progress_bar(list(names), desc="quantizing", enabled=progress, unit="tensor"):
         # float32 whatever the checkpoint holds (often BF16): the quantizers take float32
-        values = np.asarray(checkpoint.load(hf_name), dtype=np.float32)
+        parts = [renamed[p] for p in names[hf_name]]
+        values = np.stack([checkpoint.load(p) for p in parts]) if parts else checkpoint.load(renamed[hf_name])
+        values = np.asarray(values, dtype=np.float32)
         gguf_name, values = amap.to_gguf(hf_name, values, config)
-        qtype = tensor_type(gguf_name, values.shape, mix, n_layers)
+        qtype = tensor_type(gguf_name, values.shape, mix, n_layers, n_expert)
         _add_tensor(writer, gguf_name, values, qtype)
         counts[qtype.name] = counts.get(qtype.name, 0) + 1
 
     out_path = Path(out_path)
     write_atomically(writer, out_path)
     return GgufWriteResult(str(out_path), sum(counts.values()), counts, sorted(metadata))
+
+
+_EXPERT = re.compile(r"^(?P<head>.+\.experts)\.(?P<e>\d+)\.(?P<tail>\w+)\.weight$")
+
+
+def stacked_experts(names) -> dict[str, tuple[str, ...]]:
+    """{tensor: the per-expert tensors it stacks, or () for a tensor as stored}, in the checkpoint's
+    order: a mixture of experts' 2-D weights `mlp.experts.{e}.gate_proj.weight` (as save_pretrained
+    writes qwen3_moe) become one [E, N, K] tensor `mlp.experts.gate_proj`, as llama.cpp's converter
+    stacks them into `ffn_gate_exps`."""
+    out, stacks = {}, {}
+    for name in names:
+        if m := _EXPERT.match(name):
+            stack = f"{m['head']}.{m['tail']}"
+            stacks.setdefault(stack, {})[int(m["e"])] = name
+            out.setdefault(stack, ())
+        else:
+            out[name] = ()
+    for stack, parts in stacks.items():
+        if sorted(parts) != list(range(len(parts))):
+            raise Gguf2ovError(f"{stack}: experts {sorted(parts)[:8]} are not numbered 0..{len(parts) - 1}")
+        out[stack] = tuple(parts[e] for e in range(len(parts)))
+    return out
 
 
 def _add_tensor(writer: GGUFWriter, name: str, values: np.ndarray, qtype) -> None:

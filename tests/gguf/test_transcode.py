@@ -188,7 +188,29 @@ def test_unsupported_types_and_bad_data_are_refused():
     with pytest.raises(Gguf2ovError, match="blocks"):
         transcode.grid_weight(raw, Q.Q4_K, (2, 128))
     with pytest.raises(Gguf2ovError, match="2-D"):
-        transcode.grid_weight(raw, Q.Q4_K, (1, 2, 256))
+        transcode.grid_weight(raw, Q.Q4_K, (1, 1, 2, 256))
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("folded", [False, True], ids=["compact", "folded"])
+def test_expert_weights_keep_the_expert_axis(qtype, folded):
+    """[E, N, K] experts (ggml ne {K, N, E}): the rows of the [E * N, K] weight, every Constant with the
+    expert axis first (codes [E, N, K/G, G]), which GatherMatmul needs to run them compressed."""
+    rng = np.random.default_rng(int(qtype) + 100)
+    experts, rows, n = 3, 5, 512
+    raw = valid_blocks(qtype, experts * rows, n, rng)
+    output = transcode.grid_weight(raw.reshape(experts, rows, -1), qtype, (experts, rows, n), folded=folded)
+    flat = transcode.grid_weight(raw, qtype, (experts * rows, n), folded=folded)
+    np.testing.assert_array_equal(evaluate(output), evaluate(flat).reshape(experts, rows, n))
+    seen, stack, constants = set(), [output.get_node()], []
+    while stack:
+        node = stack.pop()
+        if node.get_name() not in seen:
+            seen.add(node.get_name())
+            constants += [node] if node.get_type_name() == "Constant" else []
+            stack.extend(v.get_node() for v in node.input_values())
+    held = [list(c.get_output_shape(0)) for c in constants if len(c.get_output_shape(0)) == 4]
+    assert held and all(shape[:2] == [experts, rows] for shape in held)
 
 
 @pytest.mark.realfile

@@ -47,8 +47,13 @@ def _round_trip(tmp_path, arch):
 
 def _assert_same_model(amap, config, state, converted_config, converted):
     assert set(converted) == set(state)
+    inexact = {rule.hf_name(n) for rule in amap.rules if rule.hf and not all(OPS[op].exact for op, _ in rule.ops)
+               for n in range(config_get(config, "num_hidden_layers"))}
     for name, values in state.items():
-        np.testing.assert_array_equal(converted[name], values, err_msg=name)
+        if name in inexact:  # an op computed through float64 (exp, log), rounded to float32 each way
+            np.testing.assert_allclose(converted[name], values, rtol=1e-6, atol=1e-6, err_msg=name)
+        else:
+            np.testing.assert_array_equal(converted[name], values, err_msg=name)
     for key in amap.config:
         if (value := config_get(config, key)) is not None:
             assert config_get(converted_config, key) == value, key
@@ -365,6 +370,7 @@ def test_every_op_reverses(name):
     """Each op on its examples, against a config where `n` is 4 (a head count)."""
     rng = np.random.default_rng(4)
     x = rng.standard_normal((4 * 8, 6)).astype(np.float32)
+    x = OPS[name].domain(x) if OPS[name].domain is not None else x
     assert OPS[name].examples
     for arg in OPS[name].examples:
         assert OPS[name].check(arg), arg

@@ -66,7 +66,7 @@ def test_the_targets_taps_and_embeddings_are_the_hf_models(vlm):
 def test_verify_reads_the_language_model_and_text_config(vlm, draft):
     result = verify_draft(draft, target=TargetIR.open(vlm / "target"), reference=open_draft(vlm / "draft-Q4_K_M.gguf"))
     assert result.ok, [c for c in result.checks if c.status == "fail"]
-    assert "openvino_language_model.xml: 4 layers, hidden 128" in result.finding("target").reason
+    assert "openvino_language_model.xml: 4 layers (3 sliding_attention, 1 full_attention), hidden 128" in result.finding("target").reason
     assert result.finding("target-locators").status == "pass"
     assert result.finding("layer-types").reason == "layers [1, 2] are all sliding_attention"
 

@@ -122,6 +122,11 @@ def test_per_position_acceptance_from_step_counts():
     assert rates == (1.0, 1.0, 1.0, 0.5, 0.5, 0.5, 0.5)
     inconsistent = Generation(text="", seconds=1.0, generated=5, accepted=9, emitted_per_step=(1, 4), drafted_per_call=(7,))
     assert per_position_acceptance([inconsistent], 7) == ()
+    # measured: with one token left to generate the last step runs without a draft call
+    last = Generation(text="", seconds=1.0, generated=17, accepted=12, emitted_per_step=(1, 8, 4, 3, 1),
+                      drafted_per_call=(7, 7, 2))
+    assert per_position_acceptance([last], 7) == rates
+    assert per_position_acceptance([run, last], 7) == rates
 
 
 def test_prompts_file_image_lines_and_image_flags(tmp_path):

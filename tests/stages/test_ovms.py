@@ -58,7 +58,11 @@ def test_the_repository_ovms_serves(inputs, tmp_path):
     assert files_under(out) == ({"config.json", "gguf2ov.json", "org/Qwen3-tiny/graph.pbtxt"}
                                 | {f"org/Qwen3-tiny/{f}" for f in files_under(target)}
                                 | {f"org/Qwen3-tiny/tiny-dflash/{f}" for f in files_under(draft)})
-    for source, placed in [(target / f, model / f) for f in files_under(target)] + \
+    # the target's generation config, with the proposals per step GenAI sizes its pipeline for at load
+    assert json.loads((model / "generation_config.json").read_text()) == \
+        json.loads((target / "generation_config.json").read_text()) | {"num_assistant_tokens": 7}
+    assert result.num_assistant_tokens == 7 and result.linear_attention_layers == 0
+    for source, placed in [(target / f, model / f) for f in files_under(target) if f != "generation_config.json"] + \
                           [(draft / f, model / "tiny-dflash" / f) for f in files_under(draft)]:
         assert placed.read_bytes() == source.read_bytes()
         # weights share the input's bytes; configs are copies, so an edit in the repository stays there
@@ -211,6 +215,7 @@ def test_genai_loads_the_repository_from_the_paths_the_graph_names(fixtures_dir,
     speculative = pipeline(draft_model=ov_genai.draft_model(str(model / options.draft_models_path),
                                                             options.draft_device, **props))
     config = speculative.get_generation_config()
+    assert config.num_assistant_tokens == 7  # the repository's generation_config.json, read at load
     config.max_new_tokens, config.do_sample, config.num_assistant_tokens = 24, False, 5
     prompt = (fixtures_dir / "prompts.txt").read_text().splitlines()[0]
     with_draft = speculative.generate([prompt], config)

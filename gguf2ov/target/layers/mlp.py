@@ -1,10 +1,19 @@
 """The dense gated MLP of a decoder layer: down(act(gate(x)) * up(x)), as transformers' LlamaMLP
 (and Qwen's, Gemma's) computes it; biases where the config's mlp_bias says."""
 
+from ...errors import Gguf2ovError
 from ...ir.graph_ops import linear, named
 from ...ir.graph_ops import ops as _ops
 
 PROJECTIONS = ("gate_proj", "up_proj", "down_proj")
+IR_XML_BYTES = 0  # counted in the mixer's layer figure (attention.IR_XML_BYTES)
+
+
+def check(c, where) -> None:
+    """Refuse a config that states no width for the dense MLP (target_config lets one without it
+    through: a mixture-of-experts model has no dense MLP)."""
+    if c.intermediate_size <= 0:
+        raise Gguf2ovError(f"{where}: intermediate_size is missing: the width of a dense MLP")
 
 
 def tensors(c, i: int) -> dict[str, tuple[int, ...]]:
