@@ -4,7 +4,7 @@ FIX := fixtures/tiny-dflash
 OUT ?= out/demo
 PYTEST_ARGS ?=
 
-.PHONY: demo test install install-core fixtures bench
+.PHONY: demo test test-fast install install-core fixtures bench
 
 # Everything: the core, the CPU build of PyTorch, optimum and optimum-intel (tests, fixtures).
 install:
@@ -26,6 +26,10 @@ demo: install-core
 
 test: install
 	HF_HUB_OFFLINE=1 .venv/bin/python -m pytest -q $(PYTEST_ARGS)
+
+# The edit loop: every test not marked slow (no GenAI run, whole job or real file). CI runs `test`.
+test-fast: install
+	HF_HUB_OFFLINE=1 .venv/bin/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 # The DFlash 2 fixture is trained against the v1 fixture's target, so it is rebuilt after it.
 fixtures: install

@@ -35,6 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "tests" / "target"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import llamacpp  # noqa: E402

@@ -1,4 +1,4 @@
-"""Record llama.cpp's own token ids for a set of strings: the reference of tests/test_gguf_tokenizer.py.
+"""Record llama.cpp's own token ids for a set of strings: the reference of tests/gguf/test_gguf_tokenizer.py.
 
 Runs `llama-tokenize` (built by benchmarks/llamacpp.py: llama.cpp 0c1e570) on every string in
 STRINGS for each GGUF of tests/tokenizer_ggufs.py and the real Gemma 3 270M Q4_K_M file, with

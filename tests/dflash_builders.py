@@ -32,15 +32,21 @@ DRAFT_CONFIG = {
 TARGET_LAYERS = 4
 
 _BUILT: dict[str, Path] = {}
+_MADE: dict[str, object] = {}
 
 
 def once(name: str, factory, build) -> Path:
     """Build `name` into a fresh session folder the first time it is asked for."""
     if name not in _BUILT:
         path = factory.mktemp(name)
-        build(path)
+        _MADE[name] = build(path)
         _BUILT[name] = path
     return _BUILT[name]
+
+
+def made(name: str):
+    """What the build of `name` returned (a stage's result), once `once` has built it."""
+    return _MADE[name]
 
 
 def write_checkpoint(path: Path, config: dict | None = None, prefix: str = "", extra: dict | None = None,

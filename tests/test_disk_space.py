@@ -60,10 +60,10 @@ def argv_for(name: str, out: Path) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [*COMMANDS, "ovms"])
-def test_a_command_refuses_before_any_work_when_its_output_does_not_fit(name, tmp_path, capsys, fixture_draft_ir):
+def test_a_command_refuses_before_any_work_when_its_output_does_not_fit(name, tmp_path, capsys, fixture_draft):
     with tmpfs(tmp_path / "fs", "1m") as fs:
         out = fs / "out"
-        argv = ["ovms", "--target", str(TARGET), "--draft", str(fixture_draft_ir), "-o", str(out), "--quiet"] \
+        argv = ["ovms", "--target", str(TARGET), "--draft", str(fixture_draft), "-o", str(out), "--quiet"] \
             if name == "ovms" else argv_for(name, out)
         line = one_error(argv, capsys)
         assert line.startswith(f"error: not enough disk space for {out}: ") and " is free on the file system of " \
@@ -74,12 +74,12 @@ def test_a_command_refuses_before_any_work_when_its_output_does_not_fit(name, tm
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [*COMMANDS, "ovms"])
 def test_a_write_that_fills_the_disk_is_one_error_naming_the_file(name, tmp_path, capsys, monkeypatch,
-                                                                 fixture_draft_ir):
+                                                                 fixture_draft):
     monkeypatch.setattr(outputs, "SPACE_MARGIN", 0.0)  # every estimate forced below what is free
     monkeypatch.setattr(outputs, "SPACE_SLACK", 0)
     with tmpfs(tmp_path / "fs", "600k") as fs:
         out = fs / "out"
-        argv = ["ovms", "--target", str(TARGET), "--draft", str(fixture_draft_ir), "-o", str(out), "--quiet"] \
+        argv = ["ovms", "--target", str(TARGET), "--draft", str(fixture_draft), "-o", str(out), "--quiet"] \
             if name == "ovms" else argv_for(name, out)
         line = one_error(argv, capsys)
         assert f"{out}/" in line and "No space left on device" in line, line

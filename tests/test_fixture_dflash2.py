@@ -151,11 +151,9 @@ def _accept(fixtures_dir, prompts_dir, draft_dir):
 
 
 @pytest.fixture(scope="module")
-def v1_accepted(fixtures_dir, fix2, tmp_path_factory):
+def v1_accepted(fixtures_dir, fix2, fixture_draft):
     """The v1 fixture draft's acceptance on the same target and prompts: the bar DFlash 2 must reach."""
-    out = tmp_path_factory.mktemp("v1") / "draft"
-    Job.of(fixtures_dir / "draft-Q4_K_M.gguf", None, Options(progress=False)).export(out)
-    r = _accept(fixtures_dir, fix2, out)
+    r = _accept(fixtures_dir, fix2, fixture_draft)
     assert r.overall.identical
     return r.overall.accepted_tokens
 

@@ -12,7 +12,6 @@ from pathlib import Path
 import dflash_builders as b
 import pytest
 
-from gguf2ov.ir.variants import parse_variant
 from gguf2ov.runtime.genai import GenerationSettings
 from gguf2ov.job import Job, Options
 from opened import open_draft
@@ -119,11 +118,10 @@ def test_random_draft_is_rejected(fixtures_dir, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("weight_format", ["fp32", "gguf"])
-def test_the_gguf_exported_weight_by_weight_is_accepted_as_the_reference(fixtures_dir, tmp_path, weight_format):
+def test_the_gguf_exported_weight_by_weight_is_accepted_as_the_reference(fixtures_dir, fixture_draft_as,
+                                                                         weight_format):
     """The streamed export of the Q4_K_M file (its dequantized values, or its own grid) in GenAI."""
-
-    Job.of(fixtures_dir / "draft-Q4_K_M.gguf", None, Options(progress=False)).export(tmp_path / "draft", parse_variant(weight_format))
-    r = _accept(fixtures_dir, tmp_path / "draft")
+    r = _accept(fixtures_dir, fixture_draft_as(weight_format).out_dir)
     o = r.overall
     assert o.identical, [p.first_difference for p in r.prompts]
     assert o.accepted_tokens >= 0.6 * o.generated_tokens, r.summary()

@@ -94,9 +94,8 @@ def test_check_result_in_full_and_as_the_terminal_shows_it(check_result):
 
 
 @pytest.fixture(scope="module")
-def export_result(gguf, tmp_path_factory):
-
-    return Job.of(gguf, None, Options(progress=False)).export(tmp_path_factory.mktemp("export") / "draft")
+def export_result(fixture_draft_as):
+    return fixture_draft_as("fp32")  # Job.of(gguf).export(...), made once per session (tests/conftest.py)
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ can arrive already in the form its variant stores (float32, float16, NNCF codes,
 codes) and nothing else of the draft is in memory.
 
 The graph reproduces optimum-intel 2.2.0's export of that class, which stays the reference
-(tests/test_draft_graph.py compares interface, rt_info and outputs):
+(tests/draft/test_draft_graph.py compares interface, rt_info and outputs):
 - inputs `inputs_embeds [?,?,H]`, `hidden_states [?,?,n*H]`, `position_ids`, `attention_mask`,
   `beam_idx`; one output `last_hidden_state` without the seed row;
 - context features `hidden_norm(fc(hidden_states))`, shared by all layers;

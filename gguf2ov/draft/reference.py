@@ -6,7 +6,7 @@ PyTorch reference in dflash2_torch.py computes them), one decoder layer at a tim
 weights come from the opened source, run every call, and are dropped, so the peak is one layer in
 float32 whatever the draft's size, and nothing of transformers or optimum is imported (10-12 s and
 400 MB on their own, more than the rest of a gguf export of a 1 B draft). The tests hold it to
-optimum's class on the fixture and on random geometries (tests/test_draft_graph.py).
+optimum's class on the fixture and on random geometries (tests/draft/test_draft_graph.py).
 """
 
 import numpy as np

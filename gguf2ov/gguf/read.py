@@ -7,7 +7,7 @@ The header is parsed here rather than by `gguf.GGUFReader`, for two reasons:
   garbage array length;
 - gguf-py builds two numpy views per string of a metadata array: opening the Gemma 3 270M GGUF
   (262k-token vocabulary) took 24 s with `GGUFReader` on 2 busy cores, 0.5 s with this parser.
-  `tests/test_read.py` checks that both read the same metadata, offsets and tensor views.
+  `tests/gguf/test_read.py` checks that both read the same metadata, offsets and tensor views.
 Tensor data is memory-mapped (`np.memmap`), with the same views gguf-py gives (typed arrays in
 PyTorch order; bytes in the last axis for quantized types); nothing is read until `load`.
 Metadata arrays of more than `COMPACT_ARRAY` items (a tokenizer's tokens, scores, types and merges)

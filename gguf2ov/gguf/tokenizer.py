@@ -25,7 +25,7 @@ into one; its BPE starts from vocabulary entries, not characters, and has no who
 `ov_graph` rebuilds those nodes of the converted graph.
 
 The metadata is untrusted: `read_vocab` checks types, lengths, merges and ids before anything is
-built. `tests/test_gguf_tokenizer.py` compares the result with ids recorded from llama.cpp itself.
+built. `tests/gguf/test_gguf_tokenizer.py` compares the result with ids recorded from llama.cpp itself.
 """
 
 import json

@@ -15,7 +15,7 @@ in the file's own bit widths, and compilation multiplies it out:
 
 This compact form is a draft's; a target's weights take the folded form (`grid_weight(...,
 folded=True)`, "Run-time memory" below). Bits per weight of the compact form, IR / GGUF
-(`grid_bits`; tests/test_transcode.py): Q4_K 4.5 / 4.5, Q6_K 6.5625 /
+(`grid_bits`; tests/gguf/test_transcode.py): Q4_K 4.5 / 4.5, Q6_K 6.5625 /
 6.5625, Q8_0 8.5 / 8.5, Q4_0 4.5 / 4.5, Q4_1 5 / 5, Q5_0 6.5 / 5.5, Q5_1 7 / 6, Q5_K 6.5 / 5.5.
 A Q4_K_M file (Q4_K and Q6_K) is carried at 1.00x its tensor bytes plus ~50 bytes of shape
 constants per tensor (the tiny test draft's whole IR .bin: 1.0009x its GGUF tensor bytes; Gemma 3

@@ -308,12 +308,8 @@ def model_with_weight(out):
 # --- the exported fixture draft ---------------------------------------------------------------------
 
 @pytest.fixture(scope="session")
-def fixture_fp32_xml(fixtures_dir, tmp_path_factory):
-    from gguf2ov.stages.export import export_draft
-
-    out = tmp_path_factory.mktemp("nncfw") / "fp32"
-    export_draft(open_draft(fixtures_dir / "draft-Q4_K_M.gguf"), out, progress=False)
-    return out / "openvino_model.xml"
+def fixture_fp32_xml(fixture_draft):
+    return fixture_draft / "openvino_model.xml"
 
 
 @pytest.mark.slow

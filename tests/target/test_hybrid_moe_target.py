@@ -48,7 +48,7 @@ TOLERANCE = 1e-4  # relative, as the other targets against transformers (test_ta
 # one full layer, 2 key / 4 value heads (llama.cpp takes dv = dk), 8 experts top 2, the MTP block the
 # hub's checkpoints carry (a full-attention block with the same MoE MLP). Values from qwen35_data:
 # multiples of 1/1024 that float16 holds exactly.
-LLAMACPP_FILE = Path(__file__).resolve().parent / "data" / "qwen35moe-mtp-llamacpp-F16.gguf"
+LLAMACPP_FILE = Path(__file__).resolve().parents[1] / "data" / "qwen35moe-mtp-llamacpp-F16.gguf"
 LLAMACPP_CONFIG = {
     "architectures": ["Qwen3_5MoeForCausalLM"], "model_type": "qwen3_5_moe_text", "vocab_size": 512,
     "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,

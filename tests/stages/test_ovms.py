@@ -16,7 +16,6 @@ from google.protobuf.message import EncodeError
 from ovms_proto import POOL, LLMCalculatorOptions, llm_options, parse_graph
 
 from gguf2ov.cli import main
-from gguf2ov.job import Job, Options
 from gguf2ov.stages import ovms
 from gguf2ov.stages.ovms import calculator_options, graph_pbtxt, ovms_repository
 
@@ -191,7 +190,7 @@ def test_refusals_are_one_line_before_anything_is_written(inputs, fixtures_dir, 
 
 
 @pytest.mark.slow
-def test_genai_loads_the_repository_from_the_paths_the_graph_names(fixtures_dir, tmp_path):
+def test_genai_loads_the_repository_from_the_paths_the_graph_names(fixtures_dir, fixture_draft, tmp_path):
     """What OVMS's LM_CB servable does with the graph, done with GenAI (OVMS itself is not run): the
     target from models_path, the draft from draft_models_path, prefix caching as the graph sets it.
     The exported fixture draft attaches as DFlash, is accepted, and the text stays the target's."""
@@ -202,9 +201,7 @@ def test_genai_loads_the_repository_from_the_paths_the_graph_names(fixtures_dir,
 
     from gguf2ov.runtime.genai import properties
 
-    draft = tmp_path / "draft"
-    Job.of(fixtures_dir / "draft-Q4_K_M.gguf", None, Options(progress=False)).export(draft)
-    ovms_repository(fixtures_dir / "target", draft, tmp_path / "models", name="org/tiny", progress=False)
+    ovms_repository(fixtures_dir / "target", fixture_draft, tmp_path / "models", name="org/tiny", progress=False)
     model = tmp_path / "models" / "org" / "tiny"
     options = llm_options(parse_graph((model / "graph.pbtxt").read_text()).node[0])
     props = properties("f32", options.device)

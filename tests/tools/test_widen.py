@@ -1,18 +1,20 @@
 """A widened target computes the original's function, so a draft trained for one serves the other.
 
-Small widening sizes keep the export quick; the benchmark uses the defaults. The widening itself
-is NumPy; transformers' PyTorch forward is the independent reference it is checked against here.
+The checks of the widening use small sizes; the widened target run in GenAI is the demo's (the
+defaults), built once per session. The widening itself is NumPy; transformers' PyTorch forward is
+the independent reference it is checked against here.
 """
 
 import json
+from pathlib import Path
 
 import dflash_builders as b
 import pytest
 
 from gguf2ov.errors import Gguf2ovError
-from opened import open_draft
+from gguf2ov.tools.widen import DEFAULT_EXTRA_LAYERS as EXTRA_LAYERS
+from gguf2ov.tools.widen import DEFAULT_INTERMEDIATE_SIZE
 
-EXTRA_LAYERS = 2
 PROMPT = "The red fox lives in the forest. It likes to eat"
 NEW_TOKENS = 20
 
@@ -132,35 +134,37 @@ def _target_hf(factory):
 
 
 @pytest.mark.slow
-def test_widened_target_folder_runs_in_genai_like_the_original(tmp_path_factory):
+def test_widened_target_folder_runs_in_genai_like_the_original(fixtures_dir, heavy_widening, fixture_draft,
+                                                               tmp_path_factory):
+    """The demo's widened target (`gguf2ov widen-target`'s defaults, tests/conftest.py heavy_widening)."""
     import openvino as ov
 
     from gguf2ov.runtime.target import read_locators
     from gguf2ov.runtime.genai import GenerationSettings
     from gguf2ov.stages.accept import run_acceptance
     from gguf2ov.cli.widen import widen_target
-    from gguf2ov.stages.export import export_draft
 
-    hf = _target_hf(tmp_path_factory)
+    hf = fixtures_dir / "target-hf"
     cfg = json.loads((hf / "config.json").read_text())
     n, inter = cfg["num_hidden_layers"], cfg["intermediate_size"]
     out = tmp_path_factory.mktemp("heavy")
     # No widening at all: an f32 export of the original, the baseline for GenAI (the fixture's own
     # target IR has int8 weights, so its greedy text may differ).
     base = widen_target(hf, out / "base", extra_layers=0, intermediate_size=inter, progress=False)
-    wide = widen_target(hf, out / "wide", extra_layers=EXTRA_LAYERS, intermediate_size=inter + 256, progress=False)
+    wide = heavy_widening
 
-    assert wide.layers == (n, n + EXTRA_LAYERS) and wide.intermediate_size == (inter, inter + 256)
+    assert wide.layers == (n, n + EXTRA_LAYERS) and wide.intermediate_size == (inter, DEFAULT_INTERMEDIATE_SIZE)
+    assert DEFAULT_INTERMEDIATE_SIZE > inter
     assert wide.parameters[1] > wide.parameters[0] == base.parameters[1]
     assert max(wide.max_abs_diff.values()) < 1e-4, wide.max_abs_diff
     assert set(wide.max_abs_diff) == {"logits", "final norm", *(f"layer {i}" for i in range(n - 1))}
     assert set(wide.weight_types) <= {"f32", "i64", "i32"}
 
-    folder = out / "wide"
+    folder = Path(wide.out_dir)
     need = {"openvino_model.xml", "openvino_model.bin", "openvino_tokenizer.xml", "openvino_detokenizer.xml",
             "config.json", "generation_config.json", "gguf2ov.json"}
     assert need <= {p.name for p in folder.iterdir()} and not (folder / ".scratch").exists()
-    assert not [p.name for p in out.iterdir() if ".partial-" in p.name]
+    assert not [p.name for p in folder.parent.iterdir() if ".partial-" in p.name]
     assert json.loads((folder / "config.json").read_text())["num_hidden_layers"] == n + EXTRA_LAYERS
     prov = json.loads((folder / "gguf2ov.json").read_text())
     assert prov["options"]["extra_layers"] == EXTRA_LAYERS and len(prov["sources"]["target_hf"]["sha256"]) == 64
@@ -174,8 +178,7 @@ def test_widened_target_folder_runs_in_genai_like_the_original(tmp_path_factory)
 
     # Same function in GenAI: greedy text equal, and a draft attached to either target sees the same
     # hidden states, so it proposes and gets accepted exactly the same tokens.
-    draft = export_draft(open_draft(b.draft_gguf(tmp_path_factory)), out / "draft", progress=False)
-    runs = [run_acceptance(t, draft.out_dir, [PROMPT], GenerationSettings(max_new_tokens=NEW_TOKENS, num_assistant_tokens=3), progress=False) for t in (out / "base", folder)]
+    runs = [run_acceptance(t, fixture_draft, [PROMPT], GenerationSettings(max_new_tokens=NEW_TOKENS, num_assistant_tokens=3), progress=False) for t in (out / "base", folder)]
     texts = {r.prompts[0].text_target for r in runs} | {r.prompts[0].text_draft for r in runs}
     assert len(texts) == 1 and runs[0].overall.generated_tokens > 0
     assert runs[0].overall.accepted_tokens == runs[1].overall.accepted_tokens

@@ -18,17 +18,6 @@ QWEN3_LAYER = ["attn_norm", "ffn_norm", "attn_q", "attn_k", "attn_v", "attn_outp
                "attn_q_norm", "attn_k_norm"]
 
 
-@pytest.fixture(scope="module")
-def q4_k_m(tmp_path_factory, fixtures_dir):
-    """A Q4_K_M GGUF of the fixture target (the writer's mix: Q4_K and Q6_K), with its vocabulary."""
-    from gguf2ov.tools.gguf_writer import write_gguf as write_from_checkpoint
-
-    path = tmp_path_factory.mktemp("gguf") / "target-Q4_K_M.gguf"
-    write_from_checkpoint(fixtures_dir / "target-hf", path, "qwen3", tokenizer_dir=fixtures_dir / "target-hf",
-                          mix="Q4_K_M")
-    return path
-
-
 def _one_error_line(capsys) -> str:
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) in (1, 2) and err[0].startswith("error: ") and all(not line.startswith("Traceback") for line in err)
@@ -310,15 +299,6 @@ def test_streamed_nncf_equals_whole_model_nncf_on_optimums_export(tmp_path, opti
 
 # --- in OpenVINO GenAI, with the fixture's DFlash draft --------------------------------------------
 
-@pytest.fixture(scope="module")
-def fixture_draft(tmp_path_factory, fixtures_dir):
-    from gguf2ov.stages.export import export_draft
-
-    out = tmp_path_factory.mktemp("draft") / "fp32"
-    export_draft(open_draft(fixtures_dir / "draft-Q4_K_M.gguf"), out, progress=False)
-    return out
-
-
 def _accept(target, draft, fixtures_dir):
     from gguf2ov.runtime.genai import GenerationSettings
     from gguf2ov.stages.accept import run_acceptance
@@ -387,24 +367,6 @@ def _greedy_texts(model, fixtures_dir) -> list[str]:
     cfg.max_new_tokens, cfg.do_sample = 100, False
     prompts = [line.strip() for line in (fixtures_dir / "prompts.txt").read_text().splitlines() if line.strip()]
     return [pipe.generate(p, cfg) for p in prompts]
-
-
-@pytest.mark.slow
-def test_run_builds_its_target_from_a_gguf_first(tmp_path, q4_k_m, fixtures_dir):
-    """`run --target X.gguf`: the target stage builds OUT/target, and every later stage runs on it."""
-    out = tmp_path / "run"
-    code = main(["run", str(fixtures_dir / "draft-Q4_K_M.gguf"), "--target", str(q4_k_m), "-o", str(out),
-                 "--variants", "int8", "--prompts", str(fixtures_dir / "prompts.txt"), "--quiet"])
-    report = json.loads((out / "report.json").read_text())
-    stages = {s["name"]: s for s in report["stages"]}
-    assert report["verdict"] in ("PASS", "SLOW") and code == (report["verdict"] != "PASS")  # speed: the device's
-    assert list(stages)[0] == "target" and stages["target"]["status"] == "pass"
-    assert "target-Q4_K_M.gguf (gguf, qwen3) as gguf into target/" in stages["target"]["reason"]
-    assert json.loads((out / "target" / "gguf2ov.json").read_text())["options"]["variant"] == "gguf"
-    assert report["target"] == str(out / "target")  # where it is once the run has finished, not its partial folder
-    assert report["provenance"]["sources"]["target"]["path"] == str(out / "target")
-    accept = report["results"]["accept:gguf"]["overall"]
-    assert accept["identical"] and accept["accepted_tokens"] > 0
 
 
 def test_target_format_for_a_target_folder_is_one_error_line(tmp_path, fixtures_dir, capsys):

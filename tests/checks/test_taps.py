@@ -28,16 +28,15 @@ def prompts(fixtures_dir):
 
 
 @pytest.fixture(scope="module")
-def drafts(fixtures_dir, tmp_path_factory):
+def drafts(fixtures_dir, fixture_draft, tmp_path_factory):
     """The fixture draft exported right ([1, 2]) and the legacy file read with the current offset ([0, 1])."""
     root = tmp_path_factory.mktemp("taps")
-    export_draft(open_draft(fixtures_dir / "draft-Q4_K_M.gguf"), root / "right", progress=False)
     export_draft(open_draft(fixtures_dir / "draft-legacy-Q4_K_M.gguf", target_layer_offset=-1), root / "wrong", progress=False)
-    return root
+    return {"right": fixture_draft, "wrong": root / "wrong"}
 
 
 def test_the_trained_layers_win_with_a_clear_margin(fixtures_dir, drafts, prompts):
-    scan = scan_taps(drafts / "right", TargetIR.open(fixtures_dir / "target"), prompts=prompts)
+    scan = scan_taps(drafts["right"], TargetIR.open(fixtures_dir / "target"), prompts=prompts)
     assert scan.verdict == FITS and scan.best == "configured" and scan.best_ids == [1, 2]
     assert scan.margin >= CLEAR_MARGIN
     assert [s.label for s in scan.sets] == ["configured", "shift -1", "shift +1"]
@@ -49,12 +48,13 @@ def test_the_trained_layers_win_with_a_clear_margin(fixtures_dir, drafts, prompt
 
 
 def test_wrong_layers_are_named_with_the_shift_that_fits(fixtures_dir, drafts, prompts):
-    scan = scan_taps(drafts / "wrong", TargetIR.open(fixtures_dir / "target"), prompts=prompts)
+    scan = scan_taps(drafts["wrong"], TargetIR.open(fixtures_dir / "target"), prompts=prompts)
     assert scan.configured == [0, 1]
     assert scan.verdict == MISFIT and scan.best_ids == [1, 2] and scan.best_shift == 1
     assert scan.lag >= CLEAR_MARGIN
 
 
+@pytest.mark.slow
 def test_genai_accepts_far_less_from_a_draft_one_layer_off(fixtures_dir, drafts, tmp_path, prompts):
     """What the fixture exists to show: a one-layer shift costs accepted tokens in GenAI (the
     fixture draft was trained against shifted taps; see fixtures/make_fixtures.py TAP_SHIFTS),
@@ -64,7 +64,7 @@ def test_genai_accepts_far_less_from_a_draft_one_layer_off(fixtures_dir, drafts,
     up = export_draft(open_draft(fixtures_dir / "draft-Q4_K_M.gguf", target_layer_offset=0), tmp_path / "up", progress=False)
     assert up.target_layer_ids == [2, 3]
     accepted = {}
-    for label, draft in (("right", drafts / "right"), ("down", drafts / "wrong"), ("up", up.out_dir)):
+    for label, draft in (("right", drafts["right"]), ("down", drafts["wrong"]), ("up", up.out_dir)):
         result = run_acceptance(fixtures_dir / "target", draft, prompts, progress=False)
         assert result.overall.identical, label
         accepted[label] = result.overall.accepted_tokens
@@ -73,7 +73,7 @@ def test_genai_accepts_far_less_from_a_draft_one_layer_off(fixtures_dir, drafts,
 
 
 def test_named_sets_are_scored_beside_the_shifts(fixtures_dir, drafts, prompts):
-    scan = scan_taps(drafts / "right", TargetIR.open(fixtures_dir / "target"), prompts=prompts[:2], shifts=(), named=[[0, 3]])
+    scan = scan_taps(drafts["right"], TargetIR.open(fixtures_dir / "target"), prompts=prompts[:2], shifts=(), named=[[0, 3]])
     assert [(s.label, s.ids) for s in scan.sets] == [("configured", [1, 2]), ("named 1", [0, 3])]
     with pytest.raises(Gguf2ovError, match="outside the target's layers"):
         candidate_sets([1, 2], range(4), named=[[3, 4]])
@@ -88,19 +88,20 @@ def test_one_target_pass_gives_every_tap(fixtures_dir):
                                rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_verify_fails_the_wrong_offset_and_names_the_right_one(fixtures_dir, drafts, prompts):
-    wrong = verify_draft(drafts / "wrong", target=TargetIR.open(fixtures_dir / "target"), prompts=prompts)
+    wrong = verify_draft(drafts["wrong"], target=TargetIR.open(fixtures_dir / "target"), prompts=prompts)
     fit = wrong.finding("layer-fit")
     assert not wrong.ok and fit.status == "fail"
     assert "made with --target-layer-offset -1, the GGUF fits --target-layer-offset 0" in fit.reason
     assert wrong.taps.best_ids == [1, 2]
-    right = verify_draft(drafts / "right", target=TargetIR.open(fixtures_dir / "target"), prompts=prompts)
+    right = verify_draft(drafts["right"], target=TargetIR.open(fixtures_dir / "target"), prompts=prompts)
     assert right.ok and right.finding("layer-fit").status == "pass"
     assert "Target layer tap scan" in [t.title for t in right.tables()]
 
 
 def test_verify_cli_reports_the_scan(fixtures_dir, drafts, capsys):
-    code = cli.main(["verify", str(drafts / "wrong"), "--target", str(fixtures_dir / "target"),
+    code = cli.main(["verify", str(drafts["wrong"]), "--target", str(fixtures_dir / "target"),
                      "--prompts", str(fixtures_dir / "prompts.txt")])
     out = capsys.readouterr().out
     assert code == 1 and "layer-fit" in out and "Target layer tap scan" in out
@@ -139,6 +140,7 @@ def _current_without_mask_key(fixtures_dir, tmp_path):
                       put={"dflash.mask_token_id": (mask, GGUFValueType.UINT32, None)})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind, offset, ids", [("first converter", 0, [1, 2]), ("no mask key", -1, [1, 2])])
 def test_an_ambiguous_file_resolves_to_the_right_offset(fixtures_dir, tmp_path, prompts, kind, offset, ids):
     path = fixtures_dir / "draft-legacy-Q4_K_M.gguf" if kind == "first converter" else \
@@ -161,6 +163,7 @@ def test_an_ambiguous_file_resolves_to_the_right_offset(fixtures_dir, tmp_path, 
     assert f"fits --target-layer-offset {offset}" in verified.finding("layer-fit").reason
 
 
+@pytest.mark.slow
 def test_a_file_listing_layer_zero_has_one_choice_and_the_scan_checks_it(fixtures_dir, tmp_path, prompts):
     """Layer 0 in the ids rules out the current converter (id + 1 >= 1): offset 0 is the only choice.
     Here the file claims [0, 1] for a draft trained on [1, 2], and the scan refuses the claim."""
@@ -171,6 +174,7 @@ def test_a_file_listing_layer_zero_has_one_choice_and_the_scan_checks_it(fixture
     assert "[1, 2]" in refused.value.message
 
 
+@pytest.mark.slow
 def test_export_settles_the_offset_and_verifies_against_the_target(fixtures_dir, tmp_path, prompts):
     result = Job.of(fixtures_dir / "draft-legacy-Q4_K_M.gguf", fixtures_dir / "target", Options(progress=False, prompts=tuple(prompts) if prompts else None)).export(tmp_path / "ir")
     assert result.target_layer_ids == [1, 2] and result.offset_decision.offset == 0
@@ -179,6 +183,7 @@ def test_export_settles_the_offset_and_verifies_against_the_target(fixtures_dir,
     assert options["target_layer_offset_measured"]["offset"] == 0
 
 
+@pytest.mark.slow
 def test_check_with_a_target_reports_the_layer_fit(fixtures_dir, prompts):
 
     result = Job.of(fixtures_dir / "draft-legacy-Q4_K_M.gguf", fixtures_dir / "target", Options(progress=False, prompts=tuple(prompts) if prompts else None)).check(fixtures_dir / "draft-ref")

@@ -147,14 +147,14 @@ def test_failed_verify_leaves_no_output(tmp_path, checkpoint, monkeypatch):
 
 
 @pytest.mark.slow
-def test_export_from_gguf_passes_verify(tmp_path, tmp_path_factory):
-    result = Job.of(b.draft_gguf(tmp_path_factory), None, Options(progress=False)).export(tmp_path / "draft")
+def test_export_from_gguf_passes_verify(fixture_draft_as, tmp_path_factory):
+    result = fixture_draft_as("fp32")  # Job.of(the fixture GGUF).export(...), made once per session
     assert result.source_kind == "gguf" and result.verify.ok, render(result.verify)
     # against the dequantized weights, converted to f32 in the export's scratch folder
     assert result.verify.finding("checkpoint-match").status == "pass"
     from gguf2ov.stages.verify import verify_draft
 
-    with_target = verify_draft(tmp_path / "draft", target=TargetIR.open(b.target_dir(tmp_path_factory)))
+    with_target = verify_draft(result.out_dir, target=TargetIR.open(b.target_dir(tmp_path_factory)))
     assert with_target.ok, render(with_target)
 
 

@@ -29,7 +29,7 @@ from gguf2ov.draft.config import draft_config, hf_config
 from gguf2ov.ir.rope import rope_table
 from gguf2ov.target.source import target_config
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _ROTARY = {"llama": ("llama", "LlamaRotaryEmbedding"), "qwen2": ("qwen2", "Qwen2RotaryEmbedding"),
            "qwen3": ("qwen3", "Qwen3RotaryEmbedding"), "gemma3_text": ("gemma3", "Gemma3RotaryEmbedding")}
 

@@ -1,48 +1,22 @@
 """Every command has the same output contract: --json FILE, --markdown FILE, --quiet.
 
-Each of the ten commands runs once through `gguf2ov.cli.main` on the committed fixtures with both
-reports and --quiet: both files exist, the JSON holds the result's key figures, the Markdown has
-its table, no progress line reaches stderr, and nothing reaches stdout unless the result fails
-(exit code 1: then the result is shown, the exit code alone would not say what failed). Bad report
-paths are refused before any work, with the usual one error line.
+Each command runs once through `gguf2ov.cli.main` on the committed fixtures with both reports and
+--quiet (`run` in its whole run on a target folder, tests/test_run.py; the checks are in
+tests/contract.py): both files exist, the JSON holds the result's key figures, the Markdown has its
+table, no progress line reaches stderr, and nothing reaches stdout unless the result fails (exit
+code 1: then the result is shown, the exit code alone would not say what failed). Bad report paths
+are refused before any work, with the usual one error line.
 """
 
-import contextlib
-import io
 import json
 
 import pytest
+from contract import quiet_run, reports, run_cli
 
-from gguf2ov import cli
 from gguf2ov.cli import app
 from gguf2ov.report import render
 
 OUTPUT_OPTIONS = {"--json", "--markdown", "--quiet"}
-
-
-def run_cli(argv) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main([str(a) for a in argv])
-    return code, out.getvalue(), err.getvalue()
-
-
-def reports(tmp_path, name: str) -> tuple:
-    return tmp_path / f"{name}.json", tmp_path / f"{name}.md"
-
-
-def quiet_run(argv, json_path, md_path) -> tuple[int, dict, str, str]:
-    """Run with both reports and --quiet; check the contract every command shares."""
-    code, out, err = run_cli([*argv, "--json", json_path, "--markdown", md_path, "--quiet"])
-    assert code in (0, 1)
-    assert (out == "") == (code == 0), out  # a failed result is shown even under --quiet
-    assert "[gguf2ov]" not in err, err  # no progress under --quiet
-    assert "error:" not in err, err
-    data = json.loads(json_path.read_text())
-    md = md_path.read_text()
-    assert md.startswith("## "), md[:200]
-    assert "\n|---|" in md and "\n| " in md  # a Markdown table
-    return code, data, md, out
 
 
 @pytest.fixture(scope="module")
@@ -50,17 +24,6 @@ def prompts(fixtures_dir, tmp_path_factory):
     path = tmp_path_factory.mktemp("prompts") / "prompts.txt"
     path.write_text("\n".join((fixtures_dir / "prompts.txt").read_text().splitlines()[:2]) + "\n")
     return path
-
-
-@pytest.fixture(scope="module")
-def exported(fixtures_dir, tmp_path_factory):
-    """`export` of the fixture GGUF through the CLI, once: its own test reads it, verify and accept use
-    the draft."""
-    tmp = tmp_path_factory.mktemp("export")
-    json_path, md_path = reports(tmp, "export")
-    code, data, md, _ = quiet_run(["export", fixtures_dir / "draft-Q4_K_M.gguf", "-o", tmp / "draft"],
-                                  json_path, md_path)
-    return {"code": code, "data": data, "md": md, "draft": tmp / "draft"}
 
 
 def test_every_command_has_the_output_options():
@@ -133,9 +96,10 @@ def test_check_shows_its_worst_tensors_without_quiet(fixtures_dir):
 
 
 @pytest.mark.slow
-def test_export(exported):
-    data, md = exported["data"], exported["md"]
-    assert exported["code"] == 0
+def test_export(fixtures_dir, tmp_path):
+    code, data, md, _ = quiet_run(["export", fixtures_dir / "draft-Q4_K_M.gguf", "-o", tmp_path / "draft"],
+                                  *reports(tmp_path, "export"))
+    assert code == 0
     assert data["verify"]["ok"] is True and data["weight_format"] == "fp32"
     assert data["rt_info"]["dflash/target_layer_ids"] == "1,2"
     assert {"openvino_model.xml", "openvino_model.bin"} <= set(data["files"])
@@ -144,15 +108,15 @@ def test_export(exported):
 
 
 @pytest.mark.slow
-def test_verify(exported, tmp_path):
+def test_verify(fixture_draft, tmp_path):
     json_path, md_path = reports(tmp_path, "verify")
-    code, data, md, _ = quiet_run(["verify", exported["draft"]], json_path, md_path)
+    code, data, md, _ = quiet_run(["verify", fixture_draft], json_path, md_path)
     assert code == 0
     assert data["ok"] is True and {c["name"] for c in data["checks"]} >= {"stateful", "rt-info", "block-rows"}
     assert data["figures"]["rows"] == data["figures"]["block"] - 1
     assert md.startswith("## DFlash draft verification") and "| behaviour | block-rows | pass |" in md
     # without --quiet: the same checks on stdout
-    code, out, _ = run_cli(["verify", exported["draft"]])
+    code, out, _ = run_cli(["verify", fixture_draft])
     assert code == 0 and "DFlash draft checks" in out and "verify PASS" in out
 
 
@@ -170,9 +134,9 @@ def test_drift(fixtures_dir, tmp_path):
 
 
 @pytest.mark.slow
-def test_accept(fixtures_dir, exported, prompts, tmp_path):
+def test_accept(fixtures_dir, fixture_draft, prompts, tmp_path):
     json_path, md_path = reports(tmp_path, "accept")
-    code, data, md, out = quiet_run(["accept", "--target", fixtures_dir / "target", "--draft", exported["draft"],
+    code, data, md, out = quiet_run(["accept", "--target", fixtures_dir / "target", "--draft", fixture_draft,
                                    "--prompts", prompts, "--max-new-tokens", "8"], json_path, md_path)
     assert data["verdict"] in ("PASS", "SLOW")  # the trained draft, identical text (below)
     assert code == (0 if data["verdict"] == "PASS" else 1)
@@ -181,24 +145,6 @@ def test_accept(fixtures_dir, exported, prompts, tmp_path):
     assert {"accepted_tokens", "acceptance_rate", "speedup"} <= set(data)
     assert md.startswith("## Acceptance") and f"- verdict: {data['verdict']}" in md
     assert f"\n| all | yes | 16 | {data['accepted_tokens']} |" in md
-
-
-@pytest.mark.slow
-def test_run(fixtures_dir, prompts, tmp_path):
-    json_path, md_path = reports(tmp_path, "run")
-    folder = tmp_path / "run"
-    code, data, md, out = quiet_run(["run", fixtures_dir / "draft-Q4_K_M.gguf", "--target", fixtures_dir / "target",
-                                   "-o", folder, "--variants", "fp32", "--requant", "fp16", "--prompts", prompts,
-                                   "--max-new-tokens", "8"], json_path, md_path)
-    assert code == (0 if data["verdict"] == "PASS" else 1)
-    assert code == 0 or f"verdict: {data['verdict']}" in out
-    assert [s["name"] for s in data["stages"]][:3] == ["convert", "check", "drift"]
-    assert {"verify:gguf", "verify:fp16"} <= {s["name"] for s in data["stages"]}
-    # the reports next to the outputs are written as before; --json / --markdown hold the same
-    assert json_path.read_text() == (folder / "report.json").read_text()
-    assert md_path.read_text() == (folder / "report.md").read_text()
-    assert md.startswith("## gguf2ov run") and "| stage | status | time | peak RSS | result |" in md
-    assert f"- verdict: {data['verdict']}" in md and "## drift" in md
 
 
 def test_target(fixtures_dir, tmp_path):

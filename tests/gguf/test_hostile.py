@@ -209,7 +209,7 @@ def test_file_size_limit_while_writing_is_one_error_line(tmp_path):
 
     path = tmp_path / "draft.gguf"
     write_dflash(path)
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     env = dict(os.environ, PYTHONPATH=str(repo))
     proc = subprocess.run(
         [sys.executable, "-m", "gguf2ov", "convert", str(path), "-o", str(tmp_path / "out"), "--quiet"],
@@ -230,7 +230,7 @@ def test_an_ascii_terminal_gets_escaped_text(tmp_path):
 
     path = tmp_path / "draft.gguf"
     write_dflash(path, kv_extra={"general.name": "héllo ✓"})
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]), PYTHONIOENCODING="ascii")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]), PYTHONIOENCODING="ascii")
     proc = subprocess.run([sys.executable, "-m", "gguf2ov", "inspect", str(path)], capture_output=True, env=env,
                           timeout=120)
     assert proc.returncode == 0 and b"Traceback" not in proc.stderr, proc.stderr
@@ -388,7 +388,7 @@ def _slow_convert(tmp_path, sig):
 
     path = tmp_path / "draft.gguf"
     write_dflash(path, qtype=GGMLQuantizationType.F16, hidden=512, heads=8, head_dim=64, kv_heads=4, ffn=2048, layers=4)
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     proc = subprocess.Popen([sys.executable, "-m", "gguf2ov", "convert", str(path), "-o", str(tmp_path / "out"),
                              "--quiet"], stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.monotonic() + 120
