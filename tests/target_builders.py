@@ -9,6 +9,7 @@ scaled embedding, query_pre_attn_scalar and final logit softcapping, and mixture
 """
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -223,3 +224,18 @@ def interface(xml) -> dict:
 
 def config_of(hf_dir: Path) -> dict:
     return json.loads((Path(hf_dir) / "config.json").read_text())
+
+
+def runtime_kinds(xml, paged: bool = False, properties=None):
+    """(layer types of the CPU plugin's runtime model, the element types of the GatherMatmul weights)."""
+    import openvino as ov
+    from openvino._offline_transformations import paged_attention_transformation
+
+    model = ov.Core().read_model(str(xml))
+    if paged:
+        paged_attention_transformation(model)
+    ops = ov.Core().compile_model(model, "CPU", properties or {}).get_runtime_model().get_ordered_ops()
+    kinds = Counter(op.get_rt_info()["layerType"].astype(str) for op in ops)
+    weights = Counter(op.input_value(1).get_element_type().get_type_name() for op in ops
+                      if op.get_rt_info()["layerType"].astype(str) == "GatherMatmul")
+    return kinds, weights

@@ -10,7 +10,6 @@ from ggufs import Q, decoder_kv, decoder_tensors, write_gguf
 
 from gguf2ov.cli import main
 from gguf2ov.errors import Gguf2ovError
-from opened import open_draft
 from opened import open_target
 from opened import build_target
 

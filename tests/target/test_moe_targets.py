@@ -14,7 +14,6 @@ qwen3_moe geometries: renormalised top 2, and top 3 of 6 not renormalised with a
 
 import dataclasses
 import json
-from collections import Counter
 
 import numpy as np
 import pytest
@@ -33,21 +32,6 @@ MOE = dict(model_type="qwen3_moe", hidden_size=256, intermediate_size=384, moe_i
            num_key_value_heads=2, head_dim=64, tie_word_embeddings=False)
 SMALL = tb.GEOMETRIES["qwen3moe-top2-untied"]
 EXPERTS = ("gate_proj", "up_proj", "down_proj")
-
-
-def _counts(xml, paged: bool = False, properties=None):
-    """(layer types of the CPU plugin's runtime model, the element types of the GatherMatmul weights)."""
-    import openvino as ov
-    from openvino._offline_transformations import paged_attention_transformation
-
-    model = ov.Core().read_model(str(xml))
-    if paged:
-        paged_attention_transformation(model)
-    ops = ov.Core().compile_model(model, "CPU", properties or {}).get_runtime_model().get_ordered_ops()
-    kinds = Counter(op.get_rt_info()["layerType"].astype(str) for op in ops)
-    weights = Counter(op.input_value(1).get_element_type().get_type_name() for op in ops
-                      if op.get_rt_info()["layerType"].astype(str) == "GatherMatmul")
-    return kinds, weights
 
 
 def _stacked(hf, i, name):
@@ -140,7 +124,7 @@ def test_the_block_equals_transformers_sparse_moe_block(tmp_path, kind):
         ref = block(torch.from_numpy(x)).numpy()
     out = compile_exact(xml)({"x": x})[0]
     assert tb.relative(out, ref) <= 1e-5
-    kinds, _ = _counts(xml)
+    kinds, _ = tb.runtime_kinds(xml)
     assert kinds["GatherMatmul"] == 3 and kinds["Tile"] == 0 and kinds["ScatterElementsUpdate"] == 0
     if kind == "qwen3_5_moe":
         assert kinds["FullyConnected"] == 5  # router, shared gate / up / down, shared expert gate
@@ -157,7 +141,7 @@ def test_a_swish_with_a_beta_input_leaves_the_block_dense(tmp_path, monkeypatch)
     model, forms = build_target_ir(open_target(hf), parse_variant("fp32"))
     (tmp_path / "ir").mkdir()
     save_ir(model, tmp_path / "ir", forms)
-    kinds, _ = _counts(tmp_path / "ir" / "openvino_model.xml")
+    kinds, _ = tb.runtime_kinds(tmp_path / "ir" / "openvino_model.xml")
     assert kinds["GatherMatmul"] == 0 and kinds["Tile"] == 2 and kinds["ScatterElementsUpdate"] == 2
 
 
@@ -174,7 +158,7 @@ def test_every_checkpoint_format_fuses(tmp_path, moe_hf, fixtures_dir, weight_fo
     finding = {c.name: c for c in result.checks}["target-compiled"]
     assert finding.status == "pass" and finding.reason.startswith("9 GatherMatmul, no Tile or ScatterElementsUpdate")
     for paged in (False, True):
-        kinds, weights = _counts(tmp_path / "t" / "openvino_model.xml", paged, {"INFERENCE_PRECISION_HINT": "f32"})
+        kinds, weights = tb.runtime_kinds(tmp_path / "t" / "openvino_model.xml", paged, {"INFERENCE_PRECISION_HINT": "f32"})
         assert kinds["GatherMatmul"] == 9 and kinds["Tile"] == kinds["ScatterElementsUpdate"] == 0
         assert set(weights) == fused
 
@@ -248,7 +232,7 @@ def test_every_gguf_grid_fuses_compressed(tmp_path, fixtures_dir, qtype, fused, 
     result = build_target(path, tmp_path / "t", compact_grid=compact_grid, tokenizer_dir=fixtures_dir / "target-hf")
     assert result.transcoded >= 6 and {c.name: c.status for c in result.checks}["target-compiled"] == "pass"
     for paged in (False, True):
-        kinds, weights = _counts(tmp_path / "t" / "openvino_model.xml", paged, {"INFERENCE_PRECISION_HINT": "f32"})
+        kinds, weights = tb.runtime_kinds(tmp_path / "t" / "openvino_model.xml", paged, {"INFERENCE_PRECISION_HINT": "f32"})
         assert kinds["GatherMatmul"] == 6 and kinds["Tile"] == kinds["ScatterElementsUpdate"] == 0
         assert set(weights) == {fused}
     source, name = open_target(path), "model.layers.1.mlp.experts.down_proj"
