@@ -9,8 +9,9 @@ no server) into `~/.cache/gguf2ov/llama.cpp-0c1e570/` (override with `GGUF2OV_LL
     sdist/    the downloaded sdist
     built.json  commit, sdist sha256, targets, build seconds (written last: its presence means done)
 
-Nothing of llama.cpp is put in the repository. Other benchmarks import `tool(name)` and
-`source_dir()`; a second call finds the finished build and returns at once.
+Nothing of llama.cpp is put in the repository. Other benchmarks import `tool(name)`, `source_dir()`,
+`convert(hf, out, outtype)` (its convert_hf_to_gguf.py) and `quantize(src, out, mix)` (llama-quantize);
+a second call finds the finished build and returns at once.
 
     python benchmarks/llamacpp.py [--jobs 2]      # prints the tool folder
 
@@ -60,6 +61,39 @@ def tool(name: str) -> Path:
     if not path.exists():
         raise FileNotFoundError(f"{path}: not built (targets: {', '.join(TARGETS)})")
     return path
+
+
+# The converter does not know the pre-tokenizer hash of the benchmarks' tokenizers (the fixture's, padded):
+# it is told it is qwen2's, as for a real Qwen3 tokenizer.
+CONVERT_SHIM = (
+    "import runpy, sys\nsrc = sys.argv[1]; sys.path[:0] = [src, src + '/gguf-py']\n"
+    "import conversion.base as base\nbase.TextModel.get_vocab_base_pre = lambda self, tokenizer: 'qwen2'\n"
+    "sys.argv = [src + '/convert_hf_to_gguf.py', *sys.argv[2:]]\nrunpy.run_path(sys.argv[0], run_name='__main__')\n")
+
+
+def convert(hf: Path, out: Path, outtype: str, *flags: str) -> Path:
+    """llama.cpp's convert_hf_to_gguf.py on the checkpoint `hf` (`flags` such as --no-mtp), run by this
+    Python with llama.cpp's own gguf-py. Its sentencepiece import (made before it looks for
+    tokenizer.model) is satisfied from a folder beside the build."""
+    src = source_dir()
+    pydeps = src.parent / "pydeps"
+    if not (pydeps / "sentencepiece").is_dir():
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target", str(pydeps), "sentencepiece"],
+                       check=True)
+    env = dict(os.environ, PYTHONPATH=str(pydeps))
+    done = subprocess.run([sys.executable, "-c", CONVERT_SHIM, str(src), str(hf), "--outtype", outtype,
+                           "--outfile", str(out), *flags], env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"convert_hf_to_gguf.py failed:\n{done.stderr[-3000:]}")
+    return Path(out)
+
+
+def quantize(src: Path, out: Path, mix: str = "Q4_K_M", threads: int = 2) -> Path:
+    """llama-quantize; to F32 it dequantizes a quantized file (--allow-requantize)."""
+    flags = ["--allow-requantize"] if mix == "F32" else []
+    subprocess.run([str(tool("llama-quantize")), *flags, str(src), str(out), mix, str(threads)], check=True,
+                   capture_output=True)
+    return Path(out)
 
 
 def build(jobs: int = 2) -> dict:

@@ -6,7 +6,7 @@
 
 Needs llama.cpp built by benchmarks/llamacpp.py (0c1e570: its convert_hf_to_gguf.py and gguf-py,
 llama-quantize). The converter does not know the fixture tokenizer's pre-tokenizer hash: it is told
-it is qwen2's, as benchmarks/bench_target_build.py does.
+it is qwen2's (`llamacpp.convert`).
 
 The committed file is tests/qwen35_data.py's checkpoint (one linear and one full layer, 2 key / 4
 value heads, an MTP block) converted to F16, which holds its values exactly; test_hybrid_target.py
@@ -25,7 +25,6 @@ transformers' forward on the file's own weights, logits and every locator over t
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -39,31 +38,8 @@ sys.path.insert(0, str(REPO / "tests" / "target"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import llamacpp  # noqa: E402
+from llamacpp import convert, quantize  # noqa: E402
 import qwen35_data  # noqa: E402
-
-SHIM = ("import runpy, sys\nsrc = sys.argv[1]; sys.path[:0] = [src, src + '/gguf-py']\n"
-        "import conversion.base as base\nbase.TextModel.get_vocab_base_pre = lambda self, tokenizer: 'qwen2'\n"
-        "sys.argv = [src + '/convert_hf_to_gguf.py', *sys.argv[2:]]\nrunpy.run_path(sys.argv[0], run_name='__main__')\n")
-
-
-def convert(hf: Path, out: Path, outtype: str, *flags: str) -> Path:
-    """llama.cpp's convert_hf_to_gguf.py on `hf`; `flags` such as --no-mtp."""
-    src = llamacpp.source_dir()
-    env = dict(os.environ, PYTHONPATH=str(src.parent / "pydeps"))
-    done = subprocess.run([sys.executable, "-c", SHIM, str(src), str(hf), "--outtype", outtype, "--outfile", str(out),
-                           *flags], env=env, capture_output=True, text=True)
-    if done.returncode:
-        raise SystemExit(f"convert_hf_to_gguf.py failed:\n{done.stderr[-3000:]}")
-    return out
-
-
-def quantize(src: Path, out: Path, mix: str = "Q4_K_M") -> Path:
-    """llama-quantize; to F32 it dequantizes a quantized file (--allow-requantize)."""
-    flags = ["--allow-requantize"] if mix == "F32" else []
-    subprocess.run([str(llamacpp.tool("llama-quantize")), *flags, str(src), str(out), mix, "2"], check=True,
-                   capture_output=True)
-    return out
-
 
 def random_checkpoint(out: Path, mtp: bool) -> Path:
     """8 layers L L L F twice, hidden 256, 4/2 heads of 64, 2 key / 4 value heads of 32 (llama.cpp

@@ -16,7 +16,7 @@ what a machine must have. Each try runs in a fresh process:
   cached are charged to whichever group read them first, so without this a try that reads a
   cached checkpoint would not be charged for it;
 - recorded: exit code, seconds, `memory.max_usage_in_bytes`, `memory.failcnt`, the OOM kills of
-  `memory.oom_control`, and anonymous memory (`total_rss`) and mapped file pages sampled from
+  `memory.oom_control`, the load average before and after, and anonymous memory (`total_rss`) and mapped file pages sampled from
   `memory.stat` each second (a time series), and stderr with each line stamped in seconds.
 
 `smallest_limit` first runs the command without a limit under `/usr/bin/time -f "%e %M"` (wall
@@ -175,6 +175,17 @@ def _parse_time(text: str) -> tuple[float | None, int | None]:
     return None, None
 
 
+def remove_partials(output: Path) -> int:
+    """Delete the `.NAME.partial-*` folders a killed `gguf2ov` left beside `output` (it writes into one and
+    renames it when done); returns the bytes they held."""
+    output = Path(output)
+    removed = 0
+    for partial in output.parent.glob(f".{output.name}.partial-*"):
+        removed += folder_bytes(partial)
+        shutil.rmtree(partial, ignore_errors=True)
+    return removed
+
+
 def run_limited(argv: list[str], limit_gib: float | None, timeout: float | None = None, log_stem: Path | None = None,
                 env: dict | None = None, cwd=None, evict_paths=(), output: Path | None = None,
                 trace_period: float | None = None, period: float = 0.25, wait_idle: float | None = None) -> dict:
@@ -184,9 +195,11 @@ def run_limited(argv: list[str], limit_gib: float | None, timeout: float | None 
     global _groups
     if output is not None:
         shutil.rmtree(output, ignore_errors=True)
+        remove_partials(output)
     os.sync()  # dirty pages (a checkpoint just written, the last try's output) are neither dropped nor timed
     idle = (wait_for_idle(wait_idle, say=lambda m: print(m, file=sys.stderr, flush=True)) if wait_idle
             else {"cpu_busy_before": round(cpu_busy(1.0), 3)})
+    idle["load_avg_before"] = [round(x, 2) for x in os.getloadavg()]  # other work on the cores skews the times
     evict(evict_paths)
     _groups += 1
     group = own_cgroup() / f"memlimit-{os.getpid()}-{_groups}"
@@ -246,11 +259,14 @@ def run_limited(argv: list[str], limit_gib: float | None, timeout: float | None 
             "max_usage_bytes": _read_int(group / "memory.max_usage_in_bytes"),
             "sampled_peak_anon_bytes": peak["rss"], "sampled_peak_anon_plus_mapped_bytes": peak["rss_mapped"],
             "sampled_peak_cache_bytes": peak["cache"], **idle,
+            "load_avg_after": [round(x, 2) for x in os.getloadavg()],
         }
         if output is not None:
             record["output_bytes"] = folder_bytes(output)
             if Path(output).is_dir():
                 record["output_files"] = {f.name: f.stat().st_size for f in sorted(Path(output).iterdir()) if f.is_file()}
+            if left := remove_partials(output):  # a killed command cannot remove the folder it was writing
+                record["partial_bytes_removed"] = left
         if trace_period:
             record["trace_mib"] = {"columns": ["s", "anon", "mapped_file", "cache"], "rows": trace}
         if log_stem:

@@ -1,11 +1,19 @@
-"""Real-size random targets for cost measurements: bf16 Hugging Face checkpoints of Qwen3 geometries,
-written in seconds per GB, and their optimum-intel export.
+"""Real-size random targets for cost measurements: bf16 Hugging Face checkpoints of Qwen3, Qwen3.5
+(hybrid) and Qwen3-MoE geometries, written in seconds per GB, and their optimum-intel export.
 
 The values do not matter for what is measured (memory, time, compiles), only the geometry, the
 dtype and the layout a user's checkpoint has: sharded safetensors in bf16 (`model-0000i-of-0000n`,
-an index), a Qwen3 `config.json` and a tokenizer. Weights are N(0, 0.02) in bf16, taken from one
+an index), a `config.json` and a tokenizer. Weights are N(0, 0.02) in bf16, taken from one
 pool of random values at random offsets (a 4B checkpoint would otherwise take minutes of random
-number generation); norms are 1 + noise.
+number generation); norms and other 1-D tensors are 1 + noise.
+
+The layouts are what transformers' save_pretrained writes and the hub's checkpoints hold:
+- qwen3: `model.*`, `lm_head.weight` when untied;
+- qwen3_5_text (a geometry with linear-attention heads): Gated DeltaNet layers with a full-attention
+  layer every `full_every`-th, under `model.language_model.` (as transformers 5 saves
+  Qwen3_5ForCausalLM), and, with `mtp`, the multi-token-prediction block under `mtp.` that the hub's
+  checkpoints carry beside the decoder;
+- qwen3_moe (a geometry with experts): one 2-D tensor per expert (`mlp.experts.{e}.gate_proj.weight`).
 
 The tokenizer is the fixture target's byte-level BPE with its vocabulary padded to the geometry's
 size by tokens its merges never produce: it encodes as the fixture's does and decodes every id a
@@ -22,7 +30,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -47,9 +55,42 @@ class TargetGeometry:
     vocab: int
     tied: bool
     rope_theta: float = 1000000.0
+    # Qwen3.5 (qwen3_5_text): linear-attention (Gated DeltaNet) heads, a full-attention layer every
+    # `full_every`-th, the MTP block (0: none)
+    linear_key_heads: int = 0
+    linear_value_heads: int = 0
+    linear_head_dim: int = 128
+    conv_kernel: int = 4
+    full_every: int = 4
+    mtp: int = 0
+    # Qwen3-MoE (qwen3_moe): experts in every layer
+    experts: int = 0
+    experts_per_tok: int = 0
+    moe_ffn: int = 0
+    note: str = ""
+
+    @property
+    def hybrid(self) -> bool:
+        return self.linear_value_heads > 0
+
+    @property
+    def moe(self) -> bool:
+        return self.experts > 0
+
+    @property
+    def model_type(self) -> str:
+        return "qwen3_5_text" if self.hybrid else "qwen3_moe" if self.moe else "qwen3"
+
+    @property
+    def prefix(self) -> str:
+        """Where the checkpoint keeps the decoder."""
+        return "model.language_model." if self.hybrid else "model."
+
+    def layer_types(self) -> list[str]:
+        return ["full_attention" if (i + 1) % self.full_every == 0 else "linear_attention" for i in range(self.layers)]
 
     def config(self) -> dict:
-        return {
+        config = {
             "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": self.hidden,
             "num_hidden_layers": self.layers, "intermediate_size": self.ffn, "num_attention_heads": self.heads,
             "num_key_value_heads": self.kv_heads, "head_dim": self.head_dim, "vocab_size": self.vocab,
@@ -59,22 +100,75 @@ class TargetGeometry:
             "sliding_window": None, "max_window_layers": self.layers, "bos_token_id": 0, "eos_token_id": 0,
             "pad_token_id": 1, "dtype": "bfloat16",
         }
+        if self.hybrid:  # Qwen3.5's text config, as its hub checkpoints state it
+            for key in ("rope_theta", "use_sliding_window", "sliding_window", "max_window_layers"):
+                del config[key]
+            config |= {
+                "architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5_text",
+                "max_position_embeddings": 262144, "attn_output_gate": True, "layer_types": self.layer_types(),
+                "full_attention_interval": self.full_every, "linear_conv_kernel_dim": self.conv_kernel,
+                "linear_key_head_dim": self.linear_head_dim, "linear_value_head_dim": self.linear_head_dim,
+                "linear_num_key_heads": self.linear_key_heads, "linear_num_value_heads": self.linear_value_heads,
+                "mamba_ssm_dtype": "float32", "mtp_num_hidden_layers": self.mtp,
+                "rope_parameters": {"rope_type": "default", "rope_theta": self.rope_theta, "partial_rotary_factor": 0.25,
+                                    "mrope_section": [11, 11, 10], "mrope_interleaved": True},
+            }
+        if self.moe:
+            config |= {
+                "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "num_experts": self.experts,
+                "num_experts_per_tok": self.experts_per_tok, "moe_intermediate_size": self.moe_ffn,
+                "norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": [], "output_router_logits": False,
+                "router_aux_loss_coef": 0.001,
+            }
+        return config
+
+    def _attention(self, p: str) -> dict[str, tuple[int, ...]]:
+        h, hd, q = self.hidden, self.head_dim, self.heads * self.head_dim
+        return {p + "self_attn.q_proj.weight": (2 * q if self.hybrid else q, h),  # Qwen3.5: [query | gate] per head
+                p + "self_attn.k_proj.weight": (self.kv_heads * hd, h),
+                p + "self_attn.v_proj.weight": (self.kv_heads * hd, h), p + "self_attn.o_proj.weight": (h, q),
+                p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,)}
+
+    def _linear_attention(self, p: str) -> dict[str, tuple[int, ...]]:
+        h, d, nk, nv = self.hidden, self.linear_head_dim, self.linear_key_heads, self.linear_value_heads
+        conv = 2 * nk * d + nv * d
+        return {p + "linear_attn.in_proj_qkv.weight": (conv, h), p + "linear_attn.in_proj_z.weight": (nv * d, h),
+                p + "linear_attn.in_proj_b.weight": (nv, h), p + "linear_attn.in_proj_a.weight": (nv, h),
+                p + "linear_attn.conv1d.weight": (conv, 1, self.conv_kernel), p + "linear_attn.A_log": (nv,),
+                p + "linear_attn.dt_bias": (nv,), p + "linear_attn.norm.weight": (d,),
+                p + "linear_attn.out_proj.weight": (h, nv * d)}
+
+    def _mlp(self, p: str) -> dict[str, tuple[int, ...]]:
+        h = self.hidden
+        if not self.moe:
+            return {p + "mlp.gate_proj.weight": (self.ffn, h), p + "mlp.up_proj.weight": (self.ffn, h),
+                    p + "mlp.down_proj.weight": (h, self.ffn)}
+        shapes = {p + "mlp.gate.weight": (self.experts, h)}
+        for e in range(self.experts):
+            q = f"{p}mlp.experts.{e}."
+            shapes |= {q + "gate_proj.weight": (self.moe_ffn, h), q + "up_proj.weight": (self.moe_ffn, h),
+                       q + "down_proj.weight": (h, self.moe_ffn)}
+        return shapes
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
-        h, hd = self.hidden, self.head_dim
-        shapes = {"model.embed_tokens.weight": (self.vocab, h), "model.norm.weight": (h,)}
+        """Every tensor of the checkpoint, by its saved name."""
+        h, m = self.hidden, self.prefix
+        shapes = {m + "embed_tokens.weight": (self.vocab, h), m + "norm.weight": (h,)}
         if not self.tied:
             shapes["lm_head.weight"] = (self.vocab, h)
-        for i in range(self.layers):
-            p = f"model.layers.{i}."
+        types = self.layer_types() if self.hybrid else ["full_attention"] * self.layers
+        for i, kind in enumerate(types):
+            p = f"{m}layers.{i}."
+            shapes |= {p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,)}
+            shapes |= self._attention(p) if kind == "full_attention" else self._linear_attention(p)
+            shapes |= self._mlp(p)
+        for i in range(self.mtp):  # a full-attention layer, and its fc over [embedding | hidden]
+            p = f"mtp.layers.{i}."
             shapes |= {p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,),
-                       p + "self_attn.q_proj.weight": (self.heads * hd, h),
-                       p + "self_attn.k_proj.weight": (self.kv_heads * hd, h),
-                       p + "self_attn.v_proj.weight": (self.kv_heads * hd, h),
-                       p + "self_attn.o_proj.weight": (h, self.heads * hd),
-                       p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,),
-                       p + "mlp.gate_proj.weight": (self.ffn, h), p + "mlp.up_proj.weight": (self.ffn, h),
-                       p + "mlp.down_proj.weight": (h, self.ffn)}
+                       **self._attention(p), **self._mlp(p)}
+        if self.mtp:
+            shapes |= {"mtp.fc.weight": (h, 2 * h), "mtp.pre_fc_norm_embedding.weight": (h,),
+                       "mtp.pre_fc_norm_hidden.weight": (h,), "mtp.norm.weight": (h,)}
         return shapes
 
     @property
@@ -82,9 +176,17 @@ class TargetGeometry:
         return sum(math.prod(s) for s in self.shapes().values())
 
     def key(self) -> str:
+        """Cache key: every field that changes the bytes, plus the builder version (the hybrid and MoE
+        fields only when set, so that the keys of the dense geometries stay what they were)."""
         import hashlib
 
-        return hashlib.sha256(json.dumps({"v": BUILDER_VERSION, **asdict(self)}, sort_keys=True).encode()).hexdigest()[:10]
+        fields = {k: v for k, v in asdict(self).items()
+                  if k != "note" and (k in _DENSE_FIELDS or v != _DEFAULTS[k])}
+        return hashlib.sha256(json.dumps({"v": BUILDER_VERSION, **fields}, sort_keys=True).encode()).hexdigest()[:10]
+
+
+_DENSE_FIELDS = ("name", "hidden", "layers", "ffn", "heads", "kv_heads", "head_dim", "vocab", "tied", "rope_theta")
+_DEFAULTS = {f.name: f.default for f in fields(TargetGeometry)}
 
 
 GEOMETRIES = {g.name: g for g in [
@@ -95,6 +197,20 @@ GEOMETRIES = {g.name: g for g in [
                    tied=True),
     TargetGeometry("qwen3-8b", hidden=4096, layers=36, ffn=12288, heads=32, kv_heads=8, head_dim=128, vocab=151936,
                    tied=False),
+    TargetGeometry("qwen3.5-tiny", hidden=256, layers=8, ffn=512, heads=2, kv_heads=1, head_dim=256, vocab=2048,
+                   tied=False, rope_theta=1e7, linear_key_heads=2, linear_value_heads=4, linear_head_dim=64, mtp=1,
+                   note="smoke run"),
+    TargetGeometry("qwen3.5-2b", hidden=2048, layers=24, ffn=6144, heads=8, kv_heads=2, head_dim=256, vocab=248320,
+                   tied=True, rope_theta=1e7, linear_key_heads=16, linear_value_heads=16, mtp=1,
+                   note="a small Qwen3.5 (Qwen3.5-2B's widths as published: unverified)"),
+    TargetGeometry("qwen3.5-9b", hidden=4096, layers=32, ffn=12288, heads=16, kv_heads=4, head_dim=256, vocab=248320,
+                   tied=False, rope_theta=1e7, linear_key_heads=16, linear_value_heads=32, mtp=1,
+                   note="Qwen3.5-9B's text model"),
+    TargetGeometry("qwen3moe-tiny", hidden=256, layers=4, ffn=768, heads=4, kv_heads=2, head_dim=64, vocab=2048,
+                   tied=False, experts=8, experts_per_tok=2, moe_ffn=256, note="smoke run"),
+    TargetGeometry("qwen3-30b-a3b", hidden=2048, layers=48, ffn=6144, heads=32, kv_heads=4, head_dim=128,
+                   vocab=151936, tied=False, experts=128, experts_per_tok=8, moe_ffn=768,
+                   note="Qwen3-30B-A3B / Qwen3-Coder-30B-A3B"),
 ]}
 
 

@@ -70,11 +70,14 @@ class Geometry:
     conv_group: int = 16
     selector_rank: int = 256
     selector_top_k: int = 16
+    taps: tuple[int, ...] = ()     # the target layers (HF ids) the draft reads; () spreads them (below)
     note: str = ""
 
     @property
     def target_layer_ids(self) -> list[int]:
-        """Distinct HF ids spread over a 36-layer target: [1, 9, 17, 25, 33] for 5."""
+        """`taps`, or distinct HF ids spread over a 36-layer target: [1, 9, 17, 25, 33] for 5."""
+        if self.taps:
+            return list(self.taps)
         if self.n_targets == 1:
             return [1]
         step = max(1, 32 // (self.n_targets - 1))
@@ -131,7 +134,8 @@ class Geometry:
         """Cache key: every field that changes the file's bytes, plus the builder version."""
         # a v1 geometry's key leaves the DFlash 2 fields out, so cached v1 files stay valid
         dflash2 = ("conv_kernel", "conv_group", "selector_rank", "selector_top_k")
-        fields = {k: v for k, v in asdict(self).items() if k != "note" and (self.conv_kernel or k not in dflash2)}
+        fields = {k: v for k, v in asdict(self).items() if k != "note" and (self.conv_kernel or k not in dflash2)
+                  and (k != "taps" or self.taps)}
         blob = json.dumps({"v": BUILDER_VERSION, **fields}, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:10]
 
@@ -146,6 +150,9 @@ GEOMETRIES = {g.name: g for g in [
              n_targets=5, note="Qwen3-4B-DFlash-b16 geometry: the draft of the 4B target benchmark"),
     Geometry("qwen3-8b-dflash", hidden=4096, layers=5, ffn=12288, heads=32, kv_heads=8, head_dim=128,
              n_targets=5, note="Qwen3-8B-DFlash-b16 geometry (the issue's)"),
+    Geometry("qwen3.5-9b-dflash", hidden=4096, layers=5, ffn=12288, heads=32, kv_heads=8, head_dim=128, n_targets=5,
+             vocab=248320, mask_token_id=248070, rope_theta=10000000.0, taps=(1, 8, 15, 22, 29),
+             note="z-lab/Qwen3.5-9B-DFlash's geometry (third-party docs): the draft of the 9B hybrid benchmark"),
     Geometry("guide-1.3b", hidden=4096, layers=6, ffn=12288, heads=32, kv_heads=8, head_dim=128, n_targets=8,
              note="the guide's GGUF-only draft: 8 target layers, fc 4096x32768"),
     Geometry("qwen3.8-27b-dflash2", hidden=5120, layers=5, ffn=17408, heads=32, kv_heads=8, head_dim=128,
@@ -233,15 +240,22 @@ def write_scale_gguf(geom: Geometry, out_path: Path, seed: int | None = None) ->
 
 def write_random_gguf(out_path: Path, arch: str, name: str, config: dict, shapes: dict, n_layers: int, rng,
                       vocab: tuple[int, int | None] | None = None, types: dict | None = None,
-                      tokenizer_dir: Path | None = None) -> dict:
+                      tokenizer_dir: Path | None = None, extra: dict | None = None, order: list | None = None,
+                      llamacpp: bool = False) -> dict:
     """An `arch` GGUF of random blocks for the HF tensors `shapes` (in that order), metadata from
     the map of `arch` run backwards on `config`. `vocab` = (size, token that must be in it) writes a
     synthetic gpt2-style token list, `tokenizer_dir` an HF tokenizer's as llama.cpp does
-    (`gguf_writer`); `types`: GGUF name -> type, overriding the mix. Returns the tensor count, type
-    counts and metadata keys."""
+    (`gguf_writer`); `types`: GGUF name -> type, overriding the mix; `extra`: GGUF name -> numpy shape
+    of tensors the map does not name (an MTP block's own); `order`: the GGUF names in the order to
+    write them (default: `shapes`' order, then `extra`'s); `llamacpp`: the metadata as llama.cpp's
+    converter writes it (`llamacpp_metadata`). Where the map has ops, a quantized tensor's
+    random blocks take the shape the ops reversed give (head reorders keep it), and an F32 tensor's
+    values are the map's ops reversed on random checkpoint values (ssm_a = -exp(A_log) < 0).
+    Returns the tensor count, type counts and metadata keys."""
     from gguf import GGML_QUANT_SIZES, GGUFWriter, TokenType
 
     from gguf2ov.maps.load import load_map
+    from gguf2ov.maps.rules import apply_ops
     from gguf2ov.tools.gguf_writer import MIXES, QUANT_VERSION, _add_tokenizer, add_value, tensor_type, write_atomically
 
     amap = load_map(arch)
@@ -250,6 +264,7 @@ def write_random_gguf(out_path: Path, arch: str, name: str, config: dict, shapes
     writer.add_name(name)
     writer.add_file_type(MIXES[MIX][1])
     writer.add_quantization_version(QUANT_VERSION)
+    tokenizer_keys = set()
     if vocab:
         size, needed = vocab
         if needed is not None and not 0 <= needed < size:
@@ -259,18 +274,32 @@ def write_random_gguf(out_path: Path, arch: str, name: str, config: dict, shapes
         writer.add_token_list([f"tok{i}" for i in range(size)])
         writer.add_token_types([TokenType.NORMAL] * size)
     elif tokenizer_dir is not None:
-        _add_tokenizer(writer, Path(tokenizer_dir), config.get("vocab_size"), "qwen2")
+        tokenizer_keys = _add_tokenizer(writer, Path(tokenizer_dir), config.get("vocab_size"), "qwen2")
     metadata = amap.gguf_metadata(config)
+    if llamacpp:
+        metadata = llamacpp_metadata(arch, metadata, config)
     for key, value in metadata.items():
-        add_value(writer, key, value)
+        if key not in tokenizer_keys:  # each key once, as write_gguf writes them
+            add_value(writer, key, value)
+    keys = sorted(set(writer.kv_data[0]) - {"general.name"})
 
-    plan, counts = [], {}
+    n_expert = metadata.get(f"{arch}.expert_count", 1)
+    planned = {}  # GGUF name -> (HF shape, ops, GGUF shape)
     for hf_name, shape in shapes.items():
         gguf_name, ops = amap.gguf_name_for(hf_name)
-        if ops:
-            raise RuntimeError(f"{hf_name}: the {arch} map has ops now ({ops}); random bytes cannot honour them")
-        qtype = (types or {}).get(gguf_name) or tensor_type(gguf_name, shape, MIX, n_layers)
-        plan.append((gguf_name, shape, qtype))
+        gguf_shape = apply_ops(ops, np.zeros(shape, np.float32), config, reverse=True).shape if ops else shape
+        planned[gguf_name] = (tuple(shape), ops, tuple(gguf_shape))
+    planned |= {n: (tuple(s), (), tuple(s)) for n, s in (extra or {}).items()}
+    if order is not None:
+        if sorted(order) != sorted(planned):
+            raise ValueError(f"{name}: the order names other tensors than the geometry "
+                             f"(only in the order: {sorted(set(order) - set(planned))[:5]}, "
+                             f"only in the geometry: {sorted(set(planned) - set(order))[:5]})")
+        planned = {n: planned[n] for n in order}
+    plan, counts = [], {}
+    for gguf_name, (hf_shape, ops, shape) in planned.items():
+        qtype = (types or {}).get(gguf_name) or tensor_type(gguf_name, shape, MIX, n_layers, n_expert)
+        plan.append((gguf_name, hf_shape, ops, shape, qtype))
         counts[qtype.name] = counts.get(qtype.name, 0) + 1
         if qtype.name == "F32":
             writer.add_tensor_info(gguf_name, shape, np.dtype(np.float32), 4 * math.prod(shape))
@@ -280,11 +309,16 @@ def write_random_gguf(out_path: Path, arch: str, name: str, config: dict, shapes
             writer.add_tensor_info(gguf_name, byte_shape, np.dtype(np.uint8), math.prod(byte_shape), raw_dtype=qtype)
 
     def write_tensors():
-        for gguf_name, shape, qtype in plan:  # one tensor in memory at a time
-            writer.write_tensor_data(random_tensor(rng, qtype, shape))
+        for gguf_name, hf_shape, ops, shape, qtype in plan:  # one tensor in memory at a time
+            if qtype.name == "F32" and ops:
+                values = apply_ops(ops, random_tensor(rng, qtype, hf_shape), config, reverse=True)
+                writer.write_tensor_data(np.ascontiguousarray(values, np.float32))
+            else:
+                writer.write_tensor_data(random_tensor(rng, qtype, shape))
 
     write_atomically(writer, Path(out_path), write_tensors)
-    return {"tensors": len(plan), "type_counts": counts, "metadata_keys": sorted(metadata)}
+    return {"tensors": len(plan), "type_counts": counts,
+            "metadata_keys": keys}
 
 
 def ensure_gguf(geom: Geometry, cache_dir: Path = CACHE, rebuild: bool = False) -> dict:
@@ -300,14 +334,100 @@ def ensure_gguf(geom: Geometry, cache_dir: Path = CACHE, rebuild: bool = False) 
     return record | {"cached": False}
 
 
+# llama.cpp's converter (conversion/qwen.py, Qwen3NextModel.filter_tensors) writes the MTP block after
+# the decoder's blocks: its layer as one more block, its own tensors under these names.
+MTP_NEXTN = {"mtp.fc.weight": "nextn.eh_proj.weight", "mtp.pre_fc_norm_embedding.weight": "nextn.enorm.weight",
+             "mtp.pre_fc_norm_hidden.weight": "nextn.hnorm.weight", "mtp.norm.weight": "nextn.shared_head_norm.weight"}
+
+
+def target_tensors(geom, amap) -> tuple[dict, dict]:
+    """A target geometry's checkpoint tensors as a GGUF of its architecture holds them: ({map HF name:
+    shape}, {GGUF name: shape} of the tensors the map does not name). The checkpoint's prefixes are
+    renamed as the map reads them, per-expert tensors stacked into one [E, N, K] each (as llama.cpp's
+    converter stacks them), and the MTP block renamed as llama.cpp's converter renames it."""
+    from gguf2ov.tools.gguf_writer import stacked_experts
+
+    stored = geom.shapes()
+    renamed = amap.checkpoint_names([n for n in stored if not n.startswith("mtp.")], geom.name)
+    shapes = {}
+    for hf_name, parts in stacked_experts(renamed).items():
+        shapes[hf_name] = (len(parts), *stored[renamed[parts[0]]]) if parts else stored[renamed[hf_name]]
+    extra = {}
+    for name, shape in stored.items():
+        if name.startswith("mtp.layers."):
+            i, rest = name[len("mtp.layers."):].split(".", 1)
+            shapes[f"model.layers.{geom.layers + int(i)}.{rest}"] = shape
+        elif name in MTP_NEXTN:
+            extra[f"blk.{geom.layers}.{MTP_NEXTN[name]}"] = shape
+    return shapes, extra
+
+
+def llamacpp_layout(geom, cache_dir: Path = CACHE) -> dict:
+    """What llama.cpp's own tools write for a geometry's Q4_K_M file: {"tensors": [(GGUF name, type)] in
+    the file's order, "metadata": {key: value types}}, from a narrow copy of it (the same layers, layer
+    types, MTP block and tied head; 256 wide, so that, as in the real geometry, every quantized row is
+    whole 256-blocks and no type falls back; 16 experts where it has experts, since llama.cpp's Q4_K_M
+    rules tell only 8 experts from others) written as a bf16 checkpoint, converted by
+    convert_hf_to_gguf.py and quantized by llama-quantize Q4_K_M. Which tensors llama-quantize gives
+    more bits depends on counters over the file's order (an `attn_qkv` counts as an `attn_v`), so the
+    order and the types are taken together. Cached as JSON."""
+    from dataclasses import replace
+
+    from gguf import GGUFReader
+
+    import llamacpp
+    from random_target import write_checkpoint
+
+    path = Path(cache_dir) / f"layout-{geom.name}-{geom.key()}-{MIX}.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    narrow = replace(geom, name=f"{geom.name}-layout", hidden=256, ffn=256, vocab=1024, heads=2 if not geom.hybrid else 1,
+                     kv_heads=1, head_dim=256 if geom.hybrid else 128,
+                     linear_key_heads=(2 if geom.linear_key_heads == geom.linear_value_heads else 1) if geom.hybrid else 0,
+                     linear_value_heads=2 if geom.hybrid else 0, linear_head_dim=128,
+                     experts=16 if geom.moe else 0, experts_per_tok=2 if geom.moe else 0, moe_ffn=256 if geom.moe else 0)
+    Path(cache_dir).mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache_dir) as tmp:
+        hf = write_checkpoint(narrow, Path(tmp) / "hf")
+        bf16 = llamacpp.convert(hf, Path(tmp) / "bf16.gguf", "bf16")
+        reader = GGUFReader(str(llamacpp.quantize(bf16, Path(tmp) / f"{MIX}.gguf", MIX)))
+        layout = {"tensors": [(t.name, t.tensor_type.name) for t in reader.tensors],
+                  "metadata": {k: [t.name for t in f.types] for k, f in reader.fields.items() if not k.startswith("GGUF.")}}
+    path.write_text(json.dumps(layout) + "\n")
+    return layout
+
+
+def llamacpp_metadata(arch: str, metadata: dict, config: dict) -> dict:
+    """The metadata llama.cpp's converter writes where the map run backwards writes less: block_count
+    counts the MTP block (`nextn_predict_layers`), the recurrent-layer flags cover it (false), the rope
+    sections are four, and the value head size is stated."""
+    out = dict(metadata)
+    if n := config.get("mtp_num_hidden_layers", 0):
+        out[f"{arch}.block_count"] += n
+        out[f"{arch}.nextn_predict_layers"] = n
+        if (flags := f"{arch}.attention.recurrent_layers") in out:
+            out[flags] = [*out[flags], *[False] * n]
+    if (sections := f"{arch}.rope.dimension_sections") in out:
+        out[sections] = [*out[sections], *[0] * (4 - len(out[sections]))]
+    if (key := f"{arch}.attention.key_length") in out:
+        out.setdefault(f"{arch}.attention.value_length", out[key])
+    return out
+
+
 def ensure_target_gguf(geom, cache_dir: Path = CACHE) -> dict:
     """A random Q4_K_M GGUF of a target geometry (`random_target.TargetGeometry`: its config and
-    tensors, sorted by name, through its architecture's map), cached as
-    target-NAME-KEY-Q4_K_M.gguf. A tied token_embd is Q6_K, as llama.cpp makes the tensor that
-    doubles as the output. The vocabulary is random_target's tokenizer (the fixture's, padded to
-    the geometry's size), written as llama.cpp writes a gpt2-style one."""
+    tensors through its architecture's map), cached as target-NAME-KEY-Q4_K_M.gguf. The vocabulary
+    is random_target's tokenizer (the fixture's, padded to the geometry's size), written as llama.cpp
+    writes a gpt2-style one.
+
+    A dense geometry's tensors are sorted by name, typed by `gguf_writer.tensor_type` (llama.cpp's
+    rules; a tied token_embd is Q6_K, as llama.cpp makes the tensor that doubles as the output). A
+    hybrid or mixture-of-experts geometry's are in the order and types of llama.cpp's own file of the
+    same layers (`llamacpp_layout`), its MTP block included."""
     from gguf import GGMLQuantizationType as Q
 
+    from gguf2ov.maps.load import load_map
+    from gguf2ov.target.config import arch_of
     from random_target import write_tokenizer
 
     path = Path(cache_dir) / f"target-{geom.name}-{geom.key()}-{MIX}.gguf"
@@ -316,12 +436,23 @@ def ensure_target_gguf(geom, cache_dir: Path = CACHE) -> dict:
         return json.loads(sidecar.read_text()) | {"cached": True}
     start = time.perf_counter()
     config = geom.config()
+    arch = arch_of(config["model_type"], geom.name)
     rng = np.random.default_rng(int(geom.key(), 16))
-    types = {"token_embd.weight": Q.Q6_K} if geom.tied else None
+    if geom.hybrid or geom.moe:
+        layout = llamacpp_layout(geom, cache_dir)
+        shapes, extra = target_tensors(geom, load_map(arch))
+        types, order = {n: Q[t] for n, t in layout["tensors"]}, [n for n, _ in layout["tensors"]]
+    else:
+        shapes, extra, order = dict(sorted(geom.shapes().items())), None, None
+        types = {"token_embd.weight": Q.Q6_K} if geom.tied else None
     with tempfile.TemporaryDirectory() as tokenizer:
         write_tokenizer(Path(tokenizer), geom.vocab)
-        built = write_random_gguf(path, config["model_type"], geom.name, config, dict(sorted(geom.shapes().items())),
-                                  geom.layers, rng, types=types, tokenizer_dir=Path(tokenizer))
+        built = write_random_gguf(path, arch, geom.name, config, shapes, geom.layers, rng, types=types,
+                                  tokenizer_dir=Path(tokenizer), extra=extra, order=order, llamacpp=order is not None)
+    if order is not None:  # the keys llama.cpp writes that this file lacks, and the reverse (general.* aside)
+        theirs = {k for k in layout["metadata"] if not k.startswith("general.")}
+        ours = {k for k in built["metadata_keys"] if not k.startswith("general.")}
+        built["metadata_vs_llamacpp"] = {"missing": sorted(theirs - ours), "extra": sorted(ours - theirs)}
     record = {"geometry": asdict(geom), "key": geom.key(), "path": str(path), "bytes": path.stat().st_size,
               "parameters": geom.parameters, **built, "build_seconds": round(time.perf_counter() - start, 2),
               "builder_version": BUILDER_VERSION}
