@@ -486,3 +486,15 @@ def test_verify_reports_the_mixed_taps_and_the_scan_finds_the_trained_ones(tmp_p
         assert "a mixed set" in types.reason and "full_attention" in types.reason, types.reason
     assert result.taps is not None and result.taps.verdict == fit, result.finding("layer-fit").reason
     assert result.finding("layer-fit").status == ("pass" if fit == "fits" else "fail")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [HYBRID, MOE])
+def test_run_builds_the_target_from_the_checkpoint_and_passes(name, tmp_path):
+    """`gguf2ov run draft-Q4_K_M.gguf --target target-hf/`: the target built in fp32 from the checkpoint
+    (hub keys under model.language_model. for the hybrid), the same text with the draft attached."""
+    d = _dir(name)
+    report = _run(tmp_path / "run", d / "draft-Q4_K_M.gguf", "--target", d / "target-hf", "--prompts",
+                  d / "prompts.txt", "--variants", "gguf", "--requant", "gguf")
+    assert {s["name"]: s["status"] for s in report["stages"]}["target"] == "pass"
+    assert "accept:gguf" in report["results"]
