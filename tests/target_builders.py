@@ -239,3 +239,17 @@ def runtime_kinds(xml, paged: bool = False, properties=None):
     weights = Counter(op.input_value(1).get_element_type().get_type_name() for op in ops
                       if op.get_rt_info()["layerType"].astype(str) == "GatherMatmul")
     return kinds, weights
+
+
+def target_ir(hf_dir: Path, out: Path, variant: str = "fp32") -> Path:
+    """gguf2ov's target graph of a checkpoint (or GGUF) saved into `out`, without the command's checks
+    and extras: the path of its openvino_model.xml."""
+    from gguf2ov.ir.variants import parse_variant
+    from gguf2ov.ir.weights import save_ir
+    from gguf2ov.target.graph import build_target_ir
+    from opened import open_target
+
+    out.mkdir(parents=True, exist_ok=True)
+    model, forms = build_target_ir(open_target(hf_dir), parse_variant(variant))
+    save_ir(model, out, forms)
+    return out / "openvino_model.xml"

@@ -91,23 +91,12 @@ def write_llamacpp_checkpoint(folder: Path) -> Path:
     return folder
 
 
-def _ir(hf, out, variant="fp32"):
-    from gguf2ov.ir.variants import parse_variant
-    from gguf2ov.ir.weights import save_ir
-    from gguf2ov.target.graph import build_target_ir
-
-    out.mkdir(parents=True, exist_ok=True)
-    model, forms = build_target_ir(open_target(hf), parse_variant(variant))
-    save_ir(model, out, forms)
-    return out / "openvino_model.xml"
-
-
 @pytest.fixture(scope="module", params=list(HYBRID_MOE))
 def hybrid_moe(request, tmp_path_factory):
     """(checkpoint folder, our fp32 IR) of one geometry."""
     work = tmp_path_factory.mktemp(request.param)
     hf = tb.write_target_checkpoint(work / "hf", HYBRID_MOE[request.param], seed=3)
-    return hf, _ir(hf, work / "ours")
+    return hf, tb.target_ir(hf, work / "ours")
 
 
 @pytest.fixture(scope="module")
@@ -292,10 +281,10 @@ def test_the_target_from_llama_cpps_file_computes_transformers_model_and_the_che
         tmp_path, llamacpp_checkpoint):
     """The target built from the GGUF against transformers on the checkpoint, and against the target
     built from the checkpoint (measured: logits 1.2e-7 apart, the norms' + 1 rounded by llama.cpp)."""
-    from_gguf = _ir(LLAMACPP_FILE, tmp_path / "gguf")
+    from_gguf = tb.target_ir(LLAMACPP_FILE, tmp_path / "gguf")
     worst = _worst_against_transformers(from_gguf, _transformers(llamacpp_checkpoint))
     assert max(worst.values()) <= TOLERANCE, worst
-    from_checkpoint = _ir(llamacpp_checkpoint, tmp_path / "checkpoint")
+    from_checkpoint = tb.target_ir(llamacpp_checkpoint, tmp_path / "checkpoint")
     vocab = LLAMACPP_CONFIG["vocab_size"]
     assert tb.relative(_logits(from_gguf, vocab), _logits(from_checkpoint, vocab)) <= 1e-6
 
@@ -306,16 +295,10 @@ def _weight_types(xml) -> dict[str, str]:
     """{MatMul name: element type of the constant its weight is stored in}."""
     import openvino as ov
 
-    model = ov.Core().read_model(str(xml))
-    out = {}
-    for op in model.get_ops():
-        if op.get_type_name() == "MatMul":
-            src = op.input_value(1).get_node()
-            while src.get_type_name() in ("Convert", "Multiply", "Subtract", "Reshape") and src.get_input_size():
-                src = src.input_value(0).get_node()
-            if src.get_type_name() == "Constant":
-                out[op.get_friendly_name()] = src.get_output_element_type(0).get_type_name()
-    return out
+    from gguf2ov.ir.irweights import weight_constants
+
+    return {name: c.get_output_element_type(0).get_type_name()
+            for name, c in weight_constants(ov.Core().read_model(str(xml))).items()}
 
 
 def _kinds(types: dict) -> dict[str, set]:

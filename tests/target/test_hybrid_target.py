@@ -39,23 +39,12 @@ HYBRID = {
 GROUPED = HYBRID["grouped"]
 
 
-def _ir(hf, out, variant="fp32"):
-    from gguf2ov.ir.variants import parse_variant
-    from gguf2ov.ir.weights import save_ir
-    from gguf2ov.target.graph import build_target_ir
-
-    out.mkdir(parents=True, exist_ok=True)
-    model, forms = build_target_ir(open_target(hf), parse_variant(variant))
-    save_ir(model, out, forms)
-    return out / "openvino_model.xml"
-
-
 @pytest.fixture(scope="module", params=list(HYBRID))
 def hybrid(request, tmp_path_factory):
     """(checkpoint folder, our fp32 IR) of one geometry."""
     work = tmp_path_factory.mktemp(request.param)
     hf = tb.write_target_checkpoint(work / "hf", HYBRID[request.param], seed=3)
-    return hf, _ir(hf, work / "ours")
+    return hf, tb.target_ir(hf, work / "ours")
 
 
 @pytest.fixture(scope="module")
@@ -234,7 +223,7 @@ def test_a_gguf_in_llama_cpp_layout_reads_back_exactly(tmp_path, grouped):
 @pytest.mark.slow
 def test_a_target_from_the_gguf_computes_the_checkpoints_model(tmp_path, grouped):
     path = _write_qwen35(grouped, tmp_path / "q.gguf")
-    worst = _worst_against_transformers(_ir(path, tmp_path / "ours"), _transformers(grouped))
+    worst = _worst_against_transformers(tb.target_ir(path, tmp_path / "ours"), _transformers(grouped))
     assert max(worst.values()) <= 1e-4, worst
 
 
@@ -484,5 +473,5 @@ def test_a_file_llama_cpps_converter_wrote_reads_as_its_checkpoint(tmp_path):
         np.testing.assert_allclose(source.f32(name), ref, rtol=1e-6, atol=1e-7, err_msg=name)
         exact += bool(np.array_equal(source.f32(name), ref))
     assert exact >= len(source.expected) - 8  # 7 norms + 1 and A_log
-    worst = _worst_against_transformers(_ir(qwen35_data.LLAMACPP_FILE, tmp_path / "ours"), _transformers(hf))
+    worst = _worst_against_transformers(tb.target_ir(qwen35_data.LLAMACPP_FILE, tmp_path / "ours"), _transformers(hf))
     assert max(worst.values()) <= 1e-4, worst

@@ -30,12 +30,8 @@ def pair(request, tmp_path_factory):
         hf = tb.FIXTURE_TARGET
     else:
         hf = tb.write_target_checkpoint(work / "hf", tb.GEOMETRIES[request.param], seed=3)
-    ours = work / "ours"
-    ours.mkdir()
-    model, forms = build_target_ir(open_target(hf), parse_variant("fp32"))
-    save_ir(model, ours, forms)
     theirs = tb.optimum_export(hf, work / "optimum")
-    return hf, ours / "openvino_model.xml", theirs / "openvino_model.xml"
+    return hf, tb.target_ir(hf, work / "ours"), theirs / "openvino_model.xml"
 
 
 def test_interface_equals_optimums(pair):
