@@ -253,3 +253,22 @@ def target_ir(hf_dir: Path, out: Path, variant: str = "fp32") -> Path:
     model, forms = build_target_ir(open_target(hf_dir), parse_variant(variant))
     save_ir(model, out, forms)
     return out / "openvino_model.xml"
+
+
+def worst_against_transformers(xml, model) -> dict:
+    """The largest relative difference of the logits and of every locator's output, each of the two
+    stateful steps against the same positions of transformers' one forward over both."""
+    import torch
+
+    token_steps = steps(model.config.vocab_size)
+    with torch.no_grad():
+        ref = model(torch.tensor(np.concatenate(token_steps))[None], output_hidden_states=True)
+    runs = run_steps(xml, token_steps, locators(xml), properties={"KV_CACHE_PRECISION": "f32"})
+    worst, start = {}, 0
+    for logits, hidden in runs:
+        span = slice(start, start + logits.shape[1])
+        worst["logits"] = max(worst.get("logits", 0), relative(logits, ref.logits.numpy()[:, span]))
+        for i, h in hidden.items():
+            worst[i] = max(worst.get(i, 0), relative(h, ref.hidden_states[i + 1].numpy()[:, span]))
+        start = span.stop
+    return worst

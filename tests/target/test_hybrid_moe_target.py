@@ -125,25 +125,6 @@ def _transformers(hf, state=None):
     return model
 
 
-def _worst_against_transformers(xml, model):
-    """The largest relative difference of the logits and of every locator's output, each of the two
-    stateful steps against the same positions of transformers' one forward over both."""
-    import torch
-
-    steps = tb.steps(model.config.vocab_size)
-    with torch.no_grad():
-        ref = model(torch.tensor(np.concatenate(steps))[None], output_hidden_states=True)
-    runs = tb.run_steps(xml, steps, tb.locators(xml), properties={"KV_CACHE_PRECISION": "f32"})
-    worst, start = {}, 0
-    for logits, hidden in runs:
-        span = slice(start, start + logits.shape[1])
-        worst["logits"] = max(worst.get("logits", 0), tb.relative(logits, ref.logits.numpy()[:, span]))
-        for i, h in hidden.items():
-            worst[i] = max(worst.get(i, 0), tb.relative(h, ref.hidden_states[i + 1].numpy()[:, span]))
-        start = span.stop
-    return worst
-
-
 def _logits(xml, vocab):
     return np.concatenate([logits for logits, _ in tb.run_steps(xml, tb.steps(vocab))], axis=1)
 
@@ -156,7 +137,7 @@ def test_logits_and_every_locator_equal_transformers_over_two_stateful_steps(hyb
     transformers' at every token, or the difference would be of the order of the outputs."""
     hf, xml = hybrid_moe
     config = tb.config_of(hf)
-    worst = _worst_against_transformers(xml, _transformers(hf))
+    worst = tb.worst_against_transformers(xml, _transformers(hf))
     assert set(worst) == {"logits", *range(config["num_hidden_layers"])}
     assert max(worst.values()) <= TOLERANCE, worst
 
@@ -282,7 +263,7 @@ def test_the_target_from_llama_cpps_file_computes_transformers_model_and_the_che
     """The target built from the GGUF against transformers on the checkpoint, and against the target
     built from the checkpoint (measured: logits 1.2e-7 apart, the norms' + 1 rounded by llama.cpp)."""
     from_gguf = tb.target_ir(LLAMACPP_FILE, tmp_path / "gguf")
-    worst = _worst_against_transformers(from_gguf, _transformers(llamacpp_checkpoint))
+    worst = tb.worst_against_transformers(from_gguf, _transformers(llamacpp_checkpoint))
     assert max(worst.values()) <= TOLERANCE, worst
     from_checkpoint = tb.target_ir(llamacpp_checkpoint, tmp_path / "checkpoint")
     vocab = LLAMACPP_CONFIG["vocab_size"]
@@ -368,7 +349,7 @@ def test_the_gguf_grid_keeps_the_expert_axis_and_computes_the_files_model(tmp_pa
     xml = tmp_path / "t" / "openvino_model.xml"
     parts = _kinds(_weight_types(xml))
     assert parts["routers"] == {"f32"} and parts["experts"] == {"i8"} and parts["linear_attn"] <= {"i8", "u8"}
-    worst = _worst_against_transformers(xml, _transformers(grouped, {n: source.f32(n) for n in source.expected}))
+    worst = tb.worst_against_transformers(xml, _transformers(grouped, {n: source.f32(n) for n in source.expected}))
     assert max(worst.values()) <= TOLERANCE, worst
 
 

@@ -63,25 +63,6 @@ def _transformers(hf, state=None):
     return model
 
 
-def _worst_against_transformers(xml, model):
-    """The largest relative difference of the logits and of every locator's output, each of the two
-    stateful steps against the same positions of transformers' one forward over both."""
-    import torch
-
-    steps = tb.steps(model.config.vocab_size)
-    with torch.no_grad():
-        ref = model(torch.tensor(np.concatenate(steps))[None], output_hidden_states=True)
-    runs = tb.run_steps(xml, steps, tb.locators(xml), properties={"KV_CACHE_PRECISION": "f32"})
-    worst, start = {}, 0
-    for logits, hidden in runs:
-        span = slice(start, start + logits.shape[1])
-        worst["logits"] = max(worst.get("logits", 0), tb.relative(logits, ref.logits.numpy()[:, span]))
-        for i, h in hidden.items():
-            worst[i] = max(worst.get(i, 0), tb.relative(h, ref.hidden_states[i + 1].numpy()[:, span]))
-        start = span.stop
-    return worst
-
-
 # --- the graph against transformers; the fusions -----------------------------------------------------
 
 def test_logits_and_every_locator_equal_transformers_over_two_stateful_steps(hybrid):
@@ -91,7 +72,7 @@ def test_logits_and_every_locator_equal_transformers_over_two_stateful_steps(hyb
     transformers' in float64: a token's gated norm of a small output)."""
     hf, xml = hybrid
     config = tb.config_of(hf)
-    worst = _worst_against_transformers(xml, _transformers(hf))
+    worst = tb.worst_against_transformers(xml, _transformers(hf))
     assert set(worst) == {"logits", *range(config["num_hidden_layers"])}  # linear layers have locators too
     assert max(worst.values()) <= 1e-4, worst
 
@@ -223,7 +204,7 @@ def test_a_gguf_in_llama_cpp_layout_reads_back_exactly(tmp_path, grouped):
 @pytest.mark.slow
 def test_a_target_from_the_gguf_computes_the_checkpoints_model(tmp_path, grouped):
     path = _write_qwen35(grouped, tmp_path / "q.gguf")
-    worst = _worst_against_transformers(tb.target_ir(path, tmp_path / "ours"), _transformers(grouped))
+    worst = tb.worst_against_transformers(tb.target_ir(path, tmp_path / "ours"), _transformers(grouped))
     assert max(worst.values()) <= 1e-4, worst
 
 
@@ -274,7 +255,7 @@ def test_the_gguf_grid_computes_the_files_model(tmp_path, grouped, fixtures_dir,
     source = open_target(path)
     assert result.transcoded == sum(len(shape) == 2 for shape in source.expected.values())
     xml = tmp_path / "t" / "openvino_model.xml"
-    worst = _worst_against_transformers(xml, _transformers(grouped, {n: source.f32(n) for n in source.expected}))
+    worst = tb.worst_against_transformers(xml, _transformers(grouped, {n: source.f32(n) for n in source.expected}))
     assert max(worst.values()) <= 1e-4, worst
     gdn = {n: t for n, t in _weight_types(xml).items() if ".linear_attn." in n}
     assert len(gdn) == 30 and set(gdn.values()) <= {"i8", "u8"}
@@ -473,5 +454,5 @@ def test_a_file_llama_cpps_converter_wrote_reads_as_its_checkpoint(tmp_path):
         np.testing.assert_allclose(source.f32(name), ref, rtol=1e-6, atol=1e-7, err_msg=name)
         exact += bool(np.array_equal(source.f32(name), ref))
     assert exact >= len(source.expected) - 8  # 7 norms + 1 and A_log
-    worst = _worst_against_transformers(tb.target_ir(qwen35_data.LLAMACPP_FILE, tmp_path / "ours"), _transformers(hf))
+    worst = tb.worst_against_transformers(tb.target_ir(qwen35_data.LLAMACPP_FILE, tmp_path / "ours"), _transformers(hf))
     assert max(worst.values()) <= 1e-4, worst
