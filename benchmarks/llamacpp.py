@@ -32,7 +32,8 @@ from pathlib import Path
 SDIST = "llama-cpp-python==0.3.36"
 SDIST_DIR = "llama_cpp_python-0.3.36"
 COMMIT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
-TARGETS = ("llama-tokenize", "llama-quantize", "llama-simple", "llama-completion", "llama-bench")
+TARGETS = ("llama-tokenize", "llama-quantize", "llama-simple", "llama-completion", "llama-bench",
+           "llama-speculative-simple")
 # CPU only (llama.cpp's default, tuned for this machine: GGML_NATIVE), static tools, no HTTPS.
 CMAKE_FLAGS = ("-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_OPENSSL=OFF",
                "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_BUILD_TESTS=OFF")
