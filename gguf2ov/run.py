@@ -207,9 +207,13 @@ def _run_stages(job, stages: "_Stages", out: Path, reference_dir, requant: str, 
 
 
 def _drift_reason(r, requant: str) -> str:
+    # a failing target check fails every variant alike: its reason once, for what it says of the target
+    target = {c.name: c.reason for v in r.variants if v.verify is not None for c in v.verify.checks
+              if c.group == "target" and c.status == "fail"}
     return f"{len(r.variants)} variants; " + ", ".join(
         f"{v.name} {'verified' if v.verified else 'FAILED verify: ' + ', '.join(v.verify_failures)}"
-        for v in r.variants if v.name in dict.fromkeys(("fp32", LOSSLESS, requant)))
+        for v in r.variants if v.name in dict.fromkeys(("fp32", LOSSLESS, requant))) + "".join(
+        f"; {name}: {reason}" for name, reason in target.items())
 
 
 def _target_judgement(r) -> tuple[bool, str]:

@@ -207,7 +207,7 @@ def test_target_result(fixtures_dir, tmp_path):
     text, data, md = three_forms(result)
     assert data["locators"]["0"] == "__module.model.layers.0/aten::add/Add_1"
     assert "| runtime_options/KV_CACHE_PRECISION | f16 |" in md
-    in_all("target checks: 7/7 pass", text, md)
+    in_all("target checks: 8/8 pass", text, md)
 
 
 def test_tap_scan():

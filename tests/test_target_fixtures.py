@@ -458,9 +458,10 @@ def test_run_builds_the_target_from_llama_cpps_file_and_passes(name, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [HYBRID, MOE])
+@pytest.mark.parametrize("name", [MOE])
 def test_run_on_optimums_export_passes(name, tmp_path, unpacked):
-    """The same pair against optimum-intel's committed export of the target (an OpenVINO folder)."""
+    """The same pair against optimum-intel's committed export of the target (an OpenVINO folder); the
+    hybrid one fails its positions check (`test_run_on_optimums_hybrid_export_names_its_rope_positions`)."""
     d = unpacked(name)
     report = _run(tmp_path / "run", d / "draft-Q4_K_M.gguf", "--target", d / "target", "--prompts", d / "prompts.txt",
                   "--variants", "gguf", "--requant", "gguf")
@@ -498,3 +499,124 @@ def test_run_builds_the_target_from_the_checkpoint_and_passes(name, tmp_path):
                   d / "prompts.txt", "--variants", "gguf", "--requant", "gguf")
     assert {s["name"]: s["status"] for s in report["stages"]}["target"] == "pass"
     assert "accept:gguf" in report["results"]
+
+
+# --- optimum's hybrid export: RoPE positions once paged ------------------------------------------------
+# optimum-intel 2.2.0 exports qwen3_5_text without position_ids: its RoPE counts positions from the key
+# cache, and after the paged conversion GenAI runs with a draft attached, every token of a step is
+# turned as the step's last one (benchmarks/optimum_qwen35_rope.md). A prompt from the fixture's corpus
+# whose greedy text parts with the draft attached within 8 tokens (1 of 40 prompts x 300 tokens parted
+# with a random draft, 2 with the trained one; none on gguf2ov's target or with the one edit below):
+PARTING_PROMPT = ("past the cave, the bear growls loudly. At night the bear sleeps in the cave and dreams about "
+                  "honey. Every child knows that")
+PARTING_TOKENS = 8
+
+
+def _benchmark(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def hybrid_folders(tmp_path_factory, unpacked):
+    """{label: target folder}: optimum's export as committed; the same IR with one edit, RoPE's
+    positions read from position_ids (the reproducer's control); gguf2ov's target built from the same
+    checkpoint, int8 symmetric as optimum's; and the fixture draft exported from its GGUF."""
+    from gguf2ov.job import Job, Options
+
+    d, work = unpacked(HYBRID), tmp_path_factory.mktemp("hybrid-positions")
+    edited = _benchmark("optimum_qwen35_rope").read_position_ids(d / "target", work / "edited")
+    _gguf2ov("target", d / "target-hf", "-o", work / "ours", "--weight-format", "int8", "--sym")
+    Job.of(d / "draft-Q4_K_M.gguf", None, Options(progress=False)).export(work / "draft")
+    return {"optimum": d / "target", "edited": edited, "ours": work / "ours", "draft": work / "draft"}
+
+
+def _verify(draft: Path, target: Path, out: Path) -> tuple[int, dict]:
+    from gguf2ov.cli import main
+
+    code = main(["verify", str(draft), "--target", str(target), "--no-tap-scan", "--json", str(out), "--quiet"])
+    return code, {c["name"]: c for c in json.loads(out.read_text())["checks"]}
+
+
+def test_verify_finds_optimums_hybrid_rope_positions_before_any_run(hybrid_folders, tmp_path):
+    """`verify --target` on optimum's hybrid folder fails `target-positions`, naming the cause (positions
+    counted from the key cache, position_ids unread: after the paged conversion a 4-token step is
+    turned as its last position) and the fix; the same IR reading position_ids, and gguf2ov's target
+    from the same checkpoint, pass it."""
+    f = hybrid_folders
+    code, checks = _verify(f["draft"], f["optimum"], tmp_path / "optimum.json")
+    positions = checks["target-positions"]
+    assert code != 0 and positions["status"] == "fail", positions
+    for said in ("the length of state cache_params.past.key.0", "position_ids is not read",
+                 "positions 5-8 every token is turned as position 8", "gguf2ov target CHECKPOINT_OR_GGUF"):
+        assert said in positions["reason"], positions["reason"]
+    assert checks["target-paged"]["status"] == "pass"  # the conversion itself is fine
+    for label in ("edited", "ours"):
+        code, checks = _verify(f["draft"], f[label], tmp_path / f"{label}.json")
+        assert code == 0 and checks["target-positions"]["status"] == "pass", (label, checks["target-positions"])
+        assert "RoPE from position_ids" in checks["target-positions"]["reason"]
+
+
+def test_accept_looks_for_the_cause_of_a_mismatch_in_the_target_graph(hybrid_folders):
+    """What `accept` names when the texts part: the failing positions check of optimum's folder, nothing
+    for a target whose RoPE reads position_ids (the reason then stays the pipeline's)."""
+    from gguf2ov.stages.accept import target_cause
+
+    cause = target_cause(hybrid_folders["optimum"])
+    assert cause is not None and cause.name == "target-positions" and cause.status == "fail"
+    assert target_cause(hybrid_folders["ours"]) is None and target_cause(hybrid_folders["edited"]) is None
+
+
+def _greedy_with_draft(target_dir: Path, draft_dir: Path, prompts: list[str], new_tokens: int) -> list[str]:
+    """As `_greedy`, with the draft attached (K=7)."""
+    from gguf2ov.numerics import EXACT
+    from gguf2ov.runtime.genai import Prompt, generate, generation_config, make_pipeline
+
+    pipe = make_pipeline(target_dir, "CPU", EXACT, draft_dir, 7)
+    cfg = generation_config(pipe, new_tokens, 7)
+    return [generate(pipe, Prompt(p), cfg, True).text for p in prompts]
+
+
+@pytest.mark.slow
+def test_accept_names_the_rope_positions_when_optimums_hybrid_text_changes(hybrid_folders, tmp_path):
+    """`accept` on optimum's folder: MISMATCH (also in exact arithmetic), and the reason is the target's
+    positions, not a token the pipeline wrongly accepted. The same IR reading position_ids, and
+    gguf2ov's target from the same checkpoint, give the same text with the draft attached as alone."""
+    from gguf2ov.cli import main
+
+    f = hybrid_folders
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text(PARTING_PROMPT + "\n")
+    out = tmp_path / "accept.json"
+    code = main(["accept", "--target", str(f["optimum"]), "--draft", str(f["draft"]), "--prompts", str(prompts),
+                 "--max-new-tokens", str(PARTING_TOKENS), "--json", str(out), "--quiet"])
+    result = json.loads(out.read_text())
+    assert code != 0 and result["verdict"] == "MISMATCH" and result["identical_exact"] is False, result["reasons"]
+    reason = " ".join(result["reasons"])
+    assert "(target-positions): RoPE positions come from the length of state" in reason, reason
+    assert "gguf2ov target CHECKPOINT_OR_GGUF" in reason and "would not have produced" not in reason, reason
+    for label in ("edited", "ours"):
+        alone = _greedy(f[label], [PARTING_PROMPT], PARTING_TOKENS)
+        assert _greedy_with_draft(f[label], f["draft"], [PARTING_PROMPT], PARTING_TOKENS) == alone, label
+
+
+@pytest.mark.slow
+def test_run_on_optimums_hybrid_export_names_its_rope_positions(tmp_path, unpacked):
+    """`run` against optimum's hybrid folder stops where the target is checked (every draft variant's
+    verify), its report naming the cause and the fix once."""
+    from gguf2ov.cli import main
+
+    d = unpacked(HYBRID)
+    out = tmp_path / "run"
+    code = main(["run", str(d / "draft-Q4_K_M.gguf"), "--target", str(d / "target"), "--prompts",
+                 str(d / "prompts.txt"), "--variants", "gguf", "--requant", "gguf", "-o", str(out), "--quiet"])
+    report = json.loads((out / "report.json").read_text())
+    failed = report["stages"][-1]
+    assert code != 0 and report["verdict"] == f"FAILED at {failed['name']}", report["verdict"]
+    assert "target-positions: RoPE positions come from" in failed["reason"], failed["reason"]
+    assert failed["reason"].count("gguf2ov target CHECKPOINT_OR_GGUF") == 1
+    assert "gguf2ov target CHECKPOINT_OR_GGUF" in (out / "report.md").read_text()

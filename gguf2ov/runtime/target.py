@@ -127,15 +127,15 @@ class TargetIR:
         from ..target.checks import target_findings
 
         n_layers = self.config.get("num_hidden_layers")
-        return target_findings(self.model, self.built_as, taps, paged=self._paged_finding,
+        return target_findings(self.model, self.built_as, taps, paged=self._paged_findings,
                                num_layers=n_layers if isinstance(n_layers, int) else None,
                                embedding_model=self._embedding_model)
 
     @cached_property
-    def _paged_finding(self):
-        from ..target.checks import paged_finding
+    def _paged_findings(self):
+        from ..target.checks import paged_findings
 
-        return paged_finding(self.model, self.built_as) if self.built_as is not None else None
+        return paged_findings(self.model, self.built_as) if self.built_as is not None else None
 
     @cached_property
     def _embedding_model(self):

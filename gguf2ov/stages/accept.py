@@ -251,13 +251,13 @@ def draft_lengths(positions: tuple[float, ...], step_seconds: dict[int, float],
 
 # An attached draft whose proposals the target takes less often than this is not working.
 BROKEN_BELOW = 0.05
+MISMATCH_AT_F32 = "greedy text with the draft differs from the target alone at f32"
 
 
 def judge(overall: PromptAcceptance, precision: str) -> tuple[str, list[str]]:
     """The verdict on an acceptance run, and why."""
     if not overall.identical and precision == "f32" and not overall.identical_exact:
-        return "MISMATCH", ["greedy text with the draft differs from the target alone at f32: the pipeline "
-                            "accepted a token the target would not have produced"]
+        return "MISMATCH", [f"{MISMATCH_AT_F32}: the pipeline accepted a token the target would not have produced"]
     if overall.identical:
         reasons = []
     elif precision == "f32":
@@ -277,6 +277,22 @@ def judge(overall: PromptAcceptance, precision: str) -> tuple[str, list[str]]:
                                   f"{overall.speedup:.2f}x the target alone: on this device the target is too light "
                                   "for the draft's overhead to pay off"]
     return "PASS", reasons
+
+
+def target_cause(target_dir):
+    """The failing finding of the target's graph that changes its text with a draft attached, whatever
+    the draft proposes (RoPE positions wrong in a multi-token step once paged: target.positions); None
+    when the graph shows none."""
+    from ..runtime.target import TargetIR
+    from ..target.checks import paged_model
+    from ..target.positions import positions_finding
+
+    model = TargetIR.open(target_dir).model
+    try:
+        finding = positions_finding(paged_model(model), model)
+    except RuntimeError:  # a conversion GenAI would have failed first
+        return None
+    return finding if finding.status == "fail" else None
 
 
 def _pipeline_runs(target_dir, draft_dir, settings: GenerationSettings, props: dict, prompts, warm_up: bool = True,
@@ -433,6 +449,8 @@ def run_acceptance(target_dir, draft_dir, prompts, settings: GenerationSettings 
     lengths = draft_lengths(positions, probed, baseline.token_seconds)
     best = max(lengths, key=lambda d: d.speedup).k if lengths else None
     verdict, reasons = judge(judged, gen.precision)
+    if verdict == "MISMATCH" and (cause := target_cause(target_dir)) is not None:
+        reasons = [f"{MISMATCH_AT_F32}, and the target's graph says why ({cause.name}): {cause.reason}"]
     if verdict == "BROKEN" and explain is not None:
         reasons += explain()
     if verdict == "SLOW" and best is not None and best != gen.num_assistant_tokens and \

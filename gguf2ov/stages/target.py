@@ -309,7 +309,8 @@ def write_generation_config(folder: Path, target) -> None:
 
 def check_target_ir(folder, config) -> tuple[list[Finding], dict]:
     """The written target IR checked as GenAI will use it (target.checks.target_findings), and what
-    the report shows of it. Nothing is compiled: the model is read, its weights memory-mapped."""
+    the report shows of it. The model is read, its weights memory-mapped; only the rotary tables of its
+    paged conversion are compiled (target.positions)."""
     import openvino as ov
 
     from ..target.checks import target_findings

@@ -1,9 +1,10 @@
 """What GenAI needs of a target IR, checked in one place: by `gguf2ov target` before its folder is put
 in place, and by `verify --target` (and so by `run`) on any target, optimum-intel's exports included.
 
-`target_findings(model, config)` reads the graph (nothing is compiled) and converts a copy of it as
-GenAI does when a draft attaches (OpenVINO's SDPAToPagedAttention). What each layer must come out
-as is its kind's (`layers/`): its state variables, and the paged op the conversion makes of it.
+`target_findings(model, config)` reads the graph and converts a copy of it as GenAI does when a draft
+attaches (OpenVINO's SDPAToPagedAttention); only the converted rotary tables are compiled
+(`positions.py`). What each layer must come out as is its kind's (`layers/`): its state variables,
+and the paged op the conversion makes of it.
 Without a config this tool can build (a VLM's language model, an architecture it does not know),
 the checks that need no layer kinds still run: the locators, the embedding and the head GenAI picks.
 """
@@ -31,7 +32,7 @@ def target_findings(model, config=None, taps=(), paged=None, num_layers: int | N
     out.append(_locators(model, n_layers, config.hidden_size if config is not None else None, list(taps)))
     out += _attach_points(model, embedding_model if embedding_model is not None else model)
     if config is not None:
-        out.append(paged if paged is not None else paged_finding(model, config))
+        out += paged if paged is not None else paged_findings(model, config)
     return out
 
 
@@ -143,22 +144,38 @@ def _attach_points(model, embedding_model) -> list[Finding]:
     return out
 
 
-def paged_finding(model, c) -> Finding:
-    """What GenAI's SDPAToPagedAttention makes of the graph: every layer's kind converted (attention to
-    a paged attention with the config's key/value heads, head size and window; a Gated DeltaNet layer
-    to its paged recurrence and conv, with their state tables), no state op left, which DFlash
-    refuses, and every locator's producer still there."""
-    from collections import Counter
+def paged_findings(model, c) -> list[Finding]:
+    """What GenAI's SDPAToPagedAttention makes of the graph (`target-paged`), and the positions RoPE
+    turns a step's tokens by in the converted graph (`target-positions`)."""
+    from .positions import NAME, positions_finding
 
+    try:
+        paged = paged_model(model)
+    except RuntimeError as e:
+        return [_finding("target-paged", False, f"SDPAToPagedAttention failed: {library_message(e)}"),
+                _finding(NAME, False, "not checked: the paged conversion failed", status="skip")]
+    return [_paged_finding(paged, model, c), positions_finding(paged, model)]
+
+
+def paged_model(model):
+    """A copy of `model` converted as GenAI converts a target when a draft attaches (RuntimeError when
+    OpenVINO cannot)."""
     from openvino._offline_transformations import paged_attention_transformation
+
+    paged = model.clone()
+    paged_attention_transformation(paged)
+    return paged
+
+
+def _paged_finding(paged, model, c) -> Finding:
+    """The converted graph: every layer's kind converted (attention to a paged attention with the
+    config's key/value heads, head size and window; a Gated DeltaNet layer to its paged recurrence and
+    conv, with their state tables), no state op left, which DFlash refuses, and every locator's
+    producer still there."""
+    from collections import Counter
 
     from .layers import MIXERS
 
-    paged = model.clone()
-    try:
-        paged_attention_transformation(paged)
-    except RuntimeError as e:
-        return _finding("target-paged", False, f"SDPAToPagedAttention failed: {library_message(e)}")
     ops = paged.get_ordered_ops()
     left = [op.get_type_name() for op in ops if op.get_type_name() in ("ReadValue", "Assign")]
     expected = []

@@ -39,7 +39,7 @@ def test_a_checkpoint_becomes_a_checked_target_folder(tmp_path, fixtures_dir, ca
     report = json.loads((tmp_path / "r.json").read_text())
     assert {c["name"]: c["status"] for c in report["checks"]} == dict.fromkeys(
         ["target-inputs", "target-logits", "target-state", "target-locators", "target-embedding", "target-head",
-         "target-paged"], "pass")
+         "target-paged", "target-positions"], "pass")
     # what GenAI attaches the draft to carries optimum's f32 names, which irweights reads weights back by
     reasons = {c["name"]: c["reason"] for c in report["checks"]}
     assert "__module.model.embed_tokens/aten::embedding/Gather" in reasons["target-embedding"]

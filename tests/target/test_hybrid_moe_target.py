@@ -176,7 +176,7 @@ def test_openvino_fuses_every_layer_and_pages_every_state(hybrid_moe):
     model = ov.Core().read_model(str(xml))
     assert {f.name: f.status for f in target_findings(model, c)} == dict.fromkeys(
         ["target-inputs", "target-logits", "target-state", "target-locators", "target-embedding", "target-head",
-         "target-paged"], "pass")
+         "target-paged", "target-positions"], "pass")
     assert len(model.get_variables()) == 2 * c.num_layers  # conv and recurrent, or key and value, per layer
     paged_attention_transformation(model)
     ops = Counter(op.get_type_name() for op in model.get_ops())

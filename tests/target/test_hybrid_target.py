@@ -101,7 +101,7 @@ def test_openvino_fuses_every_linear_layer_and_pages_every_state(hybrid):
     model = ov.Core().read_model(str(xml))
     assert {f.name: f.status for f in target_findings(model, c)} == dict.fromkeys(
         ["target-inputs", "target-logits", "target-state", "target-locators", "target-embedding", "target-head",
-         "target-paged"], "pass")
+         "target-paged", "target-positions"], "pass")
     states = {v.get_info().variable_id: str(v.get_info().data_shape) for v in model.get_variables()}
     hf_config = c.hf
     nk, nv = hf_config.linear_num_key_heads, hf_config.linear_num_value_heads
