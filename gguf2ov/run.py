@@ -19,9 +19,9 @@ The job (`job.Job`) opens the GGUF and the target once; the stages of `run`, in 
 then OUT/report.md and OUT/report.json, also when a stage failed. A stage that fails stops the run:
 the report says which one and why, and the exit code is 1, or the acceptance verdict's
 (cli/output.VERDICT_CODES). An acceptance that says SLOW (the pair is right, but the target is too
-light on this device for the draft to pay) stops nothing, and is the run's verdict. The whole folder is put in place when
-the report is written: an interrupted run, or one that fails unexpectedly, leaves the previous
-output as it was.
+light on this device for the draft to pay) stops nothing, and is the run's verdict. The whole
+folder is put in place when the report is written: an interrupted run, or one that fails
+unexpectedly, leaves the previous output as it was.
 """
 
 import time
@@ -103,13 +103,12 @@ def run(job, out_dir, reference_dir=None, requant: str | None = None, variants=N
     from .work import counts
 
     o = job.options
-    named = parse_variant(requant).name if requant else None
-    optional = [n for n in (DEFAULT_DRIFT_VARIANTS if variants is None else ()) if n != named]
-    optional += [] if named else [DEFAULT_REQUANT]
-    requant = named or DEFAULT_REQUANT
-    asked = list(dict.fromkeys(["fp32", *(variants or DEFAULT_DRIFT_VARIANTS), LOSSLESS, requant]))
-    for name in asked:
-        parse_variant(name)
+    asked = [parse_variant(n).name for n in ["fp32", *(variants or DEFAULT_DRIFT_VARIANTS), LOSSLESS,
+                                            requant or DEFAULT_REQUANT]]  # a bad name fails first
+    named = {parse_variant(n).name for n in [*(variants or ()), *([requant] if requant else [])]}
+    defaults = [*(DEFAULT_DRIFT_VARIANTS if variants is None else ()), *(() if requant else (DEFAULT_REQUANT,))]
+    optional = [n for n in defaults if n not in named]  # skipped when the draft cannot take them
+    asked, requant = list(dict.fromkeys(asked)), asked[-1]
     if not isinstance(job.draft_spec, GgufSpec):
         raise Gguf2ovError(f"{job.draft_spec.path} is a folder; run takes the draft's GGUF file")
     plan = plan_variants(job.shaped_draft, asked, optional)
@@ -257,8 +256,9 @@ def _best_k(r) -> str:
 
 def _accept_judgement(r) -> tuple[bool, str]:
     best = f"; best K on this device {_best_k(r)}" if r.best is not None else ""
-    return (r.verdict in ("PASS", SLOW), f"{r.verdict}: {r.overall.accepted_tokens}/{r.overall.generated_tokens} tokens from "
-                                 f"the draft, {r.overall.speedup:.2f}x{best}" + "".join(f"; {x}" for x in r.reasons))
+    o = r.overall
+    return (r.verdict in ("PASS", SLOW), f"{r.verdict}: {o.accepted_tokens}/{o.generated_tokens} tokens from the "
+                                         f"draft, {o.speedup:.2f}x{best}" + "".join(f"; {x}" for x in r.reasons))
 
 
 class _Stop(Exception):

@@ -202,7 +202,8 @@ def test_the_acceptance_verdict_is_the_runs_and_its_exit_code(fixtures_dir, tmp_
     never = PromptAcceptance(None, True, 40, 0, 80, 40, 0.0, 0.0, 1.0, 100.0, 50.0, 0.5)
     answer = AcceptResult(str(fixtures_dir / "target"), "draft", "CPU", "f32", 40, 7, 1, (never,), never, verdict,
                           ("what acceptance found",), (0.0,) * 7)
-    monkeypatch.setattr(Job, "accept", lambda self, draft_dir, verified=None: seen.append(Path(draft_dir).name) or answer)
+    monkeypatch.setattr(Job, "accept",
+                        lambda self, draft_dir, verified=None: seen.append(Path(draft_dir).name) or answer)
     code = cli.main(["run", str(fixtures_dir / "draft-Q4_K_M.gguf"), "--target", str(fixtures_dir / "target"),
                      "--variants", "fp32", "--prompts", str(fixtures_dir / "prompts.txt"), "-o", str(tmp_path / "run"),
                      "--quiet"])

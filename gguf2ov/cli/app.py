@@ -1,10 +1,10 @@
 """The `gguf2ov` command: one subcommand per pipeline stage, plus `run` for the whole job.
 
 Each command is a module of this package with `HELP` (and, where the command has more to say after
-its options, `EPILOG`), `configure_parser(parser)` and `main(args) -> int`: it parses, opens what it needs through the job (`job.Job`, the arguments shared in
-`args.py`), calls the stage functions (`gguf2ov/stages/`) and hands the result to `output.emit`
-(the same --json FILE, --markdown FILE and --quiet for every command). This is the only place
-that exits.
+its options, `EPILOG`), `configure_parser(parser)` and `main(args) -> int`: it parses, opens what it
+needs through the job (`job.Job`, the arguments shared in `args.py`), calls the stage functions
+(`gguf2ov/stages/`) and hands the result to `output.emit` (the same --json FILE, --markdown FILE and
+--quiet for every command). This is the only place that exits.
 """
 
 import argparse
