@@ -261,9 +261,12 @@ def use_target(target: str, draft: str | None) -> dict:
 
 
 def run_finished(attempt: dict) -> None:
-    """A run that exits 1 has finished with a verdict other than PASS (random weights: MISMATCH or
-    BROKEN), not failed for memory: it completed, unless it was killed or timed out."""
-    if attempt["exit_code"] == 1 and not attempt["timed_out"] and not attempt["oom_kills"]:
+    """A run that exits with a verdict's code other than PASS's has finished with that verdict (random
+    weights: MISMATCH or BROKEN), not failed for memory: it completed, unless it was killed or timed out."""
+    from gguf2ov.cli.output import VERDICT_CODES
+
+    finished = attempt["exit_code"] in set(VERDICT_CODES.values()) - {0}
+    if finished and not attempt["timed_out"] and not attempt["oom_kills"]:
         attempt["completed"] = True
 
 

@@ -133,6 +133,23 @@ class Job:
 
         return open_draft_gguf(self.gguf, self.options.map_path, target_layer_offset, offset_decision)
 
+    @property
+    def shape_offset(self) -> int | None:
+        """The target layer offset a GGUF's shapes are read with before any measurement: the one given, else
+        the map's default. Shapes, sizes and NNCF's plans do not depend on it, so what they decide is
+        decided before the tap scan settles the offset of a file that cannot tell it."""
+        from .maps.load import map_for
+
+        offset = self.options.target_layer_offset
+        if offset is None and self.gguf is not None:
+            offset = map_for(self.gguf, self.options.map_path).flag_add("target_layer_offset")
+        return offset
+
+    @cached_property
+    def shaped_draft(self):
+        """The draft as far as its shapes go (`shape_offset`): a draft.source.DraftSource, never measured."""
+        return self.read_draft(self.shape_offset) if self.gguf is not None else self.draft
+
     @cached_property
     def mapped(self):
         """The GGUF read through its map (maps.load.MappedGguf), for `convert`."""

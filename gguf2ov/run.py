@@ -7,7 +7,9 @@ The job (`job.Job`) opens the GGUF and the target once; the stages of `run`, in 
 - check: against the reference weights (skipped without --reference);
 - drift: fp32, the drift variants, the GGUF's own grid and the requantized draft (--requant,
   int4_asym_g16 by default), each exported under OUT/drafts, measured, and verified against the
-  GGUF's own function (checkpoint-match) and the target;
+  GGUF's own function (checkpoint-match) and the target; a default variant this draft cannot take
+  (a group size that does not divide a narrow draft's widths) is skipped, and the drift table and
+  the report say which and why;
 - verify:gguf (those checks, with the tap scan: once, the variants read the same layers) and
   verify:REQUANT;
 - accept:gguf and accept:REQUANT, each draft on the target in OpenVINO GenAI, against one
@@ -15,9 +17,11 @@ The job (`job.Job`) opens the GGUF and the target once; the stages of `run`, in 
   function as fp32 computes it (checkpoint-match holds both to it), at the file's size rather than
   6-7x that (4.2 GB for a 1 B draft's fp32, held by GenAI beside the target);
 then OUT/report.md and OUT/report.json, also when a stage failed. A stage that fails stops the run:
-the report says which one and why, and the exit code is 1. The whole folder is put in place when
-the report is written: an interrupted run, or one that fails unexpectedly, leaves the previous
-output as it was.
+the report says which one and why, and the exit code is 1, or the acceptance verdict's
+(cli/output.VERDICT_CODES). An acceptance that says SLOW (the pair is right, but the target is too
+light on this device for the draft to pay) stops nothing, and is the run's verdict. The whole
+folder is put in place when the report is written: an interrupted run, or one that fails
+unexpectedly, leaves the previous output as it was.
 """
 
 import time
@@ -30,12 +34,13 @@ from .report import Table, human_bytes, render
 
 DEFAULT_REQUANT = "int4_asym_g16"
 LOSSLESS = "gguf"  # the converted draft that is verified with the tap scan and accepted in GenAI
+SLOW = "SLOW"  # the acceptance verdict of a pair that is right but does not pay on this device
 
 
 @dataclass(frozen=True)
 class StageOutcome:
     name: str
-    status: str       # pass | fail | skip
+    status: str       # pass | warn (an acceptance that says SLOW) | fail | skip
     seconds: float
     reason: str = ""
     peak_rss: int = 0  # bytes: the process's peak resident set once the stage ended (the OS's figure)
@@ -46,7 +51,7 @@ class RunResult:
     source: str
     target: str
     out_dir: str
-    verdict: str                        # PASS, or the verdict/stage that stopped the run
+    verdict: str                        # PASS, SLOW, or the verdict/stage that stopped the run
     stages: list[StageOutcome]
     results: dict = field(default_factory=dict)   # stage name -> its result dataclass
     provenance: dict = field(default_factory=dict)
@@ -82,23 +87,32 @@ class RunResult:
         return [f"verdict: {self.verdict}", f"report: {Path(self.out_dir) / 'report.md'}"]
 
 
-def run(job, out_dir, reference_dir=None, requant: str = DEFAULT_REQUANT, variants=None,
+def run(job, out_dir, reference_dir=None, requant: str | None = None, variants=None,
         overwrite: bool = False) -> RunResult:
     """The whole job on `job` into `out_dir`: its draft a GGUF, its target an OpenVINO folder, or a
     model (a GGUF or a Hugging Face checkpoint) that the `target` stage builds one from first, into
-    OUT/target."""
+    OUT/target.
+
+    `variants` (None: drift's defaults) and `requant` (None: DEFAULT_REQUANT): a variant the caller
+    names that this draft cannot take is refused before any work; a default one is skipped, and the
+    drift table and the report say which and why (the requantized draft's verify and accept stages too)."""
     from .ir.variants import DEFAULT_DRIFT_VARIANTS, parse_variant
     from .outputs import atomic_dir, relocated, require_output_dir, require_space
     from .sources import GgufSpec
+    from .stages.drift import plan_variants
     from .work import counts
 
     o = job.options
-    requant = parse_variant(requant).name
-    names = list(dict.fromkeys(["fp32", *(variants or DEFAULT_DRIFT_VARIANTS), LOSSLESS, requant]))
-    for name in names:
-        parse_variant(name)
+    asked = [parse_variant(n).name for n in ["fp32", *(variants or DEFAULT_DRIFT_VARIANTS), LOSSLESS,
+                                            requant or DEFAULT_REQUANT]]  # a bad name fails first
+    named = {parse_variant(n).name for n in [*(variants or ()), *([requant] if requant else [])]}
+    defaults = [*(DEFAULT_DRIFT_VARIANTS if variants is None else ()), *(() if requant else (DEFAULT_REQUANT,))]
+    optional = [n for n in defaults if n not in named]  # skipped when the draft cannot take them
+    asked, requant = list(dict.fromkeys(asked)), asked[-1]
     if not isinstance(job.draft_spec, GgufSpec):
         raise Gguf2ovError(f"{job.draft_spec.path} is a folder; run takes the draft's GGUF file")
+    plan = plan_variants(job.shaped_draft, asked, optional)
+    names = [v.name for v in plan.build]
     o.generation.check()
     if reference_dir is not None and not Path(reference_dir, "config.json").is_file():
         raise Gguf2ovError(f"reference folder {reference_dir} has no config.json",
@@ -119,9 +133,9 @@ def run(job, out_dir, reference_dir=None, requant: str = DEFAULT_REQUANT, varian
     start = time.monotonic()
     with atomic_dir(out_dir, overwrite=overwrite, inputs=inputs) as tmp:
         stages = _Stages(o.progress)
-        verdict = _run_stages(job, stages, tmp, reference_dir, requant, names)
+        verdict = _run_stages(job, stages, tmp, reference_dir, requant, asked, optional, plan.skipped)
         options = {**o.record(), "reference": str(reference_dir) if reference_dir else None, "requant": requant,
-                   "variants": names, "prompts": len(job.prompts())}
+                   "variants": names, "skipped_variants": plan.skipped, "prompts": len(job.prompts())}
         if "layer-offset" in stages.results:  # only what the stages measured: never measured here
             decision = stages.results["layer-offset"]
             options["target_layer_offset"] = decision.offset
@@ -147,22 +161,20 @@ def run_bytes(job, names: list[str]) -> int:
     with the map's default here (the layer-offset stage settles it later)."""
     from .ir.variants import parse_variant
     from .hf.write import checkpoint_bytes
-    from .maps.load import map_for, open_mapped
+    from .maps.load import open_mapped
     from .stages.convert import checkpoint_specs
     from .stages.drift import drift_bytes
 
-    o = job.options
-    offset = o.target_layer_offset
-    if offset is None:
-        offset = map_for(job.gguf, o.map_path).flag_add("target_layer_offset")
-    mapped = open_mapped(job.gguf, o.map_path, offset, allow_ambiguous=True)
+    mapped = open_mapped(job.gguf, job.options.map_path, job.shape_offset, allow_ambiguous=True)
     total = checkpoint_bytes(checkpoint_specs(mapped, "bf16")) + REPORT_BYTES
-    total += drift_bytes(job.read_draft(offset), [parse_variant(n) for n in names])
+    total += drift_bytes(job.shaped_draft, [parse_variant(n) for n in names])
     return total + (job.target_bytes() if job.builds_target else 0)
 
 
-def _run_stages(job, stages: "_Stages", out: Path, reference_dir, requant: str, names: list[str]) -> str:
-    """Run the stages in order into `out`; the verdict (PASS, or the verdict or stage that stopped the run)."""
+def _run_stages(job, stages: "_Stages", out: Path, reference_dir, requant: str, names: list[str], optional,
+                skipped: dict[str, str]) -> str:
+    """Run the stages in order into `out`; the verdict: PASS, SLOW (an acceptance that does not pay on
+    this device, which stops nothing), or the verdict or stage that stopped the run."""
     from .stages.check import check, gguf_source
     from .stages.convert import convert
     from .stages.drift import drift
@@ -185,20 +197,27 @@ def _run_stages(job, stages: "_Stages", out: Path, reference_dir, requant: str, 
         else:
             stages.skip("check", "no --reference given")
         d = stages.run("drift", lambda: drift(job.draft, out / "drafts", variants=names, target=job.target,
-                                              prompts=job.prompts(), verify=job.verify, progress=o.progress),
+                                              prompts=job.prompts(), verify=job.verify, progress=o.progress,
+                                              optional=optional),
                        lambda r: (all(v.verified for v in r.variants), _drift_reason(r, requant)))
         drafts = {v.name: v for v in d.variants}
+        accepted = list(dict.fromkeys((LOSSLESS, requant)))
+        if requant in skipped:  # the default requantized draft, which this draft cannot take
+            for stage in ("verify", "accept"):
+                stages.skip(f"{stage}:{requant}", f"the default {requant} does not apply: {skipped[requant]}")
+            accepted.remove(requant)
         # the variants' own verify results (checkpoint-match against the GGUF, the target checks), and
         # the tap scan once, on the GGUF's own grid: the variants read the same layers
         stages.run(f"verify:{LOSSLESS}", lambda: with_tap_scan(drafts[LOSSLESS].verify, job.target, job.prompts()),
                    _verify_judgement)
-        if requant != LOSSLESS:
+        if requant in accepted and requant != LOSSLESS:
             stages.run(f"verify:{requant}", lambda: drafts[requant].verify, _verify_judgement)
         job.release_target()  # GenAI compiles its own copy of the target
-        for name in dict.fromkeys((LOSSLESS, requant)):
+        for name in accepted:
             verified = stages.results[f"verify:{name}"]
-            stages.run(f"accept:{name}", lambda: job.accept(drafts[name].path, verified=verified), _accept_judgement)
-        return "PASS"
+            stages.run(f"accept:{name}", lambda: job.accept(drafts[name].path, verified=verified), _accept_judgement,
+                       warns=lambda r: r.verdict == SLOW)
+        return SLOW if any(s.status == "warn" for s in stages.outcomes) else "PASS"
     except _Stop:
         failed = stages.outcomes[-1]
         if failed.name.startswith("accept") and failed.name in stages.results:
@@ -210,7 +229,8 @@ def _drift_reason(r, requant: str) -> str:
     # a failing target check fails every variant alike: its reason once, for what it says of the target
     target = {c.name: c.reason for v in r.variants if v.verify is not None for c in v.verify.checks
               if c.group == "target" and c.status == "fail"}
-    return f"{len(r.variants)} variants; " + ", ".join(
+    skipped = f" ({', '.join(r.skipped)} skipped: this draft cannot take them)" if r.skipped else ""
+    return f"{len(r.variants)} variants{skipped}; " + ", ".join(
         f"{v.name} {'verified' if v.verified else 'FAILED verify: ' + ', '.join(v.verify_failures)}"
         for v in r.variants if v.name in dict.fromkeys(("fp32", LOSSLESS, requant))) + "".join(
         f"; {name}: {reason}" for name, reason in target.items())
@@ -240,8 +260,9 @@ def _best_k(r) -> str:
 
 def _accept_judgement(r) -> tuple[bool, str]:
     best = f"; best K on this device {_best_k(r)}" if r.best is not None else ""
-    return (r.verdict == "PASS", f"{r.verdict}: {r.overall.accepted_tokens}/{r.overall.generated_tokens} tokens from "
-                                 f"the draft, {r.overall.speedup:.2f}x{best}" + "".join(f"; {x}" for x in r.reasons))
+    o = r.overall
+    return (r.verdict in ("PASS", SLOW), f"{r.verdict}: {o.accepted_tokens}/{o.generated_tokens} tokens from the "
+                                         f"draft, {o.speedup:.2f}x{best}" + "".join(f"; {x}" for x in r.reasons))
 
 
 class _Stop(Exception):
@@ -254,7 +275,9 @@ class _Stages:
     def __init__(self, progress: bool):
         self.progress, self.outcomes, self.results = progress, [], {}
 
-    def run(self, name: str, fn, judge=lambda r: (True, "")):
+    def run(self, name: str, fn, judge=lambda r: (True, ""), warns=lambda r: False):
+        """`judge(result) -> (passed, reason)`; a stage that passes and `warns(result)` is a warning (an
+        acceptance that says SLOW): it stops nothing."""
         step(f"stage {name}", self.progress)
         start = time.monotonic()
         try:
@@ -266,8 +289,8 @@ class _Stages:
             raise _Stop(f"{name} failed") from e
         passed, reason = judge(r)
         self.results[name] = r
-        self.outcomes.append(StageOutcome(name, "pass" if passed else "fail", time.monotonic() - start, reason,
-                                          _peak_rss()))
+        status = ("warn" if warns(r) else "pass") if passed else "fail"
+        self.outcomes.append(StageOutcome(name, status, time.monotonic() - start, reason, _peak_rss()))
         if not passed:
             raise _Stop(f"{name} failed")
         return r

@@ -330,17 +330,21 @@ def _gguf2ov(*argv) -> None:
 TOO_LIGHT = "the target is too light for the draft's overhead to pay off"
 
 
-def _run(out: Path, *argv) -> dict:
+def _run(out: Path, *argv, min_acceptance: float = MIN_ACCEPTANCE) -> dict:
+    """`gguf2ov run ARGV -o OUT`: every stage passes, and each acceptance gives identical text with
+    `min_acceptance` of the tokens from the draft, PASS or SLOW (too light), with the verdict's exit code."""
     from gguf2ov.cli import main
+    from gguf2ov.cli.output import verdict_code
 
     code = main(["run", *(str(a) for a in argv), "-o", str(out), "--quiet"])
     report = json.loads((out / "report.json").read_text())
-    assert report["verdict"] in ("PASS", "SLOW") and code == (0 if report["verdict"] == "PASS" else 1), report["stages"]
+    assert report["verdict"] in ("PASS", "SLOW") and code == verdict_code(report["verdict"]), report["stages"]
+    assert all(s["status"] in ("pass", "warn", "skip") for s in report["stages"]), report["stages"]
     for stage, result in report["results"].items():
         if stage.startswith("accept:"):
             assert result["verdict"] == "PASS" or TOO_LIGHT in " ".join(result["reasons"]), (stage, result["reasons"])
             assert result["identical"], stage
-            assert result["accepted_tokens"] >= MIN_ACCEPTANCE * result["overall"]["generated_tokens"], stage
+            assert result["accepted_tokens"] >= min_acceptance * result["overall"]["generated_tokens"], stage
             assert result["best_num_assistant_tokens"] in {d["k"] for d in result["draft_lengths"]}
     assert "proposals per step that pay best on this device" in (out / "report.md").read_text()
     return report
@@ -436,20 +440,34 @@ def test_the_target_built_from_the_checkpoint_generates_transformers_text(name, 
     assert _greedy(out, prompts, want["max_new_tokens"]) == want["texts"]
 
 
+# The fixture drafts are trained on the fixture corpus: on run's default prompts (prose of another kind)
+# they are accepted less than on prompts.txt (107-112 of 300 tokens measured, against 322-367 of 500).
+DEFAULT_PROMPTS_ACCEPTANCE = 0.25
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [HYBRID, MOE])
-def test_run_builds_the_target_from_llama_cpps_file_and_passes(name, tmp_path):
-    """`gguf2ov run draft-Q4_K_M.gguf --target target-Q4_K_M.gguf`: the target built from llama.cpp's
-    file in its own grid generates llama.cpp's greedy text (llama-simple, recorded by the builder) on
-    most prompts, and the draft attached to it gives the same text with most tokens accepted; the
-    report names the number of proposals that pays best on this device."""
+def test_run_with_its_defaults_builds_the_target_from_llama_cpps_file_and_passes(name, tmp_path):
+    """`gguf2ov run draft-Q4_K_M.gguf --target target-Q4_K_M.gguf` and nothing else: the target built
+    from llama.cpp's file in its own grid generates llama.cpp's greedy text (llama-simple, recorded by
+    the builder) on most prompts, and the draft attached to it gives the same text with its tokens
+    accepted; the report names the number of proposals that pays best on this device. The drafts are
+    32 wide: the default variants at group 128 cannot apply, and are skipped with the reason named."""
     d = _dir(name)
     out = tmp_path / "run"
-    report = _run(out, d / "draft-Q4_K_M.gguf", "--target", d / "target-Q4_K_M.gguf", "--reference", d / "draft-ref",
-                  "--prompts", d / "prompts.txt", "--variants", "gguf,int4_asym_g16")
-    stages = {s["name"]: s["status"] for s in report["stages"]}
-    assert stages["target"] == "pass" and stages["check"] == "pass"
-    assert "accept:gguf" in report["results"]  # a SLOW verdict ends the run there
+    report = _run(out, d / "draft-Q4_K_M.gguf", "--target", d / "target-Q4_K_M.gguf",
+                  min_acceptance=DEFAULT_PROMPTS_ACCEPTANCE)
+    stages = {s["name"]: s for s in report["stages"]}
+    assert stages["target"]["status"] == "pass" and stages["check"]["status"] == "skip"
+    assert "7 variants (int4_sym_g128, int4_asym_g128 skipped: this draft cannot take them)" in \
+        stages["drift"]["reason"]
+    assert {"accept:gguf", "accept:int4_asym_g16"} <= set(report["results"])  # SLOW stops nothing
+    skipped = report["results"]["drift"]["skipped"]
+    assert list(skipped) == ["int4_sym_g128", "int4_asym_g128"]
+    md = (out / "report.md").read_text()
+    for variant, why in skipped.items():
+        assert "group size 128 does not divide the input width of" in why and f"- skipped {variant}: {why}" in md
+    assert report["provenance"]["options"]["skipped_variants"] == skipped
     llama = _json(name, "fixture.json")["greedy_llamacpp_vs_transformers"]
     prompts = (d / "prompts.txt").read_text().splitlines()
     ours = _greedy(out / "target", prompts, llama["new_tokens"])
@@ -495,9 +513,10 @@ def test_run_builds_the_target_from_the_checkpoint_and_passes(name, tmp_path):
     """`gguf2ov run draft-Q4_K_M.gguf --target target-hf/`: the target built in fp32 from the checkpoint
     (hub keys under model.language_model. for the hybrid), the same text with the draft attached."""
     d = _dir(name)
-    report = _run(tmp_path / "run", d / "draft-Q4_K_M.gguf", "--target", d / "target-hf", "--prompts",
-                  d / "prompts.txt", "--variants", "gguf", "--requant", "gguf")
-    assert {s["name"]: s["status"] for s in report["stages"]}["target"] == "pass"
+    report = _run(tmp_path / "run", d / "draft-Q4_K_M.gguf", "--target", d / "target-hf", "--reference",
+                  d / "draft-ref", "--prompts", d / "prompts.txt", "--variants", "gguf", "--requant", "gguf")
+    stages = {s["name"]: s["status"] for s in report["stages"]}
+    assert stages["target"] == stages["check"] == "pass"  # the GGUF draft against its reference weights
     assert "accept:gguf" in report["results"]
 
 
@@ -620,3 +639,24 @@ def test_run_on_optimums_hybrid_export_names_its_rope_positions(tmp_path, unpack
     assert "target-positions: RoPE positions come from" in failed["reason"], failed["reason"]
     assert failed["reason"].count("gguf2ov target CHECKPOINT_OR_GGUF") == 1
     assert "gguf2ov target CHECKPOINT_OR_GGUF" in (out / "report.md").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [HYBRID, MOE])
+def test_run_on_the_widened_target_passes_where_the_device_allows(name, tmp_path):
+    """`gguf2ov widen-target target-hf` (its defaults: a hybrid's MLPs padded and 8 layers appended,
+    a mixture of experts 24 layers deeper with experts of 512) makes a target that computes the same
+    function and is heavy enough for the draft to pay on a CPU: the run's verdict is PASS there. On a
+    shared CPU the speed is the device's, so SLOW (too light) is let through here; the text and the
+    acceptance are held exactly as on the fixture target (test_reference_draft_is_accepted)."""
+    from gguf2ov.cli.widen import widen_target
+
+    d = _dir(name)
+    wide = widen_target(d / "target-hf", tmp_path / "wide", progress=False)
+    assert wide.parameters[1] > 30 * wide.parameters[0] and max(wide.max_abs_diff.values()) < 1e-4
+    report = _run(tmp_path / "run", d / "draft-Q4_K_M.gguf", "--target", tmp_path / "wide", "--prompts",
+                  d / "prompts.txt", "--variants", "gguf", "--requant", "gguf")
+    assert report["results"]["accept:gguf"]["overall"]["generated_tokens"] == 500
+    want = _json(name, "fixture.json")["transformers_greedy"]  # the checkpoint's own text, in exact arithmetic
+    prompts = (d / "prompts.txt").read_text().splitlines()
+    assert _greedy(tmp_path / "wide", prompts, want["max_new_tokens"]) == want["texts"]

@@ -4,9 +4,10 @@ from pathlib import Path
 
 from ..job import Job
 from . import args as a
-from .output import add_output_arguments, emit
+from .output import VERDICT_EPILOG, add_output_arguments, emit, verdict_code
 
 HELP = "acceptance run in OpenVINO GenAI: target alone vs target + draft"
+EPILOG = VERDICT_EPILOG
 
 
 def configure_parser(parser) -> None:
@@ -21,4 +22,4 @@ def main(args) -> int:
     job = Job.from_args(args, source=None)
     job.options.generation.check()
     result = job.accept(args.draft)
-    return emit(result, args, title="Acceptance", code=0 if result.verdict == "PASS" else 1)
+    return emit(result, args, title="Acceptance", code=verdict_code(result.verdict))

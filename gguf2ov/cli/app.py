@@ -1,10 +1,10 @@
 """The `gguf2ov` command: one subcommand per pipeline stage, plus `run` for the whole job.
 
-Each command is a module of this package with `HELP`, `configure_parser(parser)` and `main(args) ->
-int`: it parses, opens what it needs through the job (`job.Job`, the arguments shared in
-`args.py`), calls the stage functions (`gguf2ov/stages/`) and hands the result to `output.emit`
-(the same --json FILE, --markdown FILE and --quiet for every command). This is the only place
-that exits.
+Each command is a module of this package with `HELP` (and, where the command has more to say after
+its options, `EPILOG`), `configure_parser(parser)` and `main(args) -> int`: it parses, opens what it
+needs through the job (`job.Job`, the arguments shared in `args.py`), calls the stage functions
+(`gguf2ov/stages/`) and hands the result to `output.emit` (the same --json FILE, --markdown FILE and
+--quiet for every command). This is the only place that exits.
 """
 
 import argparse
@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module in COMMANDS:
         mod = importlib.import_module(f".{module}", __package__)
-        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
+        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP, epilog=getattr(mod, "EPILOG", None))
         mod.configure_parser(p)
         # accepted after the subcommand too; SUPPRESS keeps `gguf2ov --debug CMD` working
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,

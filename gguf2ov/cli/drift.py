@@ -16,7 +16,8 @@ def configure_parser(parser) -> None:
     a.source_argument(parser)
     parser.add_argument("-o", "--output", required=True, help="folder for the variants and drift.json/md/png")
     parser.add_argument("--variants", help="comma-separated, e.g. fp32,int8,int4_sym_g16,gguf (default: all of "
-                                           "fp32, int8, int4 sym/asym at group 16/32/128, gguf)")
+                                           "fp32, int8, int4 sym/asym at group 16/32/128, gguf, less those this draft "
+                                           "cannot take, which the table names)")
     a.target_argument(parser, help="OpenVINO target folder: contexts from its hidden states, proposals through its "
                                    "lm_head")
     a.prompt_arguments(parser)  # image prompts count for --accept only: contexts come from text
@@ -28,11 +29,14 @@ def configure_parser(parser) -> None:
 
 
 def main(args) -> int:
+    from ..stages.drift import plan_variants
+
     a.require_target_with(args, "--accept")
     variants = a.parse_list(args.variants)
     for name in variants or ():
         parse_variant(name)  # a bad name fails before any work
     job = Job.from_args(args)
+    plan_variants(job.shaped_draft, variants)  # so does a variant named that this draft cannot take
     job.target  # noqa: B018  a target that cannot be used fails before minutes of export
     require_output_dir(Path(args.output), args.overwrite, inputs=(args.source, args.target, args.map))
     result = job.drift(args.output, variants=variants, accept=args.accept, overwrite=args.overwrite)

@@ -13,6 +13,21 @@ from ..report import render, write_reports
 STDOUT = "-"
 _FORMATS = {"json": "--json", "markdown": "--markdown"}
 
+# The exit code of each acceptance verdict (`accept`, and `run`, whose verdict is its acceptances'), so
+# that a script tells "the conversion is wrong" (MISMATCH, BROKEN; 1 for an error or a run stopped at
+# another stage) from "the pair is right but does not pay on this device" (SLOW). 2 is argparse's
+# usage error; 129, 130 and 143 a signal's (SIGHUP, SIGINT, SIGTERM).
+VERDICT_CODES = {"PASS": 0, "SLOW": 3, "BROKEN": 4, "MISMATCH": 5}
+VERDICT_EPILOG = ("exit codes: 0 PASS, 3 SLOW (identical text, proposals accepted, but the target is too light on "
+                  "this device for the draft to pay), 4 BROKEN (attached but almost never accepted), 5 MISMATCH "
+                  "(the text with the draft differs), 1 an error or a stage that failed; 130, 143, 129: interrupted "
+                  "(Ctrl-C, SIGTERM, SIGHUP)")
+
+
+def verdict_code(verdict: str) -> int:
+    """The exit code of a verdict: VERDICT_CODES, else 1 (a run stopped at a stage: "FAILED at drift")."""
+    return VERDICT_CODES.get(verdict, 1)
+
 
 def add_output_arguments(parser, inputs=(), outputs=()) -> None:
     """`--json FILE`, `--markdown FILE` and `--quiet`, the same on every command.

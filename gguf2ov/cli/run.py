@@ -6,9 +6,10 @@ from ..ir.variants import FORMATS
 from ..report import render
 from ..run import DEFAULT_REQUANT, markdown_report, run
 from . import args as a
-from .output import add_output_arguments, emit
+from .output import VERDICT_EPILOG, add_output_arguments, emit, verdict_code
 
 HELP = "the whole job: convert, check, drift (every variant exported), verify, accept, report"
+EPILOG = VERDICT_EPILOG
 
 
 def configure_parser(p) -> None:
@@ -20,8 +21,10 @@ def configure_parser(p) -> None:
                         + " (default as `gguf2ov target`: gguf for a GGUF, fp32 for a checkpoint)")
     p.add_argument("-o", "--output", required=True, help="output folder: checkpoint/, drafts/, report.md, report.json")
     p.add_argument("--reference", help="reference HF checkpoint of the draft, for the correlation check")
-    p.add_argument("--requant", default=DEFAULT_REQUANT, help=f"the requantized draft to accept (default {DEFAULT_REQUANT})")
-    p.add_argument("--variants", help="comma-separated drift variants (default: the drift command's list)")
+    p.add_argument("--requant", help=f"the requantized draft to accept (default {DEFAULT_REQUANT}, skipped when this "
+                                     "draft cannot take it)")
+    p.add_argument("--variants", help="comma-separated drift variants (default: the drift command's list, less those "
+                                      "this draft cannot take, which the report names)")
     a.prompt_arguments(p)
     a.acceptance_arguments(p)
     a.map_arguments(p)
@@ -41,4 +44,4 @@ def main(args) -> int:
     text = render(result.results["drift"], "text") + "\n" if "drift" in result.results else ""
     text += render(result, "text", title="gguf2ov run") + "\n"
     return emit(result, args, title="gguf2ov run", text=text, markdown=markdown_report(result),
-                code=0 if result.passed else 1)
+                code=verdict_code(result.verdict))

@@ -79,6 +79,7 @@ from ..errors import Gguf2ovError
 
 INT8_ASYM, INT8_SYM, INT4_ASYM, INT4_SYM = "int8_asym", "int8_sym", "int4_asym", "int4_sym"
 _NNCF_MODE_NAMES = {INT8_ASYM: "INT8_ASYM", INT8_SYM: "INT8_SYM", INT4_ASYM: "INT4_ASYM", INT4_SYM: "INT4_SYM"}
+GROUP_SIZES = (16, 32, 64, 128)  # the int4 group sizes a refusal suggests (the drift variants' and optimum-cli's)
 
 
 @dataclass(frozen=True)
@@ -224,10 +225,13 @@ def plan_modes(variant, weights, values=None, scores: dict | None = None, embedd
             plan[name] = WeightSpec(INT8_ASYM, -1, "backup: ratio")
     bad = [(name, shape[-1]) for name, shape in primary if shape[-1] % variant.group_size]
     if bad:  # validate_group_size, algorithm.py l. 654-679
+        fits = [g for g in GROUP_SIZES if all(shape[-1] % g == 0 for _, shape in primary)]
         raise Gguf2ovError(
-            f"variant {variant.name!r}: group size {variant.group_size} does not divide the input width of "
-            + ", ".join(f"{name} ({width})" for name, width in bad),
-            hint="choose a group size that divides every input width",
+            f"group size {variant.group_size} does not divide the input width of {len(bad)} of the {len(primary)} "
+            "weights it would compress in int4: " + ", ".join(f"{name} ({width})" for name, width in bad[:3])
+            + (f" and {len(bad) - 3} more" if len(bad) > 3 else ""),
+            hint=f"group sizes that divide every input width: {', '.join(map(str, fits))}" if fits else
+            "choose a group size that divides every input width",
         )
     for name, _ in primary:
         plan[name] = WeightSpec(mode, variant.group_size, "primary")

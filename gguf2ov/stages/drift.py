@@ -63,6 +63,7 @@ class DriftResult:
     seconds: float
     provenance: dict
     selector: SelectorGain | None = None  # DFlash 2 with a target: what GenAI's top-1 path leaves
+    skipped: dict[str, str] = field(default_factory=dict)  # a default variant this draft cannot take -> why
     # the arithmetic of the output figures: exact f32 (numerics.compile_exact), so that they compare
     # across machines; the acceptance figures, when run, carry their own (the runtime's)
     numerics: dict = field(default_factory=dict)
@@ -87,7 +88,8 @@ class DriftResult:
             rows.append(row)
         note = (f"weights against the fp32 export{' and the dequantized GGUF grid' if grid else ''}; outputs over "
                 f"{self.n_rows} proposals in {self.n_blocks} blocks ({self.contexts} contexts)"
-                + (f", computed on {describe_numerics(self.numerics)}" if self.numerics else ""))
+                + (f", computed on {describe_numerics(self.numerics)}" if self.numerics else "")
+                + (f"; skipped, as this draft cannot take them: {', '.join(self.skipped)}" if self.skipped else ""))
         tables = [Table("Drift per variant", headers, rows, note)]
         return tables + ([self.selector.table()] if self.selector else [])
 
@@ -99,6 +101,7 @@ class DriftResult:
             s = self.selector
             lines.append(f"DFlash 2 selector (offline, not in the IR): {s.selector_accepted:.2f} accepted tokens per block "
                          f"against {s.top1_accepted:.2f} for GenAI's top-1 path")
+        lines += [f"skipped {name}: {why}" for name, why in self.skipped.items()]
         bad = [v.name for v in self.variants if v.verified is False]
         if bad:
             lines.append(f"verify FAILED for: {', '.join(bad)}")
@@ -268,6 +271,39 @@ def plot_drift(variants: list[VariantDrift], path) -> str | None:
     return str(path)
 
 
+@dataclass(frozen=True)
+class VariantPlan:
+    """The variants a drift builds, in order (fp32, the baseline, first), and the ones it skips, with why."""
+    build: list
+    skipped: dict[str, str]
+
+
+def plan_variants(draft, variants=None, optional=()) -> VariantPlan:
+    """What `drift` builds of `draft` for the variants asked for (names; None: DEFAULT_DRIFT_VARIANTS,
+    every one optional). A variant this draft cannot take (NNCF refuses a group size that does not
+    divide a weight's input width; the `gguf` grid needs a GGUF source) is skipped when it is in
+    `optional` (a default the user did not name), and refused in one line, before any work, when it
+    is not. A bad name is refused first."""
+    from ..ir.variants import DEFAULT_DRIFT_VARIANTS, parse_variant
+    from ..ir.weights import WeightForms
+
+    if variants is None:
+        variants = optional = DEFAULT_DRIFT_VARIANTS
+    parsed = [parse_variant(n) for n in variants]
+    optional = {parse_variant(n).name for n in optional}
+    build, skipped = [], {}
+    for variant in dict.fromkeys([parse_variant("fp32"), *parsed]):
+        try:
+            WeightForms(draft, variant)  # NNCF's whole-model decisions: refused as NNCF would refuse them
+        except Gguf2ovError as e:
+            if variant.name not in optional:
+                raise
+            skipped[variant.name] = e.message
+            continue
+        build.append(variant)
+    return VariantPlan(build, skipped)
+
+
 # drift.json, drift.md and the plot
 REPORT_BYTES = 200_000
 
@@ -280,9 +316,12 @@ def drift_bytes(draft, variants) -> int:
 
 
 def drift(draft, out_dir, variants=None, target=None, prompts=None, verify=None, accept=None,
-          overwrite: bool = False, progress: bool = True) -> DriftResult:
+          overwrite: bool = False, progress: bool = True, optional=()) -> DriftResult:
     """Build every variant of `draft` (a draft.source.DraftSource, opened once: every variant streams
     from it) under `out_dir`, and measure its drift.
+
+    `variants` (names; None: the defaults) and `optional` as `plan_variants` takes them: a default
+    that cannot apply to this draft is skipped, and the result says which and why.
 
     `target` (a runtime.target.TargetIR): contexts from its hidden states, proposals through its
     lm_head. `verify(folder) -> VerifyResult` checks each variant (the job's: against the source and
@@ -291,7 +330,6 @@ def drift(draft, out_dir, variants=None, target=None, prompts=None, verify=None,
     plugin holds ~2.2x the target IR while it is compiled (a later use compiles it again).
     """
     from ..draft.graph import write_draft_ir
-    from ..ir.variants import DEFAULT_DRIFT_VARIANTS, parse_variant
     from ..ir.weights import ir_size
     from ..outputs import atomic_dir, require_space
     from ..progress import step
@@ -300,12 +338,8 @@ def drift(draft, out_dir, variants=None, target=None, prompts=None, verify=None,
 
     start = time.monotonic()
     out_dir = Path(out_dir)
-    parsed = [parse_variant(n) for n in (variants or DEFAULT_DRIFT_VARIANTS)]  # a bad name fails before any work
-    if draft.kind != "gguf":
-        if variants and any(v.format.needs_gguf for v in parsed):
-            raise Gguf2ovError("the gguf variant needs a GGUF source, not a checkpoint folder")
-        parsed = [v for v in parsed if not v.format.needs_gguf]
-    parsed = [parse_variant("fp32")] + [v for v in parsed if v.name != "fp32"]  # the baseline comes first
+    plan = plan_variants(draft, variants, optional)  # a bad name or a variant that cannot apply: before any work
+    parsed = plan.build
     require_space(out_dir, drift_bytes(draft, parsed), f"{len(parsed)} draft variants",
                   hint="write to another folder (-o), or build fewer variants (--variants)")
     if target is not None:
@@ -347,13 +381,13 @@ def drift(draft, out_dir, variants=None, target=None, prompts=None, verify=None,
                 selector = selector_gain(draft, vdir, target, prompts or DEFAULT_PROMPTS)
                 target.release()
         plot = plot_drift(results, tmp / "drift.png")
-        record = provenance({"source": draft}, {"variants": [v.name for v in parsed],
+        record = provenance({"source": draft}, {"variants": [v.name for v in parsed], "skipped": list(plan.skipped),
                                                 "target": str(target.path) if target is not None else None})
         result = DriftResult(
             source=str(draft.path), out_dir=str(out_dir), contexts=blocks.kind, n_blocks=len(blocks.embeds),
             n_rows=int(sum(len(e) - 1 for e in blocks.embeds)), variants=results,
             plot=str(out_dir / "drift.png") if plot else None, seconds=time.monotonic() - start,
-            provenance=record, selector=selector, numerics=numerics("CPU", EXACT),
+            provenance=record, selector=selector, numerics=numerics("CPU", EXACT), skipped=plan.skipped,
         )
         result = relocated(result, tmp, out_dir)
         write_reports(result, tmp / "drift.json", tmp / "drift.md", title="gguf2ov drift")

@@ -3,9 +3,10 @@
 Each command runs once through `gguf2ov.cli.main` on the committed fixtures with both reports and
 --quiet (`run` in its whole run on a target folder, tests/test_run.py; the checks are in
 tests/contract.py): both files exist, the JSON holds the result's key figures, the Markdown has its
-table, no progress line reaches stderr, and nothing reaches stdout unless the result fails (exit
-code 1: then the result is shown, the exit code alone would not say what failed). Bad report paths
-are refused before any work, with the usual one error line.
+table, no progress line reaches stderr, and nothing reaches stdout unless the result fails (an exit
+code other than 0: then the result is shown, the exit code alone would not say what failed). Bad
+report paths are refused before any work, with the usual one error line. An acceptance verdict has
+an exit code of its own, which `--help` states.
 """
 
 import json
@@ -14,6 +15,7 @@ import pytest
 from contract import quiet_run, reports, run_cli
 
 from gguf2ov.cli import app
+from gguf2ov.cli.output import verdict_code
 from gguf2ov.report import render
 
 OUTPUT_OPTIONS = {"--json", "--markdown", "--quiet"}
@@ -139,7 +141,7 @@ def test_accept(fixtures_dir, fixture_draft, prompts, tmp_path):
     code, data, md, out = quiet_run(["accept", "--target", fixtures_dir / "target", "--draft", fixture_draft,
                                    "--prompts", prompts, "--max-new-tokens", "8"], json_path, md_path)
     assert data["verdict"] in ("PASS", "SLOW")  # the trained draft, identical text (below)
-    assert code == (0 if data["verdict"] == "PASS" else 1)
+    assert code == verdict_code(data["verdict"])
     assert code == 0 or f"verdict: {data['verdict']}" in out  # SLOW on the light fixture target: shown
     assert data["identical"] is True and data["overall"]["generated_tokens"] == 16 and len(data["prompts"]) == 2
     assert {"accepted_tokens", "acceptance_rate", "speedup"} <= set(data)
@@ -237,3 +239,28 @@ def test_both_reports_on_one_path_or_both_on_stdout_are_refused(fixtures_dir, tm
         code, out, err = run_cli(["inspect", gguf, "--json", paths[0], "--markdown", paths[1]])
         assert code == 1 and out == "" and err.startswith(f"error: {needle}")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["accept", "run"])
+def test_each_verdict_has_its_own_exit_code_and_the_help_says_which(command):
+    """A script tells a broken conversion (MISMATCH, BROKEN, 1) from a pair that is right but does
+    not pay on this device (SLOW), neither taken for argparse's usage error or a signal's code."""
+    from gguf2ov.cli.output import VERDICT_CODES
+
+    codes = set(VERDICT_CODES.values())
+    assert VERDICT_CODES["PASS"] == 0 and len(codes) == len(VERDICT_CODES)
+    assert not codes & {1, 2, 129, 130, 143}
+    assert verdict_code("FAILED at drift") == 1
+    code, out = _help(command)
+    flat = " ".join(out.split())
+    assert code == 0 and all(f"{c} {verdict}" in flat for verdict, c in VERDICT_CODES.items()), flat
+
+
+def _help(command):
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exit_:
+        app.main([command, "--help"])
+    return exit_.value.code, out.getvalue()

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from gguf2ov.cli.output import verdict_code
 from gguf2ov.errors import Gguf2ovError
 from opened import open_draft
 from gguf2ov.report import render
@@ -173,4 +174,4 @@ def test_cli_runs_the_draft_it_is_given(fixtures_dir, tmp_path):
     # what the figures were measured under: the CPU and the plugin's dynamic quantization, as users run
     assert r["numerics"]["device_name"] and r["numerics"]["inference_precision"] == "f32"
     assert r["numerics"]["dynamic_quantization_group_size"] == r["numerics"]["dynamic_quantization_default"]
-    assert code == (0 if r["verdict"] == "PASS" else 1)
+    assert code == verdict_code(r["verdict"])

@@ -1,6 +1,7 @@
 """Requantized variants and drift tables, on the committed fixture draft and target."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -8,7 +9,10 @@ import pytest
 from gguf2ov import cli
 from gguf2ov.errors import Gguf2ovError
 from gguf2ov.job import Job, Options
-from gguf2ov.ir.variants import parse_variant, variant_from_flags
+from gguf2ov.ir.variants import DEFAULT_DRIFT_VARIANTS, parse_variant, variant_from_flags
+
+# A draft of hidden size 32 (the hybrid fixture's): NNCF's group 128 divides none of its input widths
+NARROW = Path(__file__).resolve().parents[2] / "fixtures" / "tiny-hybrid" / "draft-Q4_K_M.gguf"
 
 
 def test_variant_names_round_trip_and_bad_names_are_refused():
@@ -92,6 +96,60 @@ def test_drift_refuses_bad_variants_before_any_work(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 1 and "unknown variant 'int5'" in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_default_variant_the_draft_cannot_take_is_skipped_and_a_named_one_refused(fixtures_dir):
+    from gguf2ov.stages.drift import plan_variants
+
+    narrow = Job.of(NARROW, None, Options(progress=False)).shaped_draft
+    plan = plan_variants(narrow)
+    assert [v.name for v in plan.build] == [n for n in DEFAULT_DRIFT_VARIANTS if not n.endswith("_g128")]
+    assert list(plan.skipped) == ["int4_sym_g128", "int4_asym_g128"]
+    why = plan.skipped["int4_asym_g128"]
+    assert why.startswith("NNCF cannot compress the model as int4_asym_g128: group size 128 does not divide the "
+                          "input width of 13 of the 14 weights it would compress in int4: fc.weight (96)"), why
+    assert why.endswith(" and 10 more")
+    with pytest.raises(Gguf2ovError, match="group size 128 does not divide") as named:
+        plan_variants(narrow, ["fp32", "int4_asym_g128"])
+    assert named.value.hint == "group sizes that divide every input width: 16, 32"
+    # named among defaults that may be skipped (run's --requant beside its default variants)
+    assert list(plan_variants(narrow, ["int8", "int4_sym_g128"], optional=["int4_sym_g128"]).skipped) == \
+        ["int4_sym_g128"]
+    # the fixture draft (hidden 256) takes every default; a checkpoint has no GGUF grid to carry
+    assert plan_variants(Job.of(fixtures_dir / "draft-Q4_K_M.gguf").shaped_draft).skipped == {}
+    checkpoint = Job.of(fixtures_dir / "draft-ref").draft
+    assert list(plan_variants(checkpoint).skipped) == ["gguf"]
+    assert "must be a GGUF file" in plan_variants(checkpoint).skipped["gguf"]
+    with pytest.raises(Gguf2ovError, match="must be a GGUF file"):
+        plan_variants(checkpoint, ["gguf"])
+
+
+def test_drift_refuses_a_named_variant_the_draft_cannot_take_before_any_work(tmp_path, capsys):
+    code = cli.main(["drift", str(NARROW), "-o", str(tmp_path / "out"), "--variants", "fp32,int4_sym_g128"])
+    err = capsys.readouterr().err.splitlines()
+    assert code == 1 and len(err) == 2 and err[0].startswith("error: NNCF cannot compress the model as int4_sym_g128")
+    assert err[1] == "hint: group sizes that divide every input width: 16, 32"
+    assert not (tmp_path / "out").exists()
+
+
+def test_drift_names_the_default_variants_it_skipped(tmp_path):
+    """What `drift` with its defaults does on a narrow draft, on two variants: the one that cannot
+    apply is skipped, and the table, the summary, drift.json and drift.md say which and why."""
+    from gguf2ov.report import render
+    from gguf2ov.stages.drift import drift
+
+    out = tmp_path / "variants"
+    result = drift(Job.of(NARROW).draft, out, variants=["fp32", "int4_sym_g128"], optional=["int4_sym_g128"],
+                   progress=False)
+    assert [v.name for v in result.variants] == ["fp32"] and not (out / "int4_sym_g128").exists()
+    why = result.skipped["int4_sym_g128"]
+    assert "group size 128 does not divide" in why
+    text, md = render(result, "text"), (out / "drift.md").read_text()
+    for shown in (text, md):
+        assert f"skipped int4_sym_g128: {why}" in shown
+        assert "skipped, as this draft cannot take them: int4_sym_g128" in shown  # the table's note
+    data = json.loads((out / "drift.json").read_text())
+    assert data["skipped"] == {"int4_sym_g128": why} and data["provenance"]["options"]["skipped"] == ["int4_sym_g128"]
 
 
 @pytest.mark.slow

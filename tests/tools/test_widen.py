@@ -2,7 +2,8 @@
 
 The checks of the widening use small sizes; the widened target run in GenAI is the demo's (the
 defaults), built once per session. The widening itself is NumPy; transformers' PyTorch forward is
-the independent reference it is checked against here.
+the independent reference it is checked against here: a random Qwen3, and the hybrid (Qwen3.5:
+Gated DeltaNet and gated attention layers) and mixture-of-experts (Qwen3-MoE) fixture targets.
 """
 
 import json
@@ -17,6 +18,8 @@ from gguf2ov.tools.widen import DEFAULT_INTERMEDIATE_SIZE
 
 PROMPT = "The red fox lives in the forest. It likes to eat"
 NEW_TOKENS = 20
+FIXTURES_ROOT = b.FIXTURES.parent
+HYBRID, MOE = FIXTURES_ROOT / "tiny-hybrid", FIXTURES_ROOT / "tiny-moe"
 
 
 def _tiny_qwen3(path, tied: bool):
@@ -76,25 +79,79 @@ def test_widened_checkpoint_computes_the_same_function_in_transformers(tied, tmp
     assert float(a.logits.abs().max()) > 100 * TOLERANCE  # the model computes something to compare
 
 
+@pytest.mark.parametrize("fixture", [HYBRID, MOE], ids=["hybrid", "moe"])
+def test_widened_hybrid_and_moe_checkpoints_compute_the_same_function_in_transformers(fixture, tmp_path):
+    """The trained fixture targets: appended Gated DeltaNet, gated attention and mixture-of-experts
+    layers are no-ops in transformers' own forward, and the padded experts or MLPs add nothing."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from gguf2ov.tools.widen import TOLERANCE, write_widened_checkpoint
+
+    hf = fixture / "target-hf"
+    cfg = json.loads((hf / "config.json").read_text())
+    n, extra, moe = cfg["num_hidden_layers"], 3, cfg["model_type"] == "qwen3_moe"
+    width = "moe_intermediate_size" if moe else "intermediate_size"
+    written = write_widened_checkpoint(hf, tmp_path / "wide", extra_layers=extra, intermediate_size=cfg[width] + 64)
+    model = AutoModelForCausalLM.from_pretrained(str(hf), dtype=torch.float32).eval()
+    wide, info = AutoModelForCausalLM.from_pretrained(str(tmp_path / "wide"), dtype=torch.float32,
+                                                      output_loading_info=True)
+    assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), info
+    wide.eval()
+    assert wide.config.num_hidden_layers == n + extra and getattr(wide.config, width) == cfg[width] + 64
+    assert written["config"]["dtype"] == "float32"
+    if not moe:  # each appended layer keeps the type of the layer it copies
+        assert wide.config.layer_types == cfg["layer_types"] + cfg["layer_types"][:extra]
+    for layer in wide.model.layers[n:]:
+        mixer = layer.linear_attn.out_proj if hasattr(layer, "linear_attn") else layer.self_attn.o_proj
+        mlp = layer.mlp.experts.down_proj if moe else layer.mlp.down_proj.weight
+        assert not mixer.weight.any() and not mlp.any()
+        # norms scaling by 1: Qwen3.5's decoder norms scale by (1 + w), its gated norm by w
+        assert torch.all(layer.input_layernorm.weight == (0 if cfg["model_type"] == "qwen3_5_text" else 1))
+        if hasattr(layer, "linear_attn"):
+            assert torch.all(layer.linear_attn.norm.weight == 1)
+    assert written["parameters"] == (sum(p.numel() for p in model.parameters()),
+                                     sum(p.numel() for p in wide.parameters()))
+
+    ids = torch.randint(0, cfg["vocab_size"], (1, 24), generator=torch.Generator().manual_seed(1))
+    a, b_ = _forward(model, ids), _forward(wide, ids)
+    diffs = {"logits": float((a.logits - b_.logits).abs().max()),
+             "final norm": float((a.hidden_states[-1] - b_.hidden_states[-1]).abs().max())}
+    for i in range(1, n):  # decoder-layer outputs: target layer ids 0..N-2
+        diffs[f"layer {i - 1}"] = float((a.hidden_states[i] - b_.hidden_states[i]).abs().max())
+    assert max(diffs.values()) < TOLERANCE, diffs
+    assert float(a.logits.abs().max()) > 100 * TOLERANCE
+
+
 def test_widening_only_pads():
-    from gguf2ov.tools.widen import widened_config
+    from gguf2ov.tools.widen import read_widening, widened_config
 
-    config = json.loads((b.FIXTURES / "target-hf" / "config.json").read_text())
+    widening = read_widening(b.FIXTURES / "target-hf")
     with pytest.raises(Gguf2ovError, match="can only pad"):
-        widened_config(config, extra_layers=1, intermediate_size=32)
+        widened_config(widening, extra_layers=1, intermediate_size=32)
     with pytest.raises(Gguf2ovError, match="extra_layers must be >= 0"):
-        widened_config(config, extra_layers=-1, intermediate_size=config["intermediate_size"])
+        widened_config(widening, extra_layers=-1, intermediate_size=widening.intermediate_size)
+    moe = read_widening(MOE / "target-hf")  # a mixture of experts pads every expert
+    assert moe.width.key == "moe_intermediate_size" and moe.intermediate_size == 32
+    with pytest.raises(Gguf2ovError, match="smaller than the target's moe_intermediate_size 32"):
+        widened_config(moe, extra_layers=1, intermediate_size=16)
 
 
-def test_only_qwen3_checkpoints_are_widened(tmp_path):
+def test_only_the_model_types_it_knows_are_widened(tmp_path):
     from gguf2ov.cli.widen import widen_target
 
     (tmp_path / "llama").mkdir()
     (tmp_path / "llama" / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    with pytest.raises(Gguf2ovError, match="only qwen3 targets"):
+    with pytest.raises(Gguf2ovError, match="only qwen3, qwen3_5_text, qwen3_moe targets"):
         widen_target(tmp_path / "llama", tmp_path / "out", progress=False)
     with pytest.raises(Gguf2ovError, match="config.json is missing"):
         widen_target(tmp_path, tmp_path / "out", progress=False)
+    # a mixture of experts whose config makes some layers dense: the copies would change kind
+    (tmp_path / "dense-moe").mkdir()
+    cfg = json.loads((MOE / "target-hf" / "config.json").read_text())
+    (tmp_path / "dense-moe" / "config.json").write_text(json.dumps({**cfg, "mlp_only_layers": [1]}))
+    with pytest.raises(Gguf2ovError, match="with dense layers"):
+        widen_target(tmp_path / "dense-moe", tmp_path / "out", progress=False)
     assert not (tmp_path / "out").exists()
 
 
@@ -184,3 +241,47 @@ def test_widened_target_folder_runs_in_genai_like_the_original(fixtures_dir, hea
     assert runs[0].overall.accepted_tokens == runs[1].overall.accepted_tokens
     if b.fixture_pair():  # the trained draft keeps being useful on the widened target
         assert runs[1].overall.accepted_tokens >= NEW_TOKENS // 4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fixture", [HYBRID, MOE], ids=["hybrid", "moe"])
+def test_widened_hybrid_and_moe_targets_run_in_genai_like_the_originals(fixture, tmp_path):
+    """`gguf2ov widen-target` on the hybrid and MoE fixture targets: the same function in OpenVINO at
+    every id a draft can read, and in GenAI the same greedy text, with the fixture's draft attached
+    accepted exactly as on the original."""
+    import openvino as ov
+
+    from gguf2ov.cli.widen import widen_target
+    from gguf2ov.ir.variants import parse_variant
+    from gguf2ov.job import Job, Options
+    from gguf2ov.runtime.genai import GenerationSettings, read_prompts
+    from gguf2ov.runtime.target import read_locators
+    from gguf2ov.stages.accept import run_acceptance
+    from gguf2ov.tools.widen import read_widening
+
+    hf = fixture / "target-hf"
+    widening = read_widening(hf)
+    n, width, extra = widening.layers, widening.intermediate_size, 4
+    # the original as an f32 OpenVINO target (nothing widened), the baseline for GenAI
+    widen_target(hf, tmp_path / "base", extra_layers=0, intermediate_size=width, progress=False)
+    wide = widen_target(hf, tmp_path / "wide", extra_layers=extra, intermediate_size=2 * width, progress=False)
+    assert wide.layers == (n, n + extra) and wide.intermediate_size == (width, 2 * width)
+    assert wide.width_key == widening.width.key and wide.parameters[1] > wide.parameters[0]
+    assert set(wide.max_abs_diff) == {"logits", "final norm", *(f"layer {i}" for i in range(n - 1))}
+    assert max(wide.max_abs_diff.values()) < 1e-4, wide.max_abs_diff
+    config = json.loads((tmp_path / "wide" / "config.json").read_text())
+    types = list(widening.target.layer_types)
+    assert config.get("layer_types", types + types[:extra]) == types + types[:extra]
+    locators = read_locators(ov.Core().read_model(str(tmp_path / "wide" / "openvino_model.xml")))
+    assert sorted(locators) == list(range(n + extra))
+    for i in range(n - 1):  # the ids the draft reads keep pointing at the same decoder layers
+        assert f"layers.{i}/" in locators[i]["producer"]
+
+    draft = Job.of(fixture / "draft-Q4_K_M.gguf", None, Options(progress=False)).export(
+        tmp_path / "draft", parse_variant("gguf")).out_dir
+    prompts = read_prompts(fixture / "prompts.txt")[:2]
+    settings = GenerationSettings(max_new_tokens=NEW_TOKENS, num_assistant_tokens=3)
+    runs = [run_acceptance(t, draft, prompts, settings, progress=False) for t in (tmp_path / "base", tmp_path / "wide")]
+    for a, w in zip(runs[0].prompts, runs[1].prompts):
+        assert a.text_target == a.text_draft == w.text_target == w.text_draft
+    assert runs[0].overall.accepted_tokens == runs[1].overall.accepted_tokens >= NEW_TOKENS // 2
