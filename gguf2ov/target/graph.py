@@ -40,7 +40,7 @@ from ..ir.graph_ops import const, dim, linear, named, rms_norm, rope_tables
 from ..ir.graph_ops import ops as _ops
 from ..ir.variants import VARIANT_RT_INFO
 from .config import EMBEDDING, LM_HEAD, TargetConfig
-from .layers import MIXERS, MLPS, layer_prefix
+from .layers import REGISTRY, layer_prefix
 
 # optimum's mask fills hidden positions with float16's lowest value, not float32's (patching_utils.py
 # eager_mask_without_vmap): exp() of either is 0 in float32
@@ -168,12 +168,12 @@ def build_target_model(config: TargetConfig, weight: Callable[[str], object], ve
         x = named(ops.multiply(x, const(c.embedding_scale)), scope + "mul/Multiply")
 
     locators = {}
-    mlp = MLPS[c.mlp]
+    mlp = REGISTRY[c.mlp]
     for i in range(c.num_layers):
         if progress:
             progress(f"layer {i + 1}/{c.num_layers}")
         p = layer_prefix(i)  # tensor names and node scopes alike
-        y = MIXERS[c.mixers[i]].build(g, g.norm(x, p + "input_layernorm.weight", p + "input_layernorm"), i)
+        y = REGISTRY[c.mixers[i]].build(g, g.norm(x, p + "input_layernorm.weight", p + "input_layernorm"), i)
         if c.sandwich_norms:
             y = g.norm(y, p + "post_attention_layernorm.weight", p + "post_attention_layernorm")
         x = named(ops.add(x, y), f"__module.{p[:-1]}/aten::add/Add")
@@ -207,7 +207,7 @@ def target_ir_bytes(forms) -> int:
     """The bytes the target's IR will take on disk (.bin and .xml), within a few percent (measured):
     its weights' forms and the nodes of its layers' kinds."""
     c = forms.source.config
-    nodes = XML_BASE_BYTES + MLPS[c.mlp].IR_XML_BYTES * c.num_layers + sum(MIXERS[m].IR_XML_BYTES for m in c.mixers)
+    nodes = XML_BASE_BYTES + REGISTRY[c.mlp].IR_XML_BYTES * c.num_layers + sum(REGISTRY[m].IR_XML_BYTES for m in c.mixers)
     return forms.stored_bytes() + nodes
 
 
@@ -217,11 +217,11 @@ def tensor_shapes(c: TargetConfig) -> dict[str, tuple[int, ...]]:
     kinds' own tensors, the final norm and an untied lm_head."""
     h = c.hidden_size
     shapes = {EMBEDDING: (c.vocab_size, h)}
-    mlp = MLPS[c.mlp]
+    mlp = REGISTRY[c.mlp]
     for i in range(c.num_layers):
         p = layer_prefix(i)
         shapes[p + "input_layernorm.weight"] = (h,)
-        shapes.update(MIXERS[c.mixers[i]].tensors(c, i))
+        shapes.update(REGISTRY[c.mixers[i]].tensors(c, i))
         shapes[p + "post_attention_layernorm.weight"] = (h,)
         if c.sandwich_norms:
             shapes[p + "pre_feedforward_layernorm.weight"] = (h,)

@@ -19,7 +19,7 @@ from ..ir.tensors import TensorSource, some, tensor_mismatch
 from ..names import CONFIG_FILE
 from .config import EMBEDDING, LM_HEAD, TargetConfig, target_arches, target_config
 from .graph import tensor_shapes
-from .layers import int8_weights, per_layer
+from .layers import batched_weights, int8_weights, kept_weights, other_layouts
 from .layouts import resolve
 
 # llama.cpp stores Llama 3's RoPE scaling as a tensor of per-frequency divisors (its converter's
@@ -51,10 +51,8 @@ class TargetSource(TensorSource):
         self.expected = tensor_shapes(config)
         self.last_matmul_shared = config.tie_word_embeddings  # the lm_head reads the embedding table
         self.int8_weights = int8_weights(config)  # what the layer kinds keep out of int4
-        self.kept = tuple(n for names in per_layer(config, "kept") for n in names)
-        self.batched = tuple(n for names in per_layer(config, "batched") for n in names)
-        layouts = {k: v for found_layouts in per_layer(config, "layouts") for k, v in found_layouts.items()}
-        self._recipes, found, problems = resolve(self.expected, found, layouts)
+        self.kept, self.batched = kept_weights(config), batched_weights(config)
+        self._recipes, found, problems = resolve(self.expected, found, other_layouts(config))
         if problems:
             raise Gguf2ovError(f"{path}: tensors do not match the {config.arch} model its config describes: shape "
                                f"mismatch ({some(list(dict.fromkeys(problems)))})",

@@ -1,0 +1,111 @@
+"""The layer-kind contract holds every kind: each is a LayerKind registered under the name maps use,
+its module defines the kind and nothing else public, and the kind defines only the contract's hooks,
+so a misspelt hook is a failing test rather than a hook that silently never runs."""
+
+import ast
+import importlib
+import importlib.util
+import inspect
+
+import pytest
+
+from gguf2ov.target.layers import REGISTRY, check_kinds, kinds
+from gguf2ov.target.layers.kind import CONTRACT, ROLES, LayerKind
+
+SHIPPED = ["attention", "gated_attention", "gated_deltanet", "dense", "moe"]
+
+
+def _module_names(module) -> set[str]:
+    """The public names a module defines itself (top-level defs, classes, assignments), imports aside."""
+    tree = ast.parse(inspect.getsource(module))
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return {n for n in names if not n.startswith("_")}
+
+
+def test_the_shipped_kinds_are_registered_by_their_map_names():
+    assert set(SHIPPED) <= set(REGISTRY)
+    for name, kind in REGISTRY.items():
+        assert isinstance(kind, LayerKind) and kind.NAME == name and kind.ROLE in ROLES
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_a_kind_module_defines_its_kind_and_nothing_else_public(name):
+    kind = type(REGISTRY[name])
+    module = importlib.import_module(kind.__module__)
+    assert _module_names(module) == {kind.__name__}, f"{module.__name__} defines public names beyond its kind"
+    defined = {n for n in vars(kind) if not n.startswith("_")}
+    assert defined <= CONTRACT, f"{kind.__name__} defines {sorted(defined - CONTRACT)}, which the contract has not"
+
+
+def test_a_misspelt_hook_is_seen(tmp_path):
+    """The check above on a kind whose author wrote `int8_weight` for `int8_weights`."""
+    source = tmp_path / "misspelt_kind.py"
+    source.write_text("from gguf2ov.target.layers.kind import LayerKind\n\n\n"
+                      "class Misspelt(LayerKind):\n"
+                      "    def tensors(self, c, i):\n        return {}\n\n"
+                      "    def build(self, g, x, i):\n        return x\n\n"
+                      "    def int8_weight(self, c, i):\n        return ['a']\n")
+    spec = importlib.util.spec_from_file_location("misspelt_kind", source)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert {n for n in vars(module.Misspelt) if not n.startswith("_")} - CONTRACT == {"int8_weight"}
+    assert module.Misspelt().int8_weights(None, 0) == []  # the contract's default: what the typo would have run
+
+
+def test_every_hook_has_a_default_but_tensors_and_build():
+    with pytest.raises(TypeError, match="layer kind bare does not state tensors or build"):
+        class Bare(LayerKind, name="bare", role="mlp"):
+            pass
+    with pytest.raises(TypeError, match="does not state build"):
+        class Half(LayerKind, name="half", role="mlp"):
+            def tensors(self, c, i):
+                return {}
+    assert "bare" not in REGISTRY and "half" not in REGISTRY
+
+
+def test_a_kind_is_registered_once_and_in_a_known_role():
+    with pytest.raises(TypeError, match="registered twice"):
+        class Again(LayerKind, name="attention", role="mixer"):
+            def tensors(self, c, i):
+                return {}
+
+            def build(self, g, x, i):
+                return x
+    with pytest.raises(TypeError, match="role 'mixing'"):
+        class Odd(LayerKind, name="odd", role="mixing"):
+            def tensors(self, c, i):
+                return {}
+
+            def build(self, g, x, i):
+                return x
+    assert "odd" not in REGISTRY and type(REGISTRY["attention"]).__name__ == "Attention"
+
+
+@pytest.mark.parametrize("mixers, mlp, unknown", [(["attention", "mamba"], "dense", "mamba"),
+                                                  (["attention"], "swiglu2", "swiglu2"),
+                                                  (["dense"], "dense", "dense"),        # an MLP as a mixer
+                                                  (["attention"], "attention", "attention")])
+def test_a_map_naming_an_unknown_kind_is_refused(mixers, mlp, unknown):
+    from gguf2ov.errors import Gguf2ovError
+
+    with pytest.raises(Gguf2ovError) as e:
+        check_kinds("toy", mixers, mlp)
+    assert f"the toy map builds its layers with {unknown}, which this gguf2ov does not know" in e.value.message
+    assert "mixers: attention, gated_attention, gated_deltanet" in e.value.message and "fix the map" in e.value.hint
+
+
+def test_only_the_gated_deltanet_keeps_a_recurrent_state():
+    assert {n for n, k in REGISTRY.items() if k.RECURRENT} == {"gated_deltanet"}
+
+
+def test_a_layers_kinds_are_its_mixer_then_its_mlp():
+    from types import SimpleNamespace
+
+    c = SimpleNamespace(mixers=("gated_deltanet", "gated_attention"), mlp="moe", num_layers=2)
+    assert [k.NAME for k in kinds(c, 1)] == ["gated_attention", "moe"]
