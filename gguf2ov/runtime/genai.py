@@ -181,10 +181,13 @@ def describe_layer_types(types) -> str:
     return " (" + ", ".join(f"{n} {kind}" for kind, n in Counter(types).items()) + ")"
 
 
-def linear_attention_layers(target_dir) -> int:
-    """How many layers of a target keep a linear-attention (Gated DeltaNet) state: what GenAI's
-    scheduler must make room for."""
-    return sum(t == "linear_attention" for t in target_layer_types(target_dir))
+def recurrent_layers(target_dir) -> int:
+    """How many layers of a target keep a recurrent (linear-attention) state, as their kinds say: what
+    GenAI's scheduler must make room for."""
+    from ..hf.checkpoint import read_json_object
+    from ..target.config import recurrent_layers as of_config
+
+    return of_config(read_json_object(Path(target_dir) / "config.json", required=False) or {})
 
 
 def scheduler(linear_attention: bool = False, num_assistant_tokens: int | None = None):
@@ -218,7 +221,7 @@ def make_pipeline(target_dir, device: str, props: dict, draft_dir=None, num_assi
     count("target compiles (GenAI pipelines)")
     cls = ov_genai.VLMPipeline if target_kind(target_dir) == "vlm" else ov_genai.LLMPipeline
     extra = {} if draft_dir is None else {"draft_model": ov_genai.draft_model(str(draft_dir), device, **props)}
-    s = scheduler(linear_attention_layers(target_dir) > 0, num_assistant_tokens if draft_dir is not None else None)
+    s = scheduler(recurrent_layers(target_dir) > 0, num_assistant_tokens if draft_dir is not None else None)
     return cls(str(target_dir), device, scheduler_config=s, **extra, **props)
 
 

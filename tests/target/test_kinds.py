@@ -109,3 +109,22 @@ def test_a_layers_kinds_are_its_mixer_then_its_mlp():
 
     c = SimpleNamespace(mixers=("gated_deltanet", "gated_attention"), mlp="moe", num_layers=2)
     assert [k.NAME for k in kinds(c, 1)] == ["gated_attention", "moe"]
+
+
+@pytest.mark.parametrize("config, layers", [
+    ({"model_type": "qwen3_5_text", "num_hidden_layers": 4,
+      "layer_types": ["linear_attention"] * 3 + ["full_attention"]}, 3),
+    # a VLM's language model, as the hub's Qwen3.5 checkpoints and optimum's exports state it
+    ({"model_type": "qwen3_5", "text_config": {"model_type": "qwen3_5_text", "num_hidden_layers": 2,
+                                               "layer_types": ["linear_attention", "full_attention"]}}, 1),
+    ({"model_type": "qwen3", "num_hidden_layers": 2, "layer_types": ["full_attention"] * 2}, 0),
+    ({"model_type": "gemma3_text", "num_hidden_layers": 2, "layer_types": ["sliding_attention", "full_attention"]}, 0),
+    # a model type no map builds: read by every map's kinds
+    ({"model_type": "qwen3_next", "num_hidden_layers": 2, "layer_types": ["linear_attention", "full_attention"]}, 1),
+    ({"model_type": "llama", "num_hidden_layers": 2}, 0)])
+def test_the_recurrent_layers_genai_makes_room_for_are_the_kinds(config, layers):
+    """GenAI's scheduler sizes its linear-attention state pool for a target whose kinds keep a
+    recurrent state (`runtime/genai.py` scheduler, `ovms`): the kinds say which do."""
+    from gguf2ov.target.config import recurrent_layers
+
+    assert recurrent_layers(config) == layers

@@ -64,8 +64,3 @@ def batched_weights(c) -> tuple[str, ...]:
 def other_layouts(c) -> dict:
     """{tensor: [Stack | Split, ...]}: the other layouts a source may store the tensors in (`layouts.py`)."""
     return {name: ways for i, kind in layer_kinds(c) for name, ways in kind.layouts(c, i).items()}
-
-
-def recurrent_layers(c) -> int:
-    """How many layers keep a recurrent state (their mixer kind's RECURRENT)."""
-    return sum(REGISTRY[m].RECURRENT for m in c.mixers)
