@@ -59,9 +59,10 @@ Map sections:
   (model types whose config.json holds this model's config as `text_config`: a VLM whose language
   model is built alone).
 - `target`: how `gguf2ov target` builds the architecture (a map without it is no target): `mixers`
-  (layer type -> the kind of layer that mixes tokens in it), `mlp` (the kind of every layer's MLP)
-  and `forward` (what its forward does beyond the kinds' own: norms scaling by 1 + w, a scaled
-  embedding, q/k norms, ...). The kinds are `gguf2ov/target/layers/`, which checks the names.
+  (layer type -> the kind of layer that mixes tokens in it), `mlp` (the kind of every layer's MLP),
+  `layer` (the decoder layer's norms and residual steps, Llama's when absent) and `forward` (options
+  of its forward: norms scaling by 1 + w, a scaled embedding, q/k norms, ...). The kinds are
+  `gguf2ov/target/layers/`; `gguf2ov/target/decoder.py` reads this section and holds it against them.
 
 Maps are found in the shipped `tensor_maps/` and in the folders named by GGUF2OV_MAPS (paths
 separated like PATH) or passed as `maps_dir`: adding an architecture is one YAML file there.
@@ -85,7 +86,7 @@ from .rules import OPS, VALUE_TYPES, is_number, valid_shape_expr, valid_type
 TOP_LEVEL_KEYS = {"arch", "extends", "unset", "strip_hf_prefix", "hf", "config", "tensors", "optional", "groups",
                   "group_hf", "shapes", "legacy", "compare", "target", "layer_tensors", "trailing_blocks",
                   "checkpoint"}
-TARGET_KEYS = {"mixers", "mlp", "forward"}
+TARGET_KEYS = {"mixers", "mlp", "layer", "forward"}
 TRAILING_KEYS = {"count", "counted_in", "hf", "what", "tensors", "optional"}
 CHECKPOINT_KEYS = {"rename", "ignore", "text_config_of"}
 # Sections whose entries `unset` can drop (the ones that are mappings).
@@ -381,9 +382,10 @@ def _build(data: dict, name: str) -> ArchMap:
     if target is not None:
         if not isinstance(target, dict) or set(target) - TARGET_KEYS or not isinstance(target.get("mixers"), dict) \
                 or not all(isinstance(k, str) and isinstance(v, str) for k, v in target["mixers"].items()) \
-                or not isinstance(target.get("mlp"), str) or not isinstance(target.get("forward", {}), dict):
-            raise bad("target must hold `mixers` (layer type -> kind), `mlp` (a kind) and optionally `forward` "
-                      "(a mapping of forward options)")
+                or not isinstance(target.get("mlp"), str) or not isinstance(target.get("forward", {}), dict) \
+                or not isinstance(target.get("layer", []), list):
+            raise bad("target must hold `mixers` (layer type -> kind), `mlp` (a kind) and optionally `layer` (the "
+                      "decoder layer's steps) and `forward` (a mapping of forward options)")
     return ArchMap(arch, name, dict(data.get("hf") or {}), config, rules, shapes, legacy, group_hf,
                    {k: list(v) for k, v in compare.items()}, target, trailing, checkpoint)
 

@@ -58,7 +58,7 @@ def _logits(model, c) -> Finding:
 
 def expected_states(c) -> list[str]:
     """Every state variable the target keeps, by its layers' kinds."""
-    from .layers import layer_kinds
+    from .decoder import layer_kinds
 
     return sorted(v for i, kind in layer_kinds(c) for v in kind.states(c, i))
 
@@ -152,7 +152,7 @@ def paged_finding(model, c) -> Finding:
 
     from openvino._offline_transformations import paged_attention_transformation
 
-    from .layers import layer_kinds
+    from .decoder import layer_kinds
 
     paged = model.clone()
     try:
@@ -209,7 +209,7 @@ def expected_compiled(c) -> dict[str, int]:
     when no kind states any: such a target is not compiled to check it)."""
     from collections import Counter
 
-    from .layers import layer_kinds
+    from .decoder import layer_kinds
 
     total = Counter()
     for i, kind in layer_kinds(c):

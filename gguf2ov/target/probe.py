@@ -102,8 +102,7 @@ class ProbeSource(TensorSource):
 
     def __init__(self, source, forms, layers: list[int]):
         from .config import target_config
-        from .graph import tensor_shapes
-        from .layers import batched_weights, kept_weights, kinds
+        from .decoder import batched_weights, kept_weights, layer_steps, tensor_shapes
 
         super().__init__(source.path, source.kind)
         c = source.config
@@ -111,7 +110,7 @@ class ProbeSource(TensorSource):
         width = math.lcm(WIDTH, group)
         raw = dict(c.hf.to_dict(), hidden_size=width, intermediate_size=width, head_dim=c.head_dim,
                    vocab_size=VOCAB, num_hidden_layers=len(layers), layer_types=[c.layer_types[i] for i in layers])
-        for kind in dict.fromkeys(k for i in layers for k in kinds(c, i)):  # each kind's own widths and keys
+        for kind in dict.fromkeys(k for i in layers for _, k in layer_steps(c, i)):  # each kind's widths and keys
             raw.update(kind.probe(c, layers, width))
         raw.pop("auto_map", None)
         self.config = target_config(raw, f"{source.path} (probe)", arch=c.arch)

@@ -2,7 +2,7 @@
 
 `open_target_gguf()` and `open_target_checkpoint()` read the config, resolve it the way
 transformers does (`config.py`), check the tensor names and shapes strictly against the graph
-`graph.py` builds (`graph.tensor_shapes`, from the layer kinds), and then hand out one tensor at a
+`graph.py` builds (`decoder.tensor_shapes`, from the layer kinds), and then hand out one tensor at a
 time (`ir.tensors.TensorSource`): float32 values, row chunks of them, or the GGUF's raw quantized
 bytes. Nothing holds the model in memory whole. A tensor a source stores in another layout than
 the graph reads (a checkpoint's experts one per tensor, gate and up fused: `layouts.py`) is handed
@@ -17,9 +17,8 @@ import numpy as np
 from ..errors import Gguf2ovError
 from ..ir.tensors import TensorSource, some, tensor_mismatch
 from ..names import CONFIG_FILE
-from .config import EMBEDDING, LM_HEAD, TargetConfig, target_arches, target_config
-from .graph import tensor_shapes
-from .layers import batched_weights, int8_weights, kept_weights, other_layouts
+from .config import TargetConfig, target_arches, target_config
+from .decoder import EMBEDDING, LM_HEAD, batched_weights, int8_weights, kept_weights, other_layouts, tensor_shapes
 from .layouts import resolve
 
 # llama.cpp stores Llama 3's RoPE scaling as a tensor of per-frequency divisors (its converter's

@@ -9,7 +9,8 @@ import inspect
 
 import pytest
 
-from gguf2ov.target.layers import REGISTRY, check_kinds, kinds
+from gguf2ov.target.decoder import PRE_NORM, Step, decoder_of, layer_steps
+from gguf2ov.target.layers import REGISTRY
 from gguf2ov.target.layers.kind import CONTRACT, ROLES, LayerKind
 
 SHIPPED = ["attention", "gated_attention", "gated_deltanet", "dense", "moe"]
@@ -87,28 +88,63 @@ def test_a_kind_is_registered_once_and_in_a_known_role():
     assert "odd" not in REGISTRY and type(REGISTRY["attention"]).__name__ == "Attention"
 
 
-@pytest.mark.parametrize("mixers, mlp, unknown", [(["attention", "mamba"], "dense", "mamba"),
-                                                  (["attention"], "swiglu2", "swiglu2"),
-                                                  (["dense"], "dense", "dense"),        # an MLP as a mixer
-                                                  (["attention"], "attention", "attention")])
-def test_a_map_naming_an_unknown_kind_is_refused(mixers, mlp, unknown):
+def _target_map(tmp_path, target: str):
+    from gguf2ov.maps.load import load_map
+
+    path = tmp_path / "toy.yaml"
+    path.write_text(f"arch: toy\nextends: _decoder.yaml\nhf: {{model_type: llama}}\ntarget:\n{target}")
+    return load_map(path=path)
+
+
+@pytest.mark.parametrize("mixers, mlp, unknown", [("{full_attention: attention, x: mamba}", "dense", "mamba"),
+                                                  ("{full_attention: attention}", "swiglu2", "swiglu2"),
+                                                  ("{full_attention: dense}", "dense", "dense"),  # an MLP as mixer
+                                                  ("{full_attention: attention}", "attention", "attention")])
+def test_a_map_naming_an_unknown_kind_is_refused(tmp_path, mixers, mlp, unknown):
     from gguf2ov.errors import Gguf2ovError
 
     with pytest.raises(Gguf2ovError) as e:
-        check_kinds("toy", mixers, mlp)
+        decoder_of(_target_map(tmp_path, f"  mixers: {mixers}\n  mlp: {mlp}\n"))
     assert f"the toy map builds its layers with {unknown}, which this gguf2ov does not know" in e.value.message
     assert "mixers: attention, gated_attention, gated_deltanet" in e.value.message and "fix the map" in e.value.hint
+
+
+@pytest.mark.parametrize("target, needle", [
+    ("  forward: {qk_norms: true}\n", "forward: qk_norms is not an option of this decoder or its kinds (attention, "
+                                     "dense); known: norm_offset, partial_rotary, qk_norm, qkv_bias, scaled_embedding"),
+    ("  layer: [{block: mixer, norm: input_layernorm}]\n", "layer must have one mixer step, then one mlp step"),
+    ("  layer: [{block: attention}, {block: mlp}]\n", "a step is {block, norm, post_norm, residual}, block one of "
+                                                       "mixer, mlp"),
+    ("  layer: [{block: mixer, pre_norm: x}, {block: mlp}]\n", "layer step {'block': 'mixer', 'pre_norm': 'x'}")])
+def test_a_target_section_the_decoder_cannot_build_is_one_error_naming_the_map(tmp_path, target, needle):
+    from gguf2ov.errors import Gguf2ovError
+
+    with pytest.raises(Gguf2ovError) as e:
+        decoder_of(_target_map(tmp_path, "  mixers: {full_attention: attention}\n  mlp: dense\n" + target))
+    assert e.value.message.startswith(f"tensor map {tmp_path / 'toy.yaml'}: target: ") and needle in e.value.message
+
+
+def test_the_decoder_layer_is_the_maps_and_llamas_by_default():
+    from gguf2ov.maps.load import load_map
+
+    assert decoder_of(load_map("qwen3")).layer == PRE_NORM
+    assert decoder_of(load_map("gemma3")).layer == (
+        Step("mixer", "input_layernorm", "post_attention_layernorm"),
+        Step("mlp", "pre_feedforward_layernorm", "post_feedforward_layernorm"))
+    assert decoder_of(load_map("qwen3")).options == {"norm_offset": 0.0, "scaled_embedding": False,
+                                                     "partial_rotary": False, "qk_norm": True, "qkv_bias": False}
 
 
 def test_only_the_gated_deltanet_keeps_a_recurrent_state():
     assert {n for n, k in REGISTRY.items() if k.RECURRENT} == {"gated_deltanet"}
 
 
-def test_a_layers_kinds_are_its_mixer_then_its_mlp():
+def test_a_layers_kinds_are_its_steps():
     from types import SimpleNamespace
 
-    c = SimpleNamespace(mixers=("gated_deltanet", "gated_attention"), mlp="moe", num_layers=2)
-    assert [k.NAME for k in kinds(c, 1)] == ["gated_attention", "moe"]
+    c = SimpleNamespace(mixers=("gated_deltanet", "gated_attention"), mlp="moe", num_layers=2, layer=PRE_NORM)
+    assert [(s.norm, k.NAME) for s, k in layer_steps(c, 1)] == [("input_layernorm", "gated_attention"),
+                                                                ("post_attention_layernorm", "moe")]
 
 
 @pytest.mark.parametrize("config, layers", [

@@ -20,24 +20,32 @@ def _window(c, i: int) -> int | None:
     return c.sliding_window if c.layer_types[i] == "sliding_attention" else None
 
 
+def _q_bias(c) -> bool:
+    return c.attention_bias or c.options["qkv_bias"]
+
+
 class Attention(LayerKind, name="attention", role="mixer"):
     # a decoder layer built of this kind and a dense MLP, weights' decompression aside (measured on 4- and
     # 8-layer qwen3 targets: 66.7 KB a layer)
     IR_XML_BYTES = 66_700
+    # an RMSNorm on each query and key head (Qwen3, Gemma 3); q/k/v biases without an o bias (Qwen2)
+    OPTIONS = {"qk_norm": False, "qkv_bias": False}
 
     def tensors(self, c, i):
-        return attention_tensors(c, layer_prefix(i) + "self_attn.", 1, c.qk_norm, c.q_bias, c.attention_bias)
+        return attention_tensors(c, layer_prefix(i) + "self_attn.", 1, c.options["qk_norm"], _q_bias(c),
+                                 c.attention_bias)
 
     def build(self, g, x, i):
         c = g.config
         p = layer_prefix(i) + "self_attn."
-        q = project(g, x, p + "q_proj", c.num_heads, bias=c.q_bias)
-        if c.qk_norm:
+        qk_norm, q_bias = c.options["qk_norm"], _q_bias(c)
+        q = project(g, x, p + "q_proj", c.num_heads, bias=q_bias)
+        if qk_norm:
             q = g.norm(q, p + "q_norm.weight", p + "q_norm")
-        k = project(g, x, p + "k_proj", c.num_kv_heads, bias=c.q_bias)
-        if c.qk_norm:
+        k = project(g, x, p + "k_proj", c.num_kv_heads, bias=q_bias)
+        if qk_norm:
             k = g.norm(k, p + "k_norm.weight", p + "k_norm")
-        v = project(g, x, p + "v_proj", c.num_kv_heads, bias=c.q_bias)
+        v = project(g, x, p + "v_proj", c.num_kv_heads, bias=q_bias)
         q, k, v = (heads_first(t) for t in (q, k, v))
         q, k = rotate(g, q, k, c.layer_types[i])
         attn = attend(g, q, k, v, p, _state(i, "key"), _state(i, "value"), _window(c, i))

@@ -29,7 +29,7 @@ class GatedAttention(LayerKind, name="gated_attention", role="mixer"):
 
     def tensors(self, c, i):
         # per head [q_h | gate_h], always q/k-normed
-        return attention_tensors(c, layer_prefix(i) + "self_attn.", 2, True, c.q_bias, c.attention_bias)
+        return attention_tensors(c, layer_prefix(i) + "self_attn.", 2, True, c.attention_bias, c.attention_bias)
 
     def build(self, g, x, i):
         ops, c = _ops(), g.config
@@ -38,12 +38,13 @@ class GatedAttention(LayerKind, name="gated_attention", role="mixer"):
         a_ = f"__module.{p[:-1]}/aten::"
         j = ordinal(c, i)
 
-        both = project(g, x, p + "q_proj", heads, 2 * hd, c.q_bias)                           # [B, L, heads, 2 hd]
+        both = project(g, x, p + "q_proj", heads, 2 * hd, c.attention_bias)                           # [B, L, heads, 2 hd]
         q, gate = ops.variadic_split(both, const(-1, np.int64), const([hd, hd], np.int64)).outputs()
         gate = ops.reshape(gate, const([0, 0, heads * hd], np.int64), True)
         q = g.norm(q, p + "q_norm.weight", p + "q_norm")
-        k = g.norm(project(g, x, p + "k_proj", c.num_kv_heads, bias=c.q_bias), p + "k_norm.weight", p + "k_norm")
-        v = project(g, x, p + "v_proj", c.num_kv_heads, bias=c.q_bias)
+        k = g.norm(project(g, x, p + "k_proj", c.num_kv_heads, bias=c.attention_bias), p + "k_norm.weight",
+                   p + "k_norm")
+        v = project(g, x, p + "v_proj", c.num_kv_heads, bias=c.attention_bias)
         q, k, v = (heads_first(t) for t in (q, k, v))
         q, k = rotate(g, q, k, c.layer_types[i])
         attn = attend(g, q, k, v, p, cache_state(j, "key"), cache_state(j, "value"), None)

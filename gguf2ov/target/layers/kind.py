@@ -9,12 +9,14 @@ by the class statement itself under its `NAME` (as gguf-py registers its quant k
         def build(self, g, x, i): ...
 
 A map's `target:` section names the kind of each layer type's mixer (`mixers`, by the config's
-`layer_types`) and the kind of every layer's MLP (`mlp`). A kind states, from the config alone (`c`,
-always a TargetConfig, `target/config.py`; `i`, the layer's index):
+`layer_types`), the kind of every layer's MLP (`mlp`), and where they and any other block sit between
+the decoder layer's norms and residual adds (`layer`, `target/decoder.py`). A kind states, from the
+config alone (`c`, always a TargetConfig, `target/config.py`; `i`, the layer's index):
 - `tensors(c, i)`: the tensors it reads in layer `i`, HF names and shapes, in the order `build` asks
   for them: the one statement of those shapes (a map names the tensors only);
-- `build(g, x, i)`: its part of the graph on `x` (the normed hidden states), asking `g` (the graph
-  under construction, `target/graph.py`) for each weight by name and adding its state variables.
+- `build(g, x, i)`: its part of the graph on `x` (the normed hidden states, or the residual stream
+  where the map's layer puts no norm before the block), asking `g` (the graph under construction,
+  `target/graph.py`) for each weight by name and adding its state variables.
 Every other hook has a default that states nothing. Helpers that several kinds use live in
 `pieces.py`; a kind module defines no other public name (tests/target/test_kinds.py holds it), so
 a misspelt hook is an error, not a hook that silently never runs.
@@ -22,14 +24,15 @@ a misspelt hook is an error, not a hook that silently never runs.
 
 from typing import ClassVar
 
-ROLES = ("mixer", "mlp")
+ROLES = ("mixer", "mlp", "block")
 
 
 class LayerKind:
     """One kind of layer block; the registry is `REGISTRY` (name -> the kind's one instance)."""
 
     NAME: ClassVar[str]
-    # mixer: mixes tokens (a map's `mixers`); mlp: the MLP of every layer (`mlp`)
+    # mixer: mixes tokens (a map's `mixers`); mlp: the MLP of every layer (`mlp`); block: another step of
+    # the decoder layer, placed by the map's `layer` section by its name (`target/decoder.py`)
     ROLE: ClassVar[str]
     # Whether a layer of this kind keeps a recurrent state (a Gated DeltaNet's): GenAI's scheduler then
     # needs its linear-attention state pool sized for the draft's proposals (`runtime/genai.py`).
@@ -37,6 +40,9 @@ class LayerKind:
     # The .xml bytes a layer of this kind adds to the IR, weights' decompression aside (measured): what
     # the disk estimate adds (`graph.target_ir_bytes`).
     IR_XML_BYTES: ClassVar[int] = 0
+    # The map `target.forward` options the kind reads (from `c.options`), with their values when a map
+    # does not state them.
+    OPTIONS: ClassVar[dict[str, object]] = {}
     # Why NNCF's int4 modes keep `int8_weights` in int8, for reports.
     INT8_WHY: ClassVar[str] = ""
 
