@@ -154,7 +154,7 @@ def run_bytes(job, names: list[str]) -> int:
     o = job.options
     offset = o.target_layer_offset
     if offset is None:
-        offset = map_for(job.gguf, o.map_path).flag_add("target_layer_offset")
+        offset = map_for(job.gguf, o.map_path).metadata.flag_add("target_layer_offset")
     mapped = open_mapped(job.gguf, o.map_path, offset, allow_ambiguous=True)
     total = checkpoint_bytes(checkpoint_specs(mapped, "bf16")) + REPORT_BYTES
     total += drift_bytes(job.read_draft(offset), [parse_variant(n) for n in names])

@@ -179,9 +179,9 @@ def model_from_map(amap, rng, layers: int = 2):
     for rule in amap.rules:
         if rule.hf is None:
             continue
-        shape = amap.shape_for(rule.hf, config) or [4]  # a tensor the map gives no shape: any will do
+        shape = amap.shapes.shape_for(rule.hf, config) or [4]  # a tensor the map gives no shape: any will do
         for n in range(layers) if rule.per_layer else [None]:
-            if amap.applies(rule, n, config):  # a layer of the rule's layer type
+            if amap.tensors.applies(rule, n, config):  # a layer of the rule's layer type
                 state[rule.hf_name(n)] = (rng.integers(-1024, 1024, size=shape) / 256).astype(np.float32)
     assert config_get(config, "num_hidden_layers") == layers
     return config, state, extra

@@ -79,14 +79,14 @@ def inspect(gguf_path, map_path=None) -> InspectResult:
         map_name = amap.path
         config = None
         try:
-            config = amap.hf_config(gguf, allow_ambiguous=True)
-            problems = amap.problems(gguf, config)
+            config = amap.metadata.hf_config(gguf, allow_ambiguous=True)
+            problems = amap.tensors.problems(gguf, config)
             model = (config.get("architectures") or [None])[0]
         except Gguf2ovError as e:
             problems = [e.message]
         fits = not problems
         for name in gguf.tensors:
-            found = amap.match(name, config)  # with a config: the rule of the tensor's layer type
+            found = amap.tensors.match(name, config)  # with a config: the rule of the tensor's layer type
             if len(found) == 1:
                 rule, n = found[0]
                 hf_names[name] = rule.hf_name(n)

@@ -137,7 +137,7 @@ def text_model_config(raw: dict, where) -> dict:
 
     for arch in target_arches():
         amap = load_map(arch)
-        if raw.get("model_type") in (amap.checkpoint.get("text_config_of") or []):
+        if raw.get("model_type") in amap.checkpoint.text_config_of:
             text = raw.get("text_config")
             if not isinstance(text, dict):
                 raise Gguf2ovError(f"{where}: a {raw.get('model_type')} config without a text_config object")

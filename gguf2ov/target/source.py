@@ -113,7 +113,7 @@ def open_target_checkpoint(path: Path) -> TargetSource:
     checkpoint = Checkpoint(path)  # memory-mapped safetensors, read one tensor at a time
     amap = load_map(config.arch)
     if amap.checkpoint:  # saved under a prefix, or beside other models' tensors (the map's `checkpoint`)
-        checkpoint = RenamedCheckpoint(checkpoint, amap.checkpoint_names(checkpoint.shapes, path))
+        checkpoint = RenamedCheckpoint(checkpoint, amap.checkpoint.names(checkpoint.shapes, amap.arch, path))
     return TargetSource(path, "checkpoint", config, dict(checkpoint.shapes), checkpoint=checkpoint)
 
 
