@@ -354,6 +354,9 @@ def _build(data: dict, name: str) -> ArchMap:
     if dup := sorted({h for h in hf_templates if hf_templates.count(h) > 1}):
         raise bad(f"HF names produced twice: {dup}")
     shapes = data.get("shapes") or {}
+    if shapes and data.get("target") is not None:
+        raise bad("a map with a `target:` section states no `shapes`: a target's shapes are its layer kinds' "
+                  "(gguf2ov/target/layers/)")
     for hf, expr in shapes.items():
         if hf not in hf_templates:
             raise bad(f"shape given for {hf}, which no tensor entry produces")

@@ -65,6 +65,7 @@ class InspectResult:
 def inspect(gguf_path, map_path=None) -> InspectResult:
     """`gguf_path` is a GGUF file, or a hub name `org/repo[:QUANT]` as llama.cpp's `-hf` takes it."""
     from ..maps.load import map_for
+    from ..target.source import target_problems
 
     source = resolve_gguf(gguf_path)
     gguf = open_gguf(source, duplicate_keys=True)  # shown with a warning: inspect is where a bad file is looked at
@@ -81,6 +82,8 @@ def inspect(gguf_path, map_path=None) -> InspectResult:
         try:
             config = amap.metadata.hf_config(gguf, allow_ambiguous=True)
             problems = amap.tensors.problems(gguf, config)
+            if not problems and amap.target is not None:  # a target's shapes are its layer kinds'
+                problems = target_problems(gguf, amap, config)
             model = (config.get("architectures") or [None])[0]
         except Gguf2ovError as e:
             problems = [e.message]

@@ -1,6 +1,12 @@
 """The decoder an architecture is built as: its map's `target:` section, read once and held against
 the layer kinds (`layers/`), and every tensor the decoder reads, in the order the graph reads them.
 
+When a target's map is read (`decoder_of`), its kinds, steps and options are checked, and so are its
+tensor names against what the decoder reads: each layer type's kinds and norms, the embedding, the
+final norm and the head. A map that names a tensor no part of the decoder reads, or names none for a
+tensor a kind always reads, is one error naming the map, before any file is opened. The shapes are
+the kinds' alone (`tensor_shapes`): a target map states none.
+
 A map's `target:` section states:
 - `mixers`: layer type -> the kind that mixes tokens in layers of that type;
 - `mlp`: the kind of every layer's MLP;
@@ -90,7 +96,34 @@ def _read(amap) -> Decoder:
     if unknown := sorted(set(forward) - set(options)):
         raise bad(f"forward: {', '.join(unknown)} is not an option of this decoder or its kinds "
                   f"({', '.join(sorted(k.NAME for k in kinds))}); known: {', '.join(sorted(options))}")
-    return Decoder(amap.arch, mixers, mlp, layer, {**options, **forward})
+    decoder = Decoder(amap.arch, mixers, mlp, layer, {**options, **forward})
+    _check_names(amap, decoder, bad)
+    return decoder
+
+
+def _check_names(amap, decoder: Decoder, bad) -> None:
+    """The map's HF names against what the decoder reads (see the module docstring)."""
+    rules = [r for r in amap.rules if r.hf is not None and not r.trailing]
+    model_level = {EMBEDDING: True, FINAL_NORM + ".weight": True, LM_HEAD: False}
+    if stray := [r.hf for r in rules if not r.per_layer and r.hf not in model_level]:
+        raise bad(f"the map names {stray[0]}, which the decoder does not read (outside its layers it reads "
+                  f"{', '.join(model_level)})")
+    made = {r.hf for r in rules if not r.per_layer}
+    if unmade := [n for n, always in model_level.items() if always and n not in made]:
+        raise bad(f"the map names no tensor for {unmade[0]}, which the decoder reads")
+    prefix = layer_prefix("{N}")
+    for layer_type in decoder.mixers:
+        kinds = decoder.kinds(layer_type)
+        reads = {f"{norm}.weight": True for s in decoder.layer for norm in (s.norm, s.post_norm) if norm}
+        for kind in kinds:
+            reads |= kind.names(decoder.options)
+        made = {r.hf[len(prefix):] if r.hf.startswith(prefix) else r.hf: r for r in rules
+                if r.per_layer and r.layer_type in (None, layer_type)}
+        who = f"the {layer_type} layers' kinds ({', '.join(k.NAME for k in kinds)})"
+        if unread := [name for name in made if name not in reads]:
+            raise bad(f"{who} do not read {prefix}{unread[0]}, which the map names ({made[unread[0]].gguf})")
+        if unmade := [name for name, always in reads.items() if always and name not in made]:
+            raise bad(f"the map names no tensor for {prefix}{unmade[0]}, which {who} read")
 
 
 def _check_kinds(arch: str, mixers, mlp_kind: str) -> None:
@@ -185,4 +218,14 @@ def tensor_shapes(c) -> dict[str, tuple[int, ...]]:
     shapes[FINAL_NORM + ".weight"] = (h,)
     if not c.tie_word_embeddings:
         shapes[LM_HEAD] = (c.vocab_size, h)
+    return shapes
+
+
+def stored_shapes(c) -> dict[str, tuple[int, ...]]:
+    """`tensor_shapes` and the shapes of the tensors of the other layouts the kinds read (`layouts.py`):
+    whatever a source may hold a target's tensors as, by HF name."""
+    shapes = tensor_shapes(c)
+    for ways in other_layouts(c).values():
+        for way in ways:
+            shapes.update(way.stored_shapes())
     return shapes

@@ -87,7 +87,10 @@ tensors:
     to: model.layers.{N}.post_attention_layernorm.weight
     ops: [add: -1.0]
   blk.{N}.attn_q_norm.weight: model.layers.{N}.self_attn.q_norm.weight
+# no layer kinds build it (no `target:`): the map states the shapes `convert` checks
 shapes:
+  model.embed_tokens.weight: [vocab_size, hidden_size]
+  model.layers.{N}.self_attn.q_proj.weight: [num_attention_heads * head_dim, hidden_size]
   model.layers.{N}.self_attn.q_norm.weight: [head_dim]
 """
 

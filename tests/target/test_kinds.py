@@ -59,11 +59,11 @@ def test_a_misspelt_hook_is_seen(tmp_path):
     assert module.Misspelt().int8_weights(None, 0) == []  # the contract's default: what the typo would have run
 
 
-def test_every_hook_has_a_default_but_tensors_and_build():
-    with pytest.raises(TypeError, match="layer kind bare does not state tensors or build"):
+def test_every_hook_has_a_default_but_tensors_build_and_names():
+    with pytest.raises(TypeError, match="layer kind bare does not state tensors or build or names"):
         class Bare(LayerKind, name="bare", role="mlp"):
             pass
-    with pytest.raises(TypeError, match="does not state build"):
+    with pytest.raises(TypeError, match="does not state build or names"):
         class Half(LayerKind, name="half", role="mlp"):
             def tensors(self, c, i):
                 return {}
@@ -78,6 +78,9 @@ def test_a_kind_is_registered_once_and_in_a_known_role():
 
             def build(self, g, x, i):
                 return x
+
+            def names(self, options):
+                return {}
     with pytest.raises(TypeError, match="role 'mixing'"):
         class Odd(LayerKind, name="odd", role="mixing"):
             def tensors(self, c, i):
@@ -85,6 +88,9 @@ def test_a_kind_is_registered_once_and_in_a_known_role():
 
             def build(self, g, x, i):
                 return x
+
+            def names(self, options):
+                return {}
     assert "odd" not in REGISTRY and type(REGISTRY["attention"]).__name__ == "Attention"
 
 
@@ -164,3 +170,87 @@ def test_the_recurrent_layers_genai_makes_room_for_are_the_kinds(config, layers)
     from gguf2ov.target.config import recurrent_layers
 
     assert recurrent_layers(config) == layers
+
+
+# --- a map and its kinds, held against each other when the map is read ----------------------------
+
+def test_every_shipped_target_map_fits_its_kinds():
+    from gguf2ov.maps.load import load_map
+    from gguf2ov.target.config import target_arches
+
+    assert {"qwen3", "llama", "gemma", "gemma3", "qwen2", "qwen3moe", "qwen35", "qwen35moe"} <= set(target_arches())
+    for arch in target_arches():
+        assert decoder_of(load_map(arch)).arch == arch
+
+
+QWEN3_LIKE = """arch: toy
+extends: _decoder.yaml
+hf: {model_type: qwen3}
+tensors:
+  blk.{N}.attn_q_norm.weight: model.layers.{N}.self_attn.q_norm.weight
+  blk.{N}.attn_k_norm.weight: model.layers.%s.weight
+%s
+target:
+  mixers: {full_attention: attention}
+  mlp: dense
+  forward: {qk_norm: true}
+"""
+
+
+@pytest.mark.parametrize("k_norm, extra, needle", [
+    ("model.layers.{N}.self_attn.k_nrom", "", "the full_attention layers' kinds (attention, dense) do not read "
+     "model.layers.{N}.self_attn.k_nrom.weight, which the map names (blk.{N}.attn_k_norm.weight)"),
+    ("model.layers.{N}.self_attn.k_norm", "unset: {tensors: [\"blk.{N}.attn_v.weight\"]}",
+     "the map names no tensor for model.layers.{N}.self_attn.v_proj.weight, which the full_attention layers' "
+     "kinds (attention, dense) read"),
+    ("model.layers.{N}.self_attn.k_norm", "optional: {rope_freqs.weight: model.rope.inv_freq}",
+     "the map names model.rope.inv_freq, which the decoder does not read"),
+    ("model.layers.{N}.self_attn.k_norm", "shapes: {\"model.layers.{N}.self_attn.q_norm.weight\": [head_dim]}",
+     "a map with a `target:` section states no `shapes`: a target's shapes are its layer kinds'")])
+def test_a_map_that_does_not_fit_its_kinds_is_refused_before_any_file(tmp_path, k_norm, extra, needle):
+    """A misspelt HF name, a tensor no rule names, a tensor outside the decoder, shapes stated twice: each
+    one error naming the map, when it is read."""
+    from gguf2ov.errors import Gguf2ovError
+    from gguf2ov.maps.load import load_map
+
+    path = tmp_path / "toy.yaml"
+    path.write_text(QWEN3_LIKE % (k_norm.replace("model.layers.", "", 1), extra))
+    with pytest.raises(Gguf2ovError) as e:
+        decoder_of(load_map(path=path))
+    assert str(path) in e.value.message and needle in e.value.message
+
+
+def _configs():
+    """Resolved configs of every layer kind, from the target tests' geometries."""
+    import json
+
+    import target_builders as tb
+
+    from gguf2ov.target.config import target_config
+
+    configs = [tb.GEOMETRIES[name] for name in tb.GEOMETRIES]
+    configs.append(dict(model_type="qwen3_5_moe_text", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=2, head_dim=16, num_experts=4, num_experts_per_tok=2,
+                        moe_intermediate_size=32, shared_expert_intermediate_size=48, linear_num_key_heads=2,
+                        linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
+                        linear_conv_kernel_dim=4, layer_types=["linear_attention", "full_attention"],
+                        attention_bias=True))
+    configs.append(dict(model_type="qwen2", hidden_size=64, intermediate_size=96, num_hidden_layers=1,
+                        num_attention_heads=4, num_key_value_heads=2, mlp_bias=True))
+    return [target_config(json.loads(json.dumps({"vocab_size": 300, **g})), "geometry") for g in configs]
+
+
+def test_the_names_a_kind_states_cover_the_tensors_it_reads():
+    """`names(options)` (what a map is held against) covers every name `tensors(c, i)` gives, and the
+    names it says every layer reads are read in every layer, over configs of every kind."""
+    from gguf2ov.target.decoder import layer_kinds
+
+    seen = set()
+    for c in _configs():
+        for i, kind in layer_kinds(c):
+            names = kind.names(c.options)
+            read = {n[len(f"model.layers.{i}."):] for n in kind.tensors(c, i)}
+            assert read <= set(names), (kind.NAME, read - set(names))
+            assert {n for n, always in names.items() if always} <= read, kind.NAME
+            seen.add(kind.NAME)
+    assert seen == set(SHIPPED)

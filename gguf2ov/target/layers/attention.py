@@ -9,7 +9,7 @@ window when it slides.
 
 from ...ir.graph_ops import linear
 from .kind import LayerKind
-from .pieces import PAGED_ATTENTION, attend, attention_tensors, heads_first, layer_prefix, project, rotate
+from .pieces import PAGED_ATTENTION, attend, attention_names, attention_tensors, heads_first, layer_prefix, project, rotate
 
 
 def _state(i: int, kind: str) -> str:
@@ -34,6 +34,9 @@ class Attention(LayerKind, name="attention", role="mixer"):
     def tensors(self, c, i):
         return attention_tensors(c, layer_prefix(i) + "self_attn.", 1, c.options["qk_norm"], _q_bias(c),
                                  c.attention_bias)
+
+    def names(self, options):
+        return attention_names(options["qk_norm"], options["qkv_bias"])
 
     def build(self, g, x, i):
         c = g.config

@@ -18,7 +18,7 @@ import numpy as np
 from ...ir.graph_ops import const, linear, named
 from ...ir.graph_ops import ops as _ops
 from .kind import LayerKind
-from .pieces import (PAGED_ATTENTION, attend, attention_tensors, cache_state, heads_first, layer_prefix, ordinal,
+from .pieces import (PAGED_ATTENTION, attend, attention_names, attention_tensors, cache_state, heads_first, layer_prefix, ordinal,
                      project, rotate)
 
 
@@ -30,6 +30,9 @@ class GatedAttention(LayerKind, name="gated_attention", role="mixer"):
     def tensors(self, c, i):
         # per head [q_h | gate_h], always q/k-normed
         return attention_tensors(c, layer_prefix(i) + "self_attn.", 2, True, c.attention_bias, c.attention_bias)
+
+    def names(self, options):
+        return attention_names(True, False)
 
     def build(self, g, x, i):
         ops, c = _ops(), g.config

@@ -80,6 +80,11 @@ class GatedDeltaNet(LayerKind, name="gated_deltanet", role="mixer"):
                 p + "dt_bias": (d["nv"],), p + "in_proj_z.weight": (vd, h), p + "norm.weight": (d["dv"],),
                 p + "out_proj.weight": (h, vd)}
 
+    def names(self, options):
+        return {f"linear_attn.{n}": True for n in ("in_proj_qkv.weight", "conv1d.weight", "in_proj_b.weight",
+                                                   "in_proj_a.weight", "A_log", "dt_bias", "in_proj_z.weight",
+                                                   "norm.weight", "out_proj.weight")}
+
     def int8_weights(self, c, i):
         """The projections that NNCF's int4 must not take (INT8_WHY); int8 is fine."""
         return [f"{layer_prefix(i)}linear_attn.{name}.weight" for name in _PROJECTIONS]

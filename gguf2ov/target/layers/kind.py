@@ -14,6 +14,8 @@ the decoder layer's norms and residual adds (`layer`, `target/decoder.py`). A ki
 config alone (`c`, always a TargetConfig, `target/config.py`; `i`, the layer's index):
 - `tensors(c, i)`: the tensors it reads in layer `i`, HF names and shapes, in the order `build` asks
   for them: the one statement of those shapes (a map names the tensors only);
+- `names(options)`: the names of every tensor it may read, from the map's options alone, which a
+  map's tensor names are held against when it loads (`decoder.py`);
 - `build(g, x, i)`: its part of the graph on `x` (the normed hidden states, or the residual stream
   where the map's layer puts no norm before the block), asking `g` (the graph under construction,
   `target/graph.py`) for each weight by name and adding its state variables.
@@ -69,6 +71,12 @@ class LayerKind:
         """The kind's output for layer `i` (the node the residual adds), from `x`."""
         raise NotImplementedError
 
+    def names(self, options: dict) -> dict[str, bool]:
+        """{name under the layer prefix: whether every layer of the kind reads it} for every tensor `tensors`
+        may name under the map's forward `options` (False: the config decides, a bias), and the tensors of
+        the other layouts `layouts` reads."""
+        raise NotImplementedError
+
     # --- what the IR checks must find of it (`target/checks.py`) ------------------------------------
 
     def states(self, c, i: int) -> list[str]:
@@ -116,7 +124,7 @@ class LayerKind:
 
 REGISTRY: dict[str, LayerKind] = {}
 # The hooks a kind must state: the others default to stating nothing.
-REQUIRED = ("tensors", "build")
+REQUIRED = ("tensors", "build", "names")
 
 # What a kind may define: the hooks and constants above (tests/target/test_kinds.py).
 CONTRACT = frozenset(n for n in vars(LayerKind) if not n.startswith("_")) | {"NAME", "ROLE"}

@@ -37,7 +37,7 @@ from ...ir.graph_ops import const, linear, named
 from ...ir.graph_ops import ops as _ops
 from ..layouts import Split, Stack
 from .kind import LayerKind
-from .pieces import check_dense_width, gated_mlp, gated_mlp_tensors, layer_prefix
+from .pieces import check_dense_width, gated_mlp, gated_mlp_names, gated_mlp_tensors, layer_prefix
 
 # What the compiled model holds for a sparse layer (x86-64 CPU plugin, openvino 2026.4.1): three
 # GatherMatmul, and nothing of the dense trace (Tile, the routing scatter) left.
@@ -97,6 +97,14 @@ class MixtureOfExperts(LayerKind, name="moe", role="mlp"):
             shapes.update({p + "shared_expert.gate_proj.weight": (s, h), p + "shared_expert.up_proj.weight": (s, h),
                            p + "shared_expert.down_proj.weight": (h, s), p + "shared_expert_gate.weight": (1, h)})
         return shapes
+
+    def names(self, options):
+        """Every name but a checkpoint's per-expert ones (a layer may be dense, a shared expert absent: the
+        config decides)."""
+        experts = {f"mlp.experts.{n}": False for n in ("gate_proj", "up_proj", "down_proj", "gate_up_proj")}
+        shared = {f"mlp.shared_expert.{n}_proj.weight": False for n in ("gate", "up", "down")}
+        return {n: False for n in gated_mlp_names("mlp.")} | {"mlp.gate.weight": False,
+                                                              "mlp.shared_expert_gate.weight": False} | experts | shared
 
     def layouts(self, c, i):
         """The other layouts of the experts: one 2-D tensor per expert (save_pretrained's qwen3_moe keys, the

@@ -81,6 +81,14 @@ def attend(g, q, k, v, p: str, key_state: str, value_state: str, window: int | N
     return ops.reshape(heads_first(attn), const([0, 0, heads * hd], np.int64), True)
 
 
+def attention_names(qk_norm: bool, qkv_bias: bool) -> dict[str, bool]:
+    """`attention_tensors`' names under the layer prefix: q/k norms as the map's options say, q/k/v biases
+    where they say (else as the config's attention_bias says), the o bias as the config says."""
+    names = {f"self_attn.{n}_proj.weight": True for n in "qkvo"}
+    names |= {f"self_attn.{n}_proj.bias": qkv_bias for n in "qkv"} | {"self_attn.o_proj.bias": False}
+    return names | ({"self_attn.q_norm.weight": True, "self_attn.k_norm.weight": True} if qk_norm else {})
+
+
 def attention_tensors(c, p: str, q_rows: int, qk_norm: bool, q_bias: bool, o_bias: bool) -> dict:
     """The tensors of an attention under scope `p` (`...self_attn.`): q/k/v/o projections (`q_rows` query
     rows a head: 2 where a gate rides beside each query), biases and per-head q/k norms where stated."""
@@ -111,6 +119,11 @@ def check_dense_width(c, where) -> None:
     a mixture-of-experts model has no dense MLP)."""
     if c.intermediate_size <= 0:
         raise Gguf2ovError(f"{where}: intermediate_size is missing: the width of a dense MLP")
+
+
+def gated_mlp_names(p: str) -> dict[str, bool]:
+    """`gated_mlp_tensors`' names under the layer prefix (biases as the config's mlp_bias says)."""
+    return {f"{p}{n}_proj.{w}": w == "weight" for n in ("gate", "up", "down") for w in ("weight", "bias")}
 
 
 def gated_mlp_tensors(p: str, hidden: int, width: int, bias: bool) -> dict:
