@@ -62,8 +62,9 @@ Map sections:
   model is built alone).
 - `target`: how `gguf2ov target` builds the architecture (a map without it is no target): `mixers`
   (layer type -> the kind of layer that mixes tokens in it), `mlp` (the kind of every layer's MLP),
-  `layer` (the decoder layer's norms and residual steps, Llama's when absent) and `forward` (options
-  of its forward: norms scaling by 1 + w, a scaled embedding, q/k norms, ...). The kinds are
+  `layer` (the decoder layer's norms and residual steps, Llama's when absent), `forward` (options
+  of its forward: norms scaling by 1 + w, a scaled embedding, q/k norms, ...) and `sliding` (which
+  layers slide when a config states no layer_types). The kinds are
   `gguf2ov/target/layers/`; `gguf2ov/target/decoder.py` reads this section and holds it against them.
 
 Maps are found in the shipped `tensor_maps/` and in the folders named by GGUF2OV_MAPS (paths
@@ -90,7 +91,7 @@ from .rules import OPS, VALUE_TYPES, is_number, valid_shape_expr, valid_type
 TOP_LEVEL_KEYS = {"arch", "extends", "unset", "strip_hf_prefix", "hf", "config", "tensors", "optional", "groups",
                   "group_hf", "shapes", "legacy", "compare", "target", "layer_tensors", "trailing_blocks",
                   "checkpoint"}
-TARGET_KEYS = {"mixers", "mlp", "layer", "forward"}
+TARGET_KEYS = {"mixers", "mlp", "layer", "forward", "sliding"}
 TRAILING_KEYS = {"count", "counted_in", "hf", "what", "tensors", "optional"}
 CHECKPOINT_KEYS = {"rename", "ignore", "text_config_of"}
 # Sections whose entries `unset` can drop (the ones that are mappings).

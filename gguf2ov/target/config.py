@@ -93,7 +93,7 @@ def target_config(raw: dict, where, arch: str | None = None, complete: bool = Fa
         raise Gguf2ovError(f"{where}: head_dim is {head_dim!r}, not a positive even integer")
     layers = hf.num_hidden_layers
     mixers_by_type = decoder.mixers
-    layer_types = tuple(getattr(hf, "layer_types", None) or ["full_attention"] * layers)
+    layer_types = tuple(getattr(hf, "layer_types", None) or _layer_types(hf, decoder.sliding))
     if len(layer_types) != layers or not set(layer_types) <= set(mixers_by_type):
         raise Gguf2ovError(f"{where}: layer_types must give one of {', '.join(mixers_by_type)} for each of the "
                            f"{layers} layers, got {list(layer_types)[:8]}")
@@ -127,6 +127,13 @@ def target_config(raw: dict, where, arch: str | None = None, complete: bool = Fa
         pad_token_id=getattr(hf, "pad_token_id", None), hf=hf)
     check_config(config, where)  # what each layer kind refuses
     return config
+
+
+def _layer_types(hf, sliding: str) -> list[str]:
+    """The layer types of a config that states none: every layer full, or, where the map says every
+    layer slides (`decoder.py`), sliding over the config's window when it sets one."""
+    windowed = sliding == "every_layer" and getattr(hf, "sliding_window", None) is not None
+    return ["sliding_attention" if windowed else "full_attention"] * hf.num_hidden_layers
 
 
 def text_model_config(raw: dict, where) -> dict:

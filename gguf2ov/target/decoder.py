@@ -16,7 +16,10 @@ A map's `target:` section states:
   itself); `post_norm` an RMSNorm of the block's output; `residual: false` makes the block's output
   the stream instead of adding it. Absent: `PRE_NORM`, Llama's layer;
 - `forward`: options, the decoder's own (`MODEL_OPTIONS`) and those its kinds read
-  (`LayerKind.OPTIONS`); an option no part of the decoder reads is refused.
+  (`LayerKind.OPTIONS`); an option no part of the decoder reads is refused;
+- `sliding`: which layers slide over the config's `sliding_window` when the config states no
+  `layer_types`: `by_layer_types` (none: every layer attends fully, transformers' default) or
+  `every_layer` (all of them, when a window is set: MistralModel's mask, and Mixtral's, Phi-3's).
 So a new shape of decoder layer is a map section (and perhaps a kind), never a flag in the code.
 """
 
@@ -34,6 +37,7 @@ FINAL_NORM = "model.norm"
 # by sqrt(hidden_size); RoPE on partial_rotary_factor of each head (Qwen3.5's default RoPE reads it).
 MODEL_OPTIONS = {"norm_offset": 0.0, "scaled_embedding": False, "partial_rotary": False}
 STEP_KEYS = {"block", "norm", "post_norm", "residual"}
+SLIDING = ("by_layer_types", "every_layer")
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,7 @@ class Decoder:
     mlp: str
     layer: tuple[Step, ...]
     options: dict                # every option the decoder and its kinds read, with the map's value or the default
+    sliding: str = "by_layer_types"
 
     def kinds(self, layer_type: str) -> list[LayerKind]:
         """The kinds of a layer of `layer_type`, in step order."""
@@ -96,7 +101,10 @@ def _read(amap) -> Decoder:
     if unknown := sorted(set(forward) - set(options)):
         raise bad(f"forward: {', '.join(unknown)} is not an option of this decoder or its kinds "
                   f"({', '.join(sorted(k.NAME for k in kinds))}); known: {', '.join(sorted(options))}")
-    decoder = Decoder(amap.arch, mixers, mlp, layer, {**options, **forward})
+    sliding = section.get("sliding", SLIDING[0])
+    if sliding not in SLIDING:
+        raise bad(f"sliding is {sliding!r}, not one of {', '.join(SLIDING)}")
+    decoder = Decoder(amap.arch, mixers, mlp, layer, {**options, **forward}, sliding)
     _check_names(amap, decoder, bad)
     return decoder
 

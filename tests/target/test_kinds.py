@@ -130,6 +130,32 @@ def test_a_target_section_the_decoder_cannot_build_is_one_error_naming_the_map(t
     assert e.value.message.startswith(f"tensor map {tmp_path / 'toy.yaml'}: target: ") and needle in e.value.message
 
 
+@pytest.mark.parametrize("sliding, window, types", [
+    ("every_layer", 5, ["sliding_attention"] * 2), ("every_layer", None, ["full_attention"] * 2),
+    ("by_layer_types", 5, ["full_attention"] * 2)])
+def test_which_layers_slide_when_a_config_states_no_layer_types(tmp_path, monkeypatch, sliding, window, types):
+    """MistralConfig states no layer_types: the map says that its window, when set, is every layer's."""
+    from gguf2ov.maps.load import MAPS_ENV
+    from gguf2ov.target.config import target_config
+
+    (tmp_path / "toy.yaml").write_text("arch: toy\nextends: _decoder.yaml\nhf: {model_type: mistral}\ntarget:\n"
+                                       "  mixers: {full_attention: attention, sliding_attention: attention}\n"
+                                       f"  mlp: dense\n  sliding: {sliding}\n")
+    monkeypatch.setenv(MAPS_ENV, str(tmp_path))
+    raw = dict(model_type="mistral", hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2,
+               vocab_size=300, sliding_window=window)
+    c = target_config(raw, "toy", arch="toy")
+    assert list(c.layer_types) == types and c.sliding_window == (window if "sliding_attention" in types else None)
+
+
+def test_a_sliding_rule_the_decoder_does_not_know_is_refused(tmp_path):
+    from gguf2ov.errors import Gguf2ovError
+
+    with pytest.raises(Gguf2ovError, match="sliding is 'some_layers', not one of by_layer_types, every_layer"):
+        decoder_of(_target_map(tmp_path, "  mixers: {full_attention: attention}\n  mlp: dense\n  sliding: some_layers\n"))
+
+
 def test_the_decoder_layer_is_the_maps_and_llamas_by_default():
     from gguf2ov.maps.load import load_map
 
