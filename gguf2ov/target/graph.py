@@ -91,8 +91,9 @@ class _Masks:
 
 class _Graph:
     """The target graph under construction, as the layer kinds see it: the inputs, each weight asked
-    for by name, the norms, the attention masks and RoPE tables (made once, when first asked for) and
-    the state variables' Assigns."""
+    for by name, the norms, the attention masks and RoPE tables (made once, when first asked for), the
+    state variables' Assigns, and `shared`: what a kind leaves for later layers or kinds (a donor
+    layer's keys and values for layers that share them, inputs made once for every layer)."""
 
     def __init__(self, config: TargetConfig, weight, vector, input_order=None):
         ops = _ops()
@@ -106,7 +107,7 @@ class _Graph:
         for p in self.params:
             p.output(0).get_tensor().set_names({p.get_friendly_name()})
         self.batch, self.q_len = dim(self.input_ids, 0), dim(self.input_ids, 1)
-        self.sinks = []
+        self.sinks, self.shared = [], {}
         self._masks, self._rope = None, {}
 
     def vector(self, name: str) -> np.ndarray:

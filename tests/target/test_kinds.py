@@ -280,3 +280,18 @@ def test_the_names_a_kind_states_cover_the_tensors_it_reads():
             assert {n for n, always in names.items() if always} <= read, kind.NAME
             seen.add(kind.NAME)
     assert seen == set(SHIPPED)
+
+
+def test_the_attention_pieces_take_a_layers_own_geometry():
+    """A kind whose layers have their own head size and count (Gemma 4's sliding and global layers) states
+    its tensors with the same piece as the config-wide attention."""
+    from types import SimpleNamespace
+
+    from gguf2ov.target.layers.pieces import Heads, attention_tensors, heads_of
+
+    c = SimpleNamespace(hidden_size=64, num_heads=4, num_kv_heads=2, head_dim=16)
+    assert heads_of(c) == Heads(4, 2, 16)
+    mine = attention_tensors(c, "p.", 1, True, False, False, Heads(4, 1, 32))
+    assert mine == {"p.q_proj.weight": (128, 64), "p.q_norm.weight": (32,), "p.k_proj.weight": (32, 64),
+                    "p.k_norm.weight": (32,), "p.v_proj.weight": (32, 64), "p.o_proj.weight": (64, 128)}
+    assert attention_tensors(c, "p.", 1, False, False, False)["p.k_proj.weight"] == (32, 64)

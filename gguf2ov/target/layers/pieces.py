@@ -7,6 +7,8 @@ through repeat_kv's Unsqueeze -> Broadcast -> Reshape, and the attention mask's 
 where the paged conversion reads the key/value head count and a sliding layer's window.
 """
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ...errors import Gguf2ovError
@@ -34,6 +36,19 @@ def cache_state(j: int, kind: str) -> str:
 
 # --- attention ----------------------------------------------------------------------------------
 
+class Heads(NamedTuple):
+    """An attention's geometry: query heads, key/value heads, head size (a layer type may have its own)."""
+
+    count: int
+    kv: int
+    size: int
+
+
+def heads_of(c) -> Heads:
+    """The config's attention geometry, every layer's unless a kind says otherwise."""
+    return Heads(c.num_heads, c.num_kv_heads, c.head_dim)
+
+
 def project(g, x, scope: str, count: int, width: int | None = None, bias: bool = False):
     """A q/k/v projection as [B, L, count, width] (width: the head size)."""
     y = linear(x, g.weight(scope + ".weight"), scope, g.bias(scope + ".bias", bias))
@@ -44,12 +59,12 @@ def heads_first(x):  # [B, L, H, d] -> [B, H, L, d]
     return _ops().transpose(x, const([0, 2, 1, 3], np.int64))
 
 
-def rotate(g, q, k, layer_type: str):
+def rotate(g, q, k, layer_type: str, head_dim: int | None = None):
     """q and k [B, H, L, head_dim] turned by the layer type's RoPE (NeoX halves) from `position_ids`; a
     table narrower than the head turns its first dimensions only (partial rotary), the rest pass."""
     cos, sin = g.rope(layer_type)
-    rotary = 2 * g.config.rope[layer_type][0].size
-    return _partial_rope(q, cos, sin, rotary, g.config.head_dim), _partial_rope(k, cos, sin, rotary, g.config.head_dim)
+    rotary, head_dim = 2 * g.config.rope[layer_type][0].size, head_dim or g.config.head_dim
+    return _partial_rope(q, cos, sin, rotary, head_dim), _partial_rope(k, cos, sin, rotary, head_dim)
 
 
 def _partial_rope(x, cos, sin, rotary: int, head_dim: int):
@@ -64,11 +79,12 @@ def _partial_rope(x, cos, sin, rotary: int, head_dim: int):
     return ops.concat([apply_rope(part(0, rotary), cos, sin, rotary // 2), part(rotary, I64_MAX)], -1)
 
 
-def attend(g, q, k, v, p: str, key_state: str, value_state: str, window: int | None):
+def attend(g, q, k, v, p: str, key_state: str, value_state: str, window: int | None, geometry: Heads | None = None):
     """SDPA of q over the cached keys and values (state variables `key_state`, `value_state`, their
-    Assigns added to the graph's sinks), as [B, L, heads * head_dim]; `window` for a sliding layer."""
+    Assigns added to the graph's sinks), as [B, L, heads * head_dim]; `window` for a sliding layer,
+    `geometry` the layer's heads (the config's when None)."""
     ops, c = _ops(), g.config
-    heads, kv_heads, hd = c.num_heads, c.num_kv_heads, c.head_dim
+    heads, kv_heads, hd = geometry or heads_of(c)
     keys, assign_k = kv_state(k, g.batch, key_state, kv_heads, hd, g.beam_idx)
     values, assign_v = kv_state(v, g.batch, value_state, kv_heads, hd, g.beam_idx)
     g.sinks += [assign_k, assign_v]
@@ -89,11 +105,13 @@ def attention_names(qk_norm: bool, qkv_bias: bool) -> dict[str, bool]:
     return names | ({"self_attn.q_norm.weight": True, "self_attn.k_norm.weight": True} if qk_norm else {})
 
 
-def attention_tensors(c, p: str, q_rows: int, qk_norm: bool, q_bias: bool, o_bias: bool) -> dict:
+def attention_tensors(c, p: str, q_rows: int, qk_norm: bool, q_bias: bool, o_bias: bool,
+                      geometry: Heads | None = None) -> dict:
     """The tensors of an attention under scope `p` (`...self_attn.`): q/k/v/o projections (`q_rows` query
-    rows a head: 2 where a gate rides beside each query), biases and per-head q/k norms where stated."""
-    h, hd = c.hidden_size, c.head_dim
-    q, kv = c.num_heads * hd, c.num_kv_heads * hd
+    rows a head: 2 where a gate rides beside each query), biases and per-head q/k norms where stated;
+    `geometry` the layer's heads (the config's when None)."""
+    heads, kv_heads, hd = geometry or heads_of(c)
+    h, q, kv = c.hidden_size, heads * hd, kv_heads * hd
     shapes = {}
 
     def linear_shape(name, out, inp, bias):
