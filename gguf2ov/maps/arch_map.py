@@ -1,5 +1,6 @@
 """The map of one architecture as an object: the sections of its YAML file (validated by `load.py`),
-and one object per job the map does, each with one reason to change:
+and one object per job the map does (made by `load.py` from those sections), each with one reason to
+change:
 - `metadata` (`metadata.py`): GGUF metadata -> the HF config;
 - `tensors` (`tensors.py`): which rule names each GGUF tensor, the checks that a file fits, the plan;
 - `shapes` (`shapes.py`): the shapes the map states (a target's are its layer kinds');
@@ -8,13 +9,8 @@ and one object per job the map does, each with one reason to change:
 """
 
 from dataclasses import dataclass, field
-from functools import cached_property
 
 from ..errors import Gguf2ovError
-from .metadata import MetadataReader
-from .shapes import StatedShapes
-from .tensors import TensorMatcher, TensorRule
-from .writer import GgufWriter
 
 
 @dataclass(frozen=True)
@@ -51,7 +47,7 @@ class ArchMap:
     path: str                 # where the map came from, for messages
     hf: dict
     config: dict              # HF key -> config rule (`metadata.py`)
-    rules: list[TensorRule]
+    rules: list               # tensors.TensorRule, in map order
     stated_shapes: dict       # HF template -> shape expressions (none in a target map)
     legacy: dict
     group_hf: dict = field(default_factory=dict)
@@ -59,21 +55,8 @@ class ArchMap:
     target: dict | None = None                    # how gguf2ov target builds it (None: not a target)
     trailing: dict | None = None                  # blocks after the decoder's (`trailing_blocks`)
     checkpoint: CheckpointLayout = field(default_factory=CheckpointLayout)
-
-    @cached_property
-    def metadata(self) -> MetadataReader:
-        return MetadataReader(self.arch, self.path, self.hf, self.config, self.group_hf, self.trailing,
-                              lambda name: self.tensors.match(name))
-
-    @cached_property
-    def tensors(self) -> TensorMatcher:
-        return TensorMatcher(self.arch, self.path, self.rules, self.trailing, self.metadata, self.shapes)
-
-    @cached_property
-    def shapes(self) -> StatedShapes:
-        return StatedShapes(self.stated_shapes, self.rules, lambda *a: self.tensors.applies(*a),
-                            self.metadata.key_text)
-
-    @cached_property
-    def writer(self) -> GgufWriter:
-        return GgufWriter(self.arch, self.path, self.config, self.legacy, self.rules)
+    # the jobs (load.py makes them from the sections above)
+    metadata: object = field(default=None, repr=False)   # metadata.MetadataReader
+    tensors: object = field(default=None, repr=False)    # tensors.TensorMatcher
+    shapes: object = field(default=None, repr=False)     # shapes.StatedShapes
+    writer: object = field(default=None, repr=False)     # writer.GgufWriter

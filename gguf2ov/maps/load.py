@@ -85,7 +85,10 @@ from ..gguf.read import GgufFile, open_gguf
 from ..work import count
 from .arch_map import ArchMap, CheckpointLayout
 from .messages import short
-from .tensors import PlanEntry, TensorRule
+from .metadata import MetadataReader
+from .shapes import StatedShapes
+from .tensors import PlanEntry, TensorMatcher, TensorRule
+from .writer import GgufWriter
 from .rules import OPS, VALUE_TYPES, is_number, valid_shape_expr, valid_type
 
 TOP_LEVEL_KEYS = {"arch", "extends", "unset", "strip_hf_prefix", "hf", "config", "tensors", "optional", "groups",
@@ -379,9 +382,21 @@ def _build(data: dict, name: str) -> ArchMap:
             raise bad(f"compare names {key!r}, which is not a config key of this map")
         if not isinstance(places, list) or not all(isinstance(p, str) for p in places):
             raise bad(f"compare {key} must list the other places a config may hold it")
-    return ArchMap(arch, name, dict(data.get("hf") or {}), config, rules, shapes, legacy, group_hf,
-                   {k: list(v) for k, v in compare.items()}, _target(data.get("target"), bad), trailing,
-                   _checkpoint(data.get("checkpoint") or {}, bad))
+    return _with_jobs(ArchMap(arch, name, dict(data.get("hf") or {}), config, rules, shapes, legacy, group_hf,
+                              {k: list(v) for k, v in compare.items()}, _target(data.get("target"), bad), trailing,
+                              _checkpoint(data.get("checkpoint") or {}, bad)))
+
+
+def _with_jobs(amap: ArchMap) -> ArchMap:
+    """`amap` with its jobs made from its sections: the metadata reader asks the tensor table which groups
+    a file holds, the table checks shapes with the stated ones, which name keys as the reader does."""
+    amap.metadata = MetadataReader(amap.arch, amap.path, amap.hf, amap.config, amap.group_hf, amap.trailing,
+                                   lambda name: amap.tensors.match(name))
+    amap.shapes = StatedShapes(amap.stated_shapes, amap.rules, lambda *a: amap.tensors.applies(*a),
+                               amap.metadata.key_text)
+    amap.tensors = TensorMatcher(amap.arch, amap.path, amap.rules, amap.trailing, amap.metadata, amap.shapes)
+    amap.writer = GgufWriter(amap.arch, amap.path, amap.config, amap.legacy, amap.rules)
+    return amap
 
 
 def _target(target, bad) -> dict | None:

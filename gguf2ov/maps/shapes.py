@@ -38,6 +38,14 @@ class StatedShapes:
         expr = self.exprs.get(hf_template)
         return None if expr is None else [eval_shape(e, config) for e in expr]
 
+    def wrong(self, gguf, matched: dict, config: dict) -> list[str]:
+        """What is wrong with the stored shapes of a file's tensors, {GGUF name: (rule, block)} each, against
+        the shapes the map states under `config`."""
+        rule_of = {rule.hf_name(n): rule for rule, n in matched.values() if rule.hf}
+        tensors = [(name, gguf.tensors[name].shape, rule.hf_name(n), rule.ops) for name, (rule, n) in matched.items()
+                   if rule.hf]
+        return wrong_shapes(tensors, lambda hf_name: self.expected(rule_of[hf_name], config))
+
     def expected(self, rule, config: dict):
         """The HF shape of the tensor `rule` names under `config` (None: not stated, or a key the shape
         needs is not stated: transformers will check); one error per bad key."""

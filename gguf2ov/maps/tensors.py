@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from ..errors import Gguf2ovError
 from .messages import capped, layers_text
 from .rules import apply_ops, config_get, is_int, shape_through
-from .shapes import wrong_shapes
 
 
 @dataclass(frozen=True)
@@ -135,10 +134,7 @@ class TensorMatcher:
 
     def _wrong_shapes(self, gguf, survey, config) -> list[str]:
         """The tensors whose stored shape is not the one the map states."""
-        rule_of = {rule.hf_name(n): rule for rule, n in survey.matched.values() if rule.hf}
-        tensors = [(name, gguf.tensors[name].shape, rule.hf_name(n), rule.ops)
-                   for name, (rule, n) in survey.matched.items() if rule.hf]
-        return wrong_shapes(tensors, lambda hf_name: self._shapes.expected(rule_of[hf_name], config))
+        return self._shapes.wrong(gguf, survey.matched, config)
 
     def plan(self, gguf, config: dict | None = None) -> list[PlanEntry]:
         """One entry per GGUF tensor, in file order; raises one error listing every breach."""

@@ -162,13 +162,18 @@ def properties(precision: str, device: str = "CPU") -> dict:
 LIVE_SEQUENCES = 1
 
 
-def target_layer_types(target_dir) -> list[str]:
-    """The layer types a target folder's config.json states (a VLM's text_config); [] when it states none."""
+def _text_config(target_dir) -> dict:
+    """A target folder's config.json (a VLM's text_config); {} when it has none."""
     from ..hf.checkpoint import read_json_object
 
     raw = read_json_object(Path(target_dir) / "config.json", required=False) or {}
     config = raw if "num_hidden_layers" in raw else raw.get("text_config") or raw
-    types = config.get("layer_types") or []
+    return config if isinstance(config, dict) else {}
+
+
+def target_layer_types(target_dir) -> list[str]:
+    """The layer types a target folder's config.json states (a VLM's text_config); [] when it states none."""
+    types = _text_config(target_dir).get("layer_types") or []
     return [str(t) for t in types] if isinstance(types, list) else []
 
 
@@ -182,12 +187,17 @@ def describe_layer_types(types) -> str:
 
 
 def recurrent_layers(target_dir) -> int:
-    """How many layers of a target keep a recurrent (linear-attention) state, as their kinds say: what
-    GenAI's scheduler must make room for."""
-    from ..hf.checkpoint import read_json_object
-    from ..target.config import recurrent_layers as of_config
+    """How many layers of a target keep a recurrent (linear-attention) state, as the kinds its map names
+    for their layer types say (`LayerKind.RECURRENT`): what GenAI's scheduler must make room for. A
+    model type no map builds is read by every target map's kinds."""
+    from ..maps.load import shipped_maps
+    from ..target.layers import REGISTRY
 
-    return of_config(read_json_object(Path(target_dir) / "config.json", required=False) or {})
+    maps = [m for m in shipped_maps() if m.target is not None]
+    own = [m for m in maps if m.hf.get("model_type") == _text_config(target_dir).get("model_type")]
+    recurrent = {t for m in own or maps for t, kind in m.target["mixers"].items()
+                 if kind in REGISTRY and REGISTRY[kind].RECURRENT}
+    return sum(t in recurrent for t in target_layer_types(target_dir))
 
 
 def scheduler(linear_attention: bool = False, num_assistant_tokens: int | None = None):

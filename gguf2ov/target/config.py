@@ -168,24 +168,6 @@ def arch_of(model_type, where) -> str:
     return by_type[model_type]
 
 
-def recurrent_layers(raw: dict) -> int:
-    """How many layers of a config (a target folder's config.json; a VLM's text_config) keep a recurrent
-    state, as the kinds its map names for their layer types say (`LayerKind.RECURRENT`): what GenAI's
-    scheduler must make room for. A model type no map builds is read by every target map's kinds."""
-    from ..maps.load import load_map
-    from .layers import REGISTRY
-
-    config = raw if "num_hidden_layers" in raw else raw.get("text_config") or raw
-    types = config.get("layer_types") if isinstance(config, dict) else None
-    if not isinstance(types, list):
-        return 0
-    maps = [load_map(arch) for arch in target_arches()]
-    own = [m for m in maps if m.hf.get("model_type") == config.get("model_type")]
-    recurrent = {t for m in own or maps for t, kind in m.target["mixers"].items()
-                 if kind in REGISTRY and REGISTRY[kind].RECURRENT}
-    return sum(str(t) in recurrent for t in types)
-
-
 def _hf_config(raw: dict, where):
     """transformers' config class for the model type, filled from `raw` (never remote code)."""
     from transformers import CONFIG_MAPPING

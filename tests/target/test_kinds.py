@@ -190,12 +190,15 @@ def test_a_layers_kinds_are_its_steps():
     # a model type no map builds: read by every map's kinds
     ({"model_type": "qwen3_next", "num_hidden_layers": 2, "layer_types": ["linear_attention", "full_attention"]}, 1),
     ({"model_type": "llama", "num_hidden_layers": 2}, 0)])
-def test_the_recurrent_layers_genai_makes_room_for_are_the_kinds(config, layers):
+def test_the_recurrent_layers_genai_makes_room_for_are_the_kinds(tmp_path, config, layers):
     """GenAI's scheduler sizes its linear-attention state pool for a target whose kinds keep a
     recurrent state (`runtime/genai.py` scheduler, `ovms`): the kinds say which do."""
-    from gguf2ov.target.config import recurrent_layers
+    import json
 
-    assert recurrent_layers(config) == layers
+    from gguf2ov.runtime.genai import recurrent_layers
+
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert recurrent_layers(tmp_path) == layers
 
 
 # --- a map and its kinds, held against each other when the map is read ----------------------------
