@@ -222,8 +222,8 @@ class _Survey:
         if not (n_blocks and len(self.layers) < n_blocks and any(r.per_layer and r.required and not r.trailing
                                                                   for r in table.rules)):
             return []
-        return [f"{table.metadata.source_key(gguf, 'num_hidden_layers')} is {n_blocks + self.trailing} but the file holds "
-                f"tensors for {layers_text(sorted(self.layers))} only"
+        return [f"{table.metadata.source_key(gguf, 'num_hidden_layers')} is {n_blocks + self.trailing} but the file "
+                f"holds tensors for {layers_text(sorted(self.layers))} only"
                 + (f" besides the {table.trailing['what']}" if self.trailing else "")]
 
 

@@ -159,7 +159,8 @@ def gguf_target_config(gguf, amap, config: dict, plan) -> TargetConfig:
     if ROPE_FACTORS in gguf.tensors:
         factors = gguf.load(ROPE_FACTORS).reshape(-1)
         if factors.size * 2 != c.head_dim:
-            raise Gguf2ovError(f"{gguf.path}: {ROPE_FACTORS} holds {factors.size} factors for a head_dim of {c.head_dim}")
+            raise Gguf2ovError(f"{gguf.path}: {ROPE_FACTORS} holds {factors.size} factors for a head_dim of "
+                               f"{c.head_dim}")
         rope = {t: ((inv_freq / factors).astype(np.float32), scaling) for t, (inv_freq, scaling) in c.rope.items()}
         c = dataclasses.replace(c, rope=rope)
     return c

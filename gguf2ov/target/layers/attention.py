@@ -9,7 +9,8 @@ window when it slides.
 
 from ...ir.graph_ops import linear
 from .kind import LayerKind
-from .pieces import PAGED_ATTENTION, attend, attention_names, attention_tensors, heads_first, layer_prefix, project, rotate
+from .pieces import (PAGED_ATTENTION, attend, attention_names, attention_tensors, heads_first, layer_prefix, project,
+                     rotate)
 
 
 def _state(i: int, kind: str) -> str:

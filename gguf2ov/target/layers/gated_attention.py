@@ -18,8 +18,8 @@ import numpy as np
 from ...ir.graph_ops import const, linear, named
 from ...ir.graph_ops import ops as _ops
 from .kind import LayerKind
-from .pieces import (PAGED_ATTENTION, attend, attention_names, attention_tensors, cache_state, heads_first, layer_prefix, ordinal,
-                     project, rotate)
+from .pieces import (PAGED_ATTENTION, attend, attention_names, attention_tensors, cache_state, heads_first,
+                     layer_prefix, ordinal, project, rotate)
 
 
 class GatedAttention(LayerKind, name="gated_attention", role="mixer"):
@@ -41,7 +41,7 @@ class GatedAttention(LayerKind, name="gated_attention", role="mixer"):
         a_ = f"__module.{p[:-1]}/aten::"
         j = ordinal(c, i)
 
-        both = project(g, x, p + "q_proj", heads, 2 * hd, c.attention_bias)                           # [B, L, heads, 2 hd]
+        both = project(g, x, p + "q_proj", heads, 2 * hd, c.attention_bias)             # [B, L, heads, 2 hd]
         q, gate = ops.variadic_split(both, const(-1, np.int64), const([hd, hd], np.int64)).outputs()
         gate = ops.reshape(gate, const([0, 0, heads * hd], np.int64), True)
         q = g.norm(q, p + "q_norm.weight", p + "q_norm")

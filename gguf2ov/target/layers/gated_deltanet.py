@@ -149,7 +149,8 @@ class GatedDeltaNet(LayerKind, name="gated_deltanet", role="mixer"):
         """A PagedGatedDeltaNet with its recurrent state table [?, nv, dv, dk] (the pass swaps the last two
         dimensions) and a PagedCausalConv1D with its conv state table [?, C, K]."""
         d, j = _geometry(c), ordinal(c, i)
-        return [{"op": "PagedGatedDeltaNet", "table": (f"gated_delta_state_table.{j}", [-1, d["nv"], d["dv"], d["dk"]])},
+        recurrent = (f"gated_delta_state_table.{j}", [-1, d["nv"], d["dv"], d["dk"]])
+        return [{"op": "PagedGatedDeltaNet", "table": recurrent},
                 {"op": "PagedCausalConv1D", "table": (f"conv_state_table.{j}", [-1, d["C"], d["K"]])}]
 
 

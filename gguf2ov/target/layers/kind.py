@@ -57,7 +57,8 @@ class LayerKind:
         if missing := [hook for hook in REQUIRED if getattr(cls, hook) is getattr(LayerKind, hook)]:
             raise TypeError(f"layer kind {name} does not state {' or '.join(missing)}")
         if name in REGISTRY:
-            raise TypeError(f"layer kind {name} is registered twice ({type(REGISTRY[name]).__module__}, {cls.__module__})")
+            raise TypeError(f"layer kind {name} is registered twice ({type(REGISTRY[name]).__module__}, "
+                            f"{cls.__module__})")
         cls.NAME, cls.ROLE = name, role
         REGISTRY[name] = cls()
 
