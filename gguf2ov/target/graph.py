@@ -9,11 +9,13 @@ made only while the IR is written.
 The graph is what optimum-intel 2.2.0 writes for `text-generation-with-past` (the reference in
 tests/target/test_target_graph.py: interface, state variables, rt_info, and logits and hidden states over
 two stateful steps):
-- inputs `input_ids`, `attention_mask`, `position_ids`, `beam_idx`; output `logits`; one K and
-  one V state variable per layer (`past_key_values.N.keypresent.N.key`, ...), reordered by
-  `beam_idx`;
+- inputs `input_ids`, `attention_mask`, `position_ids`, `beam_idx`; output `logits`; the state
+  variables each layer's kinds keep (an attention layer one K and one V,
+  `past_key_values.N.keypresent.N.key`, ...; a Gated DeltaNet layer its conv and recurrent
+  states), reordered by `beam_idx`;
 - transformers 5.5.4's forward for each architecture a map's `target:` section describes, layer
-  kind by layer kind (`layers/`);
+  kind by layer kind (`layers/`) between the norms and residual adds the map's layer steps place
+  (`decoder.py`);
 - the attention mask as transformers builds it (causal, padding and, in sliding layers, the window
   `kv > q - window`) in optimum's op sequence: OpenVINO's SDPAToPagedAttention, which GenAI runs on
   a target with a draft attached, reads a sliding layer's window from that sequence
