@@ -70,27 +70,26 @@ def test_every_hook_has_a_default_but_tensors_build_and_names():
     assert "bare" not in REGISTRY and "half" not in REGISTRY
 
 
+class _Stated(LayerKind):
+    """States every hook a kind must; without a name it registers nothing (an intermediate class)."""
+
+    def tensors(self, c, i):
+        return {}
+
+    def build(self, g, x, i):
+        return x
+
+    def names(self, options):
+        return {}
+
+
 def test_a_kind_is_registered_once_and_in_a_known_role():
     with pytest.raises(TypeError, match="registered twice"):
-        class Again(LayerKind, name="attention", role="mixer"):
-            def tensors(self, c, i):
-                return {}
-
-            def build(self, g, x, i):
-                return x
-
-            def names(self, options):
-                return {}
+        class Again(_Stated, name="attention", role="mixer"):
+            pass
     with pytest.raises(TypeError, match="role 'mixing'"):
-        class Odd(LayerKind, name="odd", role="mixing"):
-            def tensors(self, c, i):
-                return {}
-
-            def build(self, g, x, i):
-                return x
-
-            def names(self, options):
-                return {}
+        class Odd(_Stated, name="odd", role="mixing"):
+            pass
     assert "odd" not in REGISTRY and type(REGISTRY["attention"]).__name__ == "Attention"
 
 
