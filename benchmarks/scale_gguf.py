@@ -14,9 +14,9 @@ writes random quant blocks directly (a 1 B file in seconds):
 
 Everything that is not random comes from the project's own writer, so the file is what
 `write_dflash_gguf` would write for a checkpoint of this geometry: tensor names
-(`ArchMap.gguf_name_for`, the dflash map run backwards), tensor order (sorted HF names, as a
+(`GgufWriter.gguf_name_for`, the dflash map run backwards), tensor order (sorted HF names, as a
 safetensors checkpoint lists them), the Q4_K_M type mix (`gguf_writer.tensor_type`: attn_v and
-ffn_down Q6_K on the `use_more_bits` layers), metadata (`ArchMap.gguf_metadata` of the HF config,
+ffn_down Q6_K on the `use_more_bits` layers), metadata (`GgufWriter.gguf_metadata` of the HF config,
 so dflash.target_layers = HF ids + 1 and tokenizer.ggml.mask_token_id), the value types
 (`gguf_writer.add_value`), general.file_type and quantization_version. Tensors go through
 gguf-py's GGUFWriter, one tensor at a time (`add_tensor_info` then `write_tensor_data`), so the
@@ -275,7 +275,7 @@ def write_random_gguf(out_path: Path, arch: str, name: str, config: dict, shapes
         writer.add_token_types([TokenType.NORMAL] * size)
     elif tokenizer_dir is not None:
         tokenizer_keys = _add_tokenizer(writer, Path(tokenizer_dir), config.get("vocab_size"), "qwen2")
-    metadata = amap.gguf_metadata(config)
+    metadata = amap.writer.gguf_metadata(config)
     if llamacpp:
         metadata = llamacpp_metadata(arch, metadata, config)
     for key, value in metadata.items():
@@ -286,7 +286,7 @@ def write_random_gguf(out_path: Path, arch: str, name: str, config: dict, shapes
     n_expert = metadata.get(f"{arch}.expert_count", 1)
     planned = {}  # GGUF name -> (HF shape, ops, GGUF shape)
     for hf_name, shape in shapes.items():
-        gguf_name, ops = amap.gguf_name_for(hf_name)
+        gguf_name, ops = amap.writer.gguf_name_for(hf_name)
         gguf_shape = apply_ops(ops, np.zeros(shape, np.float32), config, reverse=True).shape if ops else shape
         planned[gguf_name] = (tuple(shape), ops, tuple(gguf_shape))
     planned |= {n: (tuple(s), (), tuple(s)) for n, s in (extra or {}).items()}
@@ -348,7 +348,7 @@ def target_tensors(geom, amap) -> tuple[dict, dict]:
     from gguf2ov.tools.gguf_writer import stacked_experts
 
     stored = geom.shapes()
-    renamed = amap.checkpoint_names([n for n in stored if not n.startswith("mtp.")], geom.name)
+    renamed = amap.checkpoint.names([n for n in stored if not n.startswith("mtp.")], amap.arch, geom.name)
     shapes = {}
     for hf_name, parts in stacked_experts(renamed).items():
         shapes[hf_name] = (len(parts), *stored[renamed[parts[0]]]) if parts else stored[renamed[hf_name]]

@@ -142,7 +142,7 @@ class Job:
 
         offset = self.options.target_layer_offset
         if offset is None and self.gguf is not None:
-            offset = map_for(self.gguf, self.options.map_path).flag_add("target_layer_offset")
+            offset = map_for(self.gguf, self.options.map_path).metadata.flag_add("target_layer_offset")
         return offset
 
     @cached_property
@@ -166,7 +166,7 @@ class Job:
         if self.options.target_layer_offset is not None or self.gguf is None:
             return []
         try:
-            return map_for(self.gguf, self.options.map_path).flag_ambiguity(self.gguf, "target_layer_offset")
+            return map_for(self.gguf, self.options.map_path).metadata.flag_ambiguity(self.gguf, "target_layer_offset")
         except Gguf2ovError:
             return []  # an unreadable file: the stage that reads it says what is wrong
 
@@ -353,7 +353,7 @@ class Job:
         if self.target is not None:
             offset = self.options.target_layer_offset
             if offset is None and self.gguf is not None:
-                offset = map_for(self.gguf, self.options.map_path).flag_add("target_layer_offset")
+                offset = map_for(self.gguf, self.options.map_path).metadata.flag_add("target_layer_offset")
             scan = self.scan(draft=self.read_draft(offset) if self.gguf is not None else self.draft)
         o = self.options
         source = gguf_source(self.gguf, o.map_path, o.target_layer_offset) if self.gguf is not None else \

@@ -176,15 +176,25 @@ def model_from_map(amap, rng, layers: int = 2):
         if rule.get("len"):  # read from an array's length: the GGUF states it as a count instead
             extra[rule["from"][0]] = value
     state = {}
+    kinds = _target_shapes(amap, config) if amap.target is not None else {}  # a target's shapes are its kinds'
     for rule in amap.rules:
         if rule.hf is None:
             continue
-        shape = amap.shape_for(rule.hf, config) or [4]  # a tensor the map gives no shape: any will do
         for n in range(layers) if rule.per_layer else [None]:
-            if amap.applies(rule, n, config):  # a layer of the rule's layer type
+            if amap.tensors.applies(rule, n, config):  # a layer of the rule's layer type
+                # a tensor no one gives a shape: any will do
+                shape = kinds.get(rule.hf_name(n)) or amap.shapes.shape_for(rule.hf, config) or [4]
                 state[rule.hf_name(n)] = (rng.integers(-1024, 1024, size=shape) / 256).astype(np.float32)
     assert config_get(config, "num_hidden_layers") == layers
     return config, state, extra
+
+
+def _target_shapes(amap, config: dict) -> dict:
+    """The shapes a target map's layer kinds read under `config`, other layouts' tensors included."""
+    from gguf2ov.target.config import target_config
+    from gguf2ov.target.decoder import stored_shapes
+
+    return stored_shapes(target_config({**amap.hf, **config}, f"a model from {amap.path}", arch=amap.arch))
 
 
 def write_checkpoint_folder(folder, config: dict, state: dict) -> None:

@@ -1,11 +1,11 @@
 """Small target LMs for the target tests: random checkpoints of each architecture, optimum-intel's
 export of them (the reference), and the same stateful steps run through any target IR.
 
-Geometries cover what the builder must get right: GQA ratios 2, 3 and 8, head_dim other than
+Geometries cover what the builder must get right: GQA ratios 2, 3, 4 and 8, head_dim other than
 hidden / heads, tied and untied heads, biases (qwen2's q/k/v, llama's attention and MLP), Llama 3
-and YaRN RoPE scaling, sliding-window layers (qwen2, gemma3), Gemma's (1 + w) norms, four norms per layer,
-scaled embedding, query_pre_attn_scalar and final logit softcapping, and mixtures of experts
-(renormalised or not, a dense layer among them).
+and YaRN RoPE scaling, sliding-window layers (qwen2, gemma3, and mistral's every layer), Gemma's
+(1 + w) norms, four norms per layer, scaled embedding, query_pre_attn_scalar and final logit
+softcapping, and mixtures of experts (renormalised or not, a dense layer among them).
 """
 
 import json
@@ -46,6 +46,11 @@ GEOMETRIES = {
                                    query_pre_attn_scalar=32, sliding_window=4, final_logit_softcapping=30.0,
                                    layer_types=["sliding_attention", "full_attention", "sliding_attention"],
                                    tie_word_embeddings=True),
+    # Mistral (a map and this geometry are all it took): every layer sliding (window 4 < the 7-token first
+    # step), GQA 4, head_dim 16 != 64 / 8, untied head
+    "mistral-sliding": dict(model_type="mistral", hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+                            num_attention_heads=8, num_key_value_heads=2, head_dim=16, sliding_window=4,
+                            tie_word_embeddings=False),
     # mixtures of experts (qwen3_moe): 8 experts, top 2, renormalised, untied head
     "qwen3moe-top2-untied": dict(model_type="qwen3_moe", hidden_size=64, intermediate_size=96,
                                  moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2, norm_topk_prob=True,

@@ -322,13 +322,13 @@ def settle_offset(gguf, amap, target, scan, progress: bool = True) -> OffsetDeci
     runtime.target.TargetIR) with the tap scan; None when the file settles it. Refuses (Gguf2ovError)
     when the measurement cannot tell. `scan(offset, shifts, named) -> TapScan` scans the GGUF read with
     that offset (the job exports it to a temporary folder first)."""
-    from ..maps.arch_map import flag_option
+    from ..maps.messages import flag_option
     from ..progress import step
 
-    why = amap.flag_ambiguity(gguf, "target_layer_offset")
+    why = amap.metadata.flag_ambiguity(gguf, "target_layer_offset")
     if not why:
         return None
-    hf_key, gguf_key = amap.flag_rule("target_layer_offset")
+    hf_key, gguf_key = amap.metadata.flag_rule("target_layer_offset")
     rule = amap.config[hf_key]
     declared = list(gguf.metadata[gguf_key])
     tappable = set(target.tap_layers)

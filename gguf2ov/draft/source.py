@@ -84,7 +84,8 @@ def draft_layout(config: DraftConfig) -> tuple[dict[str, tuple], dict[str, tuple
     from ..maps.load import load_map
     from .graph import tensor_order
 
-    shapes = load_map(DRAFT_ARCH).hf_shapes(config.shape_context(), groups={"dflash2"} if config.is_dflash2 else ())
+    groups = {"dflash2"} if config.is_dflash2 else ()
+    shapes = load_map(DRAFT_ARCH).shapes.hf_shapes(config.shape_context(), groups=groups)
     order = tensor_order(config, shapes)
     kept = {n: s for n, s in shapes.items() if n not in order}
     if unused := [n for n in kept if not n.startswith(SELECTOR_PREFIX)]:
@@ -136,7 +137,8 @@ def open_draft_gguf(gguf, map_path=None, target_layer_offset: int | None = None,
     mapped = open_mapped(gguf, map_path, target_layer_offset)
     config = draft_config(mapped.config, gguf.path)
     found = {e.hf_name: e.shape for e in mapped.plan if e.hf_name is not None}
-    applied = target_layer_offset if target_layer_offset is not None else mapped.amap.flag_add("target_layer_offset")
+    applied = target_layer_offset if target_layer_offset is not None else \
+        mapped.amap.metadata.flag_add("target_layer_offset")
     return DraftSource(gguf.path, "gguf", config, found, mapped=mapped, target_layer_offset=applied,
                        offset_decision=offset_decision)
 

@@ -2,10 +2,11 @@
 
 The architecture knowledge lives in `tensor_maps/<arch>.yaml` (shipped as `gguf2ov.tensor_maps`);
 this module holds the mechanism: finding, loading and validating a map. The loaded map
-(`arch_map.ArchMap`) builds the HF config from GGUF metadata (and back) and matches tensor names
-strictly. The rules a map names (value types and bounds, shape expressions, and the ops that undo
-what llama.cpp did to a tensor, each with its reverse so a map can also write GGUF) live in
-`map_rules`.
+(`arch_map.ArchMap`) has one object per job: it builds the HF config from GGUF metadata
+(`metadata.py`), matches tensor names strictly (`tensors.py`), states shapes (`shapes.py`), writes
+GGUF back (`writer.py`). The rules a map names (value types and bounds, shape expressions, and the
+ops that undo what llama.cpp did to a tensor, each with its reverse so a map can also write GGUF)
+live in `rules.py`.
 
 Map sections:
 - `arch`: equals `general.architecture`; `extends`: a skeleton map merged underneath;
@@ -49,7 +50,8 @@ Map sections:
   variant of the architecture that the tensors tell apart, e.g. DFlash 2 within `dflash`). A file
   that states another value for one of them (through a config rule) contradicts its own tensors
   and is refused.
-- `shapes`: HF template -> expected PyTorch shape, as expressions over config keys.
+- `shapes`: HF template -> expected PyTorch shape, as expressions over config keys; not in a map with
+  a `target:` section, whose shapes are its layer kinds' (`gguf2ov/target/layers/`).
 - `legacy`: config rules an older converter used (only used to write GGUF in the old layout).
 - `compare`: HF config key -> other places a published config may hold it; the keys `check`
   compares with a reference.
@@ -59,9 +61,11 @@ Map sections:
   (model types whose config.json holds this model's config as `text_config`: a VLM whose language
   model is built alone).
 - `target`: how `gguf2ov target` builds the architecture (a map without it is no target): `mixers`
-  (layer type -> the kind of layer that mixes tokens in it), `mlp` (the kind of every layer's MLP)
-  and `forward` (what its forward does beyond the kinds' own: norms scaling by 1 + w, a scaled
-  embedding, q/k norms, ...). The kinds are `gguf2ov/target/layers/`, which checks the names.
+  (layer type -> the kind of layer that mixes tokens in it), `mlp` (the kind of every layer's MLP),
+  `layer` (the decoder layer's norms and residual steps, Llama's when absent), `forward` (options
+  of its forward: norms scaling by 1 + w, a scaled embedding, q/k norms, ...) and `sliding` (which
+  layers slide when a config states no layer_types). The kinds are
+  `gguf2ov/target/layers/`; `gguf2ov/target/decoder.py` reads this section and holds it against them.
 
 Maps are found in the shipped `tensor_maps/` and in the folders named by GGUF2OV_MAPS (paths
 separated like PATH) or passed as `maps_dir`: adding an architecture is one YAML file there.
@@ -79,13 +83,18 @@ import yaml
 from ..errors import Gguf2ovError
 from ..gguf.read import GgufFile, open_gguf
 from ..work import count
-from .arch_map import ArchMap, PlanEntry, TensorRule, short
+from .arch_map import ArchMap, CheckpointLayout
+from .messages import short
+from .metadata import MetadataReader
+from .shapes import StatedShapes
+from .tensors import PlanEntry, TensorMatcher, TensorRule
+from .writer import GgufWriter
 from .rules import OPS, VALUE_TYPES, is_number, valid_shape_expr, valid_type
 
 TOP_LEVEL_KEYS = {"arch", "extends", "unset", "strip_hf_prefix", "hf", "config", "tensors", "optional", "groups",
                   "group_hf", "shapes", "legacy", "compare", "target", "layer_tensors", "trailing_blocks",
                   "checkpoint"}
-TARGET_KEYS = {"mixers", "mlp", "forward"}
+TARGET_KEYS = {"mixers", "mlp", "layer", "forward", "sliding"}
 TRAILING_KEYS = {"count", "counted_in", "hf", "what", "tensors", "optional"}
 CHECKPOINT_KEYS = {"rename", "ignore", "text_config_of"}
 # Sections whose entries `unset` can drop (the ones that are mappings).
@@ -96,7 +105,7 @@ RULE_KEYS = {"from", "tensor_absent", "type", "add", "default", "optional", "len
              "above", "below", "length", "flag", "ambiguous_when", "choices", "write_also", "hf_aliases", "over", "as",
              "periodic", "per_block", "layered", "write_default"}
 # Values a command-line option can set in place of a config rule's `add` (rule key `flag`). Each is
-# a keyword of ArchMap.hf_config and an option of the commands that read GGUFs, so a new one needs
+# a keyword of MetadataReader.hf_config and an option of the commands that read GGUFs, so a new one needs
 # Python; its option is the name with dashes (flag_option).
 KNOWN_FLAGS = ("target_layer_offset",)
 _PLACEHOLDER = re.compile(r"\{(\w*)\}")
@@ -184,13 +193,13 @@ def shipped_maps(maps_dir=None) -> list[ArchMap]:
 
 def config_default(arch: str, hf_key: str):
     """The default the `arch` map states for `hf_key` (e.g. dflash's block_size), None if none."""
-    return load_map(arch).config_default(hf_key)
+    return load_map(arch).metadata.config_default(hf_key)
 
 
 def flag_default(flag: str, maps_dir=None):
     """What a map adds where `flag` is not given (dflash: -1 to the target layers), when every map
     with that flag agrees; None otherwise. For a converted folder that did not record the value."""
-    adds = {add for m in shipped_maps(maps_dir) if (add := m.flag_add(flag)) is not None}
+    adds = {add for m in shipped_maps(maps_dir) if (add := m.metadata.flag_add(flag)) is not None}
     return adds.pop() if len(adds) == 1 else None
 
 
@@ -220,7 +229,7 @@ class MappedGguf:
 
     def tensors(self):
         """(hf_name, float32 array, gguf_name, qtype), tensor by tensor."""
-        return self.amap.iter_tensors(self.gguf, self.plan, self.config)
+        return self.amap.tensors.iter_tensors(self.gguf, self.plan, self.config)
 
 
 def open_mapped(gguf_path, map_path=None, target_layer_offset=None, allow_ambiguous: bool = False) -> MappedGguf:
@@ -231,11 +240,11 @@ def open_mapped(gguf_path, map_path=None, target_layer_offset=None, allow_ambigu
     """
     gguf = gguf_path if isinstance(gguf_path, GgufFile) else open_gguf(gguf_path)  # or opened once by the caller
     amap = map_for(gguf, map_path)
-    if target_layer_offset is not None and amap.flag_rule("target_layer_offset") is None:
+    if target_layer_offset is not None and amap.metadata.flag_rule("target_layer_offset") is None:
         raise Gguf2ovError(f"--target-layer-offset does not apply to {amap.arch}: its map ({amap.path}) has no "
                            "target layer ids")
-    config = amap.hf_config(gguf, target_layer_offset=target_layer_offset, allow_ambiguous=allow_ambiguous)
-    return MappedGguf(gguf, amap, config, amap.plan(gguf, config), target_layer_offset)
+    config = amap.metadata.hf_config(gguf, target_layer_offset=target_layer_offset, allow_ambiguous=allow_ambiguous)
+    return MappedGguf(gguf, amap, config, amap.tensors.plan(gguf, config), target_layer_offset)
 
 
 def map_for(gguf, path=None, maps_dir=None) -> ArchMap:
@@ -345,17 +354,13 @@ def _build(data: dict, name: str) -> ArchMap:
         if not isinstance(body, dict):
             raise bad(f"group {group} must be a mapping of tensors")
         rules += [_tensor_rule(g, v, False, group, bad) for g, v in body.items()]
-    checkpoint = data.get("checkpoint") or {}
-    if not isinstance(checkpoint, dict) or set(checkpoint) - CHECKPOINT_KEYS \
-            or not all(isinstance(k, str) and isinstance(v, str) for k, v in (checkpoint.get("rename") or {}).items()) \
-            or not all(isinstance(p, str) for p in checkpoint.get("ignore") or []) \
-            or not all(isinstance(t, str) for t in checkpoint.get("text_config_of") or []):
-        raise bad("checkpoint must hold `rename` (prefix -> prefix), `ignore` (prefixes) and `text_config_of` "
-                  "(model types)")
     hf_templates = [r.hf for r in rules if r.hf]
     if dup := sorted({h for h in hf_templates if hf_templates.count(h) > 1}):
         raise bad(f"HF names produced twice: {dup}")
     shapes = data.get("shapes") or {}
+    if shapes and data.get("target") is not None:
+        raise bad("a map with a `target:` section states no `shapes`: a target's shapes are its layer kinds' "
+                  "(gguf2ov/target/layers/)")
     for hf, expr in shapes.items():
         if hf not in hf_templates:
             raise bad(f"shape given for {hf}, which no tensor entry produces")
@@ -377,15 +382,43 @@ def _build(data: dict, name: str) -> ArchMap:
             raise bad(f"compare names {key!r}, which is not a config key of this map")
         if not isinstance(places, list) or not all(isinstance(p, str) for p in places):
             raise bad(f"compare {key} must list the other places a config may hold it")
-    target = data.get("target")
-    if target is not None:
-        if not isinstance(target, dict) or set(target) - TARGET_KEYS or not isinstance(target.get("mixers"), dict) \
-                or not all(isinstance(k, str) and isinstance(v, str) for k, v in target["mixers"].items()) \
-                or not isinstance(target.get("mlp"), str) or not isinstance(target.get("forward", {}), dict):
-            raise bad("target must hold `mixers` (layer type -> kind), `mlp` (a kind) and optionally `forward` "
-                      "(a mapping of forward options)")
-    return ArchMap(arch, name, dict(data.get("hf") or {}), config, rules, shapes, legacy, group_hf,
-                   {k: list(v) for k, v in compare.items()}, target, trailing, checkpoint)
+    return _with_jobs(ArchMap(arch, name, dict(data.get("hf") or {}), config, rules, shapes, legacy, group_hf,
+                              {k: list(v) for k, v in compare.items()}, _target(data.get("target"), bad), trailing,
+                              _checkpoint(data.get("checkpoint") or {}, bad)))
+
+
+def _with_jobs(amap: ArchMap) -> ArchMap:
+    """`amap` with its jobs made from its sections: the metadata reader asks the tensor table which groups
+    a file holds, the table checks shapes with the stated ones, which name keys as the reader does."""
+    amap.metadata = MetadataReader(amap.arch, amap.path, amap.hf, amap.config, amap.group_hf, amap.trailing,
+                                   lambda name: amap.tensors.match(name))
+    amap.shapes = StatedShapes(amap.stated_shapes, amap.rules, lambda *a: amap.tensors.applies(*a),
+                               amap.metadata.key_text)
+    amap.tensors = TensorMatcher(amap.arch, amap.path, amap.rules, amap.trailing, amap.metadata, amap.shapes)
+    amap.writer = GgufWriter(amap.arch, amap.path, amap.config, amap.legacy, amap.rules)
+    return amap
+
+
+def _target(target, bad) -> dict | None:
+    if target is not None and (
+            not isinstance(target, dict) or set(target) - TARGET_KEYS or not isinstance(target.get("mixers"), dict)
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in target["mixers"].items())
+            or not isinstance(target.get("mlp"), str) or not isinstance(target.get("forward", {}), dict)
+            or not isinstance(target.get("layer", []), list)):
+        raise bad("target must hold `mixers` (layer type -> kind), `mlp` (a kind) and optionally `layer` (the "
+                  "decoder layer's steps) and `forward` (a mapping of forward options)")
+    return target
+
+
+def _checkpoint(checkpoint, bad) -> CheckpointLayout:
+    if not isinstance(checkpoint, dict) or set(checkpoint) - CHECKPOINT_KEYS \
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in (checkpoint.get("rename") or {}).items()) \
+            or not all(isinstance(p, str) for p in checkpoint.get("ignore") or []) \
+            or not all(isinstance(t, str) for t in checkpoint.get("text_config_of") or []):
+        raise bad("checkpoint must hold `rename` (prefix -> prefix), `ignore` (prefixes) and `text_config_of` "
+                  "(model types)")
+    return CheckpointLayout(dict(checkpoint.get("rename") or {}), tuple(checkpoint.get("ignore") or ()),
+                            tuple(checkpoint.get("text_config_of") or ()))
 
 
 def _trailing_blocks(section, config, arch, bad) -> dict | None:

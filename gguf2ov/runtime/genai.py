@@ -162,13 +162,18 @@ def properties(precision: str, device: str = "CPU") -> dict:
 LIVE_SEQUENCES = 1
 
 
-def target_layer_types(target_dir) -> list[str]:
-    """The layer types a target folder's config.json states (a VLM's text_config); [] when it states none."""
+def _text_config(target_dir) -> dict:
+    """A target folder's config.json (a VLM's text_config); {} when it has none."""
     from ..hf.checkpoint import read_json_object
 
     raw = read_json_object(Path(target_dir) / "config.json", required=False) or {}
     config = raw if "num_hidden_layers" in raw else raw.get("text_config") or raw
-    types = config.get("layer_types") or []
+    return config if isinstance(config, dict) else {}
+
+
+def target_layer_types(target_dir) -> list[str]:
+    """The layer types a target folder's config.json states (a VLM's text_config); [] when it states none."""
+    types = _text_config(target_dir).get("layer_types") or []
     return [str(t) for t in types] if isinstance(types, list) else []
 
 
@@ -181,10 +186,18 @@ def describe_layer_types(types) -> str:
     return " (" + ", ".join(f"{n} {kind}" for kind, n in Counter(types).items()) + ")"
 
 
-def linear_attention_layers(target_dir) -> int:
-    """How many layers of a target keep a linear-attention (Gated DeltaNet) state: what GenAI's
-    scheduler must make room for."""
-    return sum(t == "linear_attention" for t in target_layer_types(target_dir))
+def recurrent_layers(target_dir) -> int:
+    """How many layers of a target keep a recurrent (linear-attention) state, as the kinds its map names
+    for their layer types say (`LayerKind.RECURRENT`): what GenAI's scheduler must make room for. A
+    model type no map builds is read by every target map's kinds."""
+    from ..maps.load import shipped_maps
+    from ..target.layers import REGISTRY
+
+    maps = [m for m in shipped_maps() if m.target is not None]
+    own = [m for m in maps if m.hf.get("model_type") == _text_config(target_dir).get("model_type")]
+    recurrent = {t for m in own or maps for t, kind in m.target["mixers"].items()
+                 if kind in REGISTRY and REGISTRY[kind].RECURRENT}
+    return sum(t in recurrent for t in target_layer_types(target_dir))
 
 
 def scheduler(linear_attention: bool = False, num_assistant_tokens: int | None = None):
@@ -218,7 +231,7 @@ def make_pipeline(target_dir, device: str, props: dict, draft_dir=None, num_assi
     count("target compiles (GenAI pipelines)")
     cls = ov_genai.VLMPipeline if target_kind(target_dir) == "vlm" else ov_genai.LLMPipeline
     extra = {} if draft_dir is None else {"draft_model": ov_genai.draft_model(str(draft_dir), device, **props)}
-    s = scheduler(linear_attention_layers(target_dir) > 0, num_assistant_tokens if draft_dir is not None else None)
+    s = scheduler(recurrent_layers(target_dir) > 0, num_assistant_tokens if draft_dir is not None else None)
     return cls(str(target_dir), device, scheduler_config=s, **extra, **props)
 
 

@@ -172,7 +172,7 @@ def gguf_source(gguf, map_path=None, target_layer_offset: int | None = None) -> 
     tensors = ((hf_name, array, gguf_name, getattr(qtype, "name", str(qtype)))
                for hf_name, array, gguf_name, qtype in mapped.tensors())
     if target_layer_offset is None:
-        rule = arch_map.flag_rule("target_layer_offset")
+        rule = arch_map.metadata.flag_rule("target_layer_offset")
         target_layer_offset = arch_map.config[rule[0]].get("add", 0) if rule else flag_default("target_layer_offset")
     return CheckSource(gguf.path, True, shapes, config, tensors, target_layer_offset, arch_map)
 

@@ -96,7 +96,7 @@ def convert(source, out_dir, dtype: str = "bf16", overwrite: bool = False, progr
     gguf, amap, config, plan = mapped.gguf, mapped.amap, mapped.config, mapped.plan
     require_output_dir(Path(out_dir), overwrite, inputs=(gguf.path,))
     target_layer_offset = mapped.target_layer_offset
-    flagged = amap.flag_rule("target_layer_offset")
+    flagged = amap.metadata.flag_rule("target_layer_offset")
     dropped = [e.gguf_name for e in plan if e.hf_name is None]
     warnings = [f"not written (the HF model has no such tensor): {', '.join(dropped)}"] if dropped else []
     written = [e for e in plan if e.hf_name is not None]

@@ -65,6 +65,7 @@ class InspectResult:
 def inspect(gguf_path, map_path=None) -> InspectResult:
     """`gguf_path` is a GGUF file, or a hub name `org/repo[:QUANT]` as llama.cpp's `-hf` takes it."""
     from ..maps.load import map_for
+    from ..target.source import target_problems
 
     source = resolve_gguf(gguf_path)
     gguf = open_gguf(source, duplicate_keys=True)  # shown with a warning: inspect is where a bad file is looked at
@@ -79,14 +80,16 @@ def inspect(gguf_path, map_path=None) -> InspectResult:
         map_name = amap.path
         config = None
         try:
-            config = amap.hf_config(gguf, allow_ambiguous=True)
-            problems = amap.problems(gguf, config)
+            config = amap.metadata.hf_config(gguf, allow_ambiguous=True)
+            problems = amap.tensors.problems(gguf, config)
+            if not problems and amap.target is not None:  # a target's shapes are its layer kinds'
+                problems = target_problems(gguf, amap, config)
             model = (config.get("architectures") or [None])[0]
         except Gguf2ovError as e:
             problems = [e.message]
         fits = not problems
         for name in gguf.tensors:
-            found = amap.match(name, config)  # with a config: the rule of the tensor's layer type
+            found = amap.tensors.match(name, config)  # with a config: the rule of the tensor's layer type
             if len(found) == 1:
                 rule, n = found[0]
                 hf_names[name] = rule.hf_name(n)

@@ -114,7 +114,7 @@ def ovms_repository(target_dir, draft_dir, out_dir, name: str | None = None, dev
                     num_assistant_tokens: int = 7, overwrite: bool = False, progress: bool = True) -> OvmsResult:
     """Write OUT (atomically) as a model repository OVMS serves: the target with the DFlash draft attached,
     `num_assistant_tokens` proposals per step (the most a hybrid target's state pool then admits)."""
-    from ..runtime.genai import linear_attention_layers
+    from ..runtime.genai import recurrent_layers
 
     start = time.perf_counter()
     target_dir, draft_dir, out_dir = Path(target_dir), Path(draft_dir), Path(out_dir)
@@ -150,7 +150,7 @@ def ovms_repository(target_dir, draft_dir, out_dir, name: str | None = None, dev
         out_dir=str(out_dir), name=name, target_dir=str(target_dir), draft_dir=str(draft_dir),
         draft_models_path=draft_models_path, device=device, options=options, draft_rt_info=rt_info,
         files=files, skipped=[GRAPH_FILE] if (target_dir / GRAPH_FILE).exists() else [], warnings=warnings,
-        num_assistant_tokens=num_assistant_tokens, linear_attention_layers=linear_attention_layers(target_dir),
+        num_assistant_tokens=num_assistant_tokens, linear_attention_layers=recurrent_layers(target_dir),
         seconds=time.perf_counter() - start)
 
 

@@ -59,9 +59,9 @@ def _logits(model, c) -> Finding:
 
 def expected_states(c) -> list[str]:
     """Every state variable the target keeps, by its layers' kinds."""
-    from .layers import MIXERS
+    from .decoder import layer_kinds
 
-    return sorted(v for i in range(c.num_layers) for v in MIXERS[c.mixers[i]].states(c, i))
+    return sorted(v for i, kind in layer_kinds(c) for v in kind.states(c, i))
 
 
 def _states(model, c) -> Finding:
@@ -174,14 +174,11 @@ def _paged_finding(paged, model, c) -> Finding:
     producer still there."""
     from collections import Counter
 
-    from .layers import MIXERS
+    from .decoder import layer_kinds
 
     ops = paged.get_ordered_ops()
     left = [op.get_type_name() for op in ops if op.get_type_name() in ("ReadValue", "Assign")]
-    expected = []
-    for i in range(c.num_layers):
-        made = MIXERS[c.mixers[i]].paged(c, i)
-        expected += made if isinstance(made, list) else [made]
+    expected = [made for i, kind in layer_kinds(c) for made in kind.paged(c, i)]
     wrong = [f"{len(left)} state ops left ({', '.join(sorted(set(left)))}): DFlash refuses unmanaged state"] if left else []
     found = Counter(op.get_type_name() for op in ops)
     for op_type, n in Counter(e["op"] for e in expected).items():
@@ -229,11 +226,11 @@ def expected_compiled(c) -> dict[str, int]:
     when no kind states any: such a target is not compiled to check it)."""
     from collections import Counter
 
-    from .layers import per_layer
+    from .decoder import layer_kinds
 
     total = Counter()
-    for found in per_layer(c, "compiled"):
-        total.update(found)
+    for i, kind in layer_kinds(c):
+        total.update(kind.compiled(c, i))
     return dict(total)
 
 

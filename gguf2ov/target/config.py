@@ -1,8 +1,9 @@
 """A target's config, resolved the way transformers resolves it, and the architecture it is built as.
 
 Which architectures are targets, and how each is built, is data: a map in `tensor_maps/` with a
-`target:` section names the kind of each layer type (`mixers`), the MLP kind (`mlp`) and what its
-forward does beyond the kinds' own (`forward`). `target_config` fills in every default with
+`target:` section names the kind of each layer type (`mixers`), the MLP kind (`mlp`), the decoder
+layer's norms and residual steps (`layer`) and the options of its forward (`forward`), read by
+`decoder.py`. `target_config` fills in every default with
 transformers' config class for the model type (head_dim, layer types, RoPE parameters per layer
 type); transformers is imported for its config classes only (the RoPE tables are computed from
 them in NumPy, `ir/rope.py`), no model is built and no remote code is run.
@@ -17,12 +18,6 @@ from ..ir.rope import rope_table
 from ..maps.rules import is_int
 
 ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
-# What a map's `target.forward` may state, and its value when it does not.
-FORWARD_DEFAULTS = {"qk_norm": False, "qkv_bias": False, "sandwich_norms": False, "norm_offset": 0.0,
-                    "scaled_embedding": False, "partial_rotary": False}
-
-EMBEDDING = "model.embed_tokens.weight"
-LM_HEAD = "lm_head.weight"
 
 
 def target_arches(maps_dir=None) -> tuple[str, ...]:
@@ -50,26 +45,20 @@ class TargetConfig:
     layer_types: tuple[str, ...]
     mixers: tuple[str, ...]        # the kind of layer that mixes tokens, per layer (target/layers/)
     mlp: str                       # the kind of every layer's MLP
+    layer: tuple                   # the decoder layer's residual steps (decoder.Step)
+    options: dict                  # the map's forward options, defaults filled in (decoder.py)
     sliding_window: int | None     # the window of the sliding layers (None: no sliding layer)
     rope: dict                     # layer type -> (inverse frequencies f32 [rotary dims / 2], attention scaling)
     attention_scale: float         # query_pre_attn_scalar ** -0.5 (Gemma), else head_dim ** -0.5
     activation: str                # silu | gelu_tanh
     attention_bias: bool = False   # q/k/v/o biases (config.attention_bias)
-    qkv_bias: bool = False         # q/k/v biases without an o bias (qwen2)
     mlp_bias: bool = False
-    qk_norm: bool = False
-    sandwich_norms: bool = False
-    norm_offset: float = 0.0
     embedding_scale: float | None = None
     final_logit_softcapping: float | None = None
     bos_token_id: int | None = None
     eos_token_id: int | list | None = None
     pad_token_id: int | None = None
     hf: object = field(default=None, repr=False)  # transformers' config object: what a kind reads beyond these
-
-    @property
-    def q_bias(self) -> bool:
-        return self.attention_bias or self.qkv_bias
 
 
 def target_config(raw: dict, where, arch: str | None = None, complete: bool = False) -> TargetConfig:
@@ -80,12 +69,12 @@ def target_config(raw: dict, where, arch: str | None = None, complete: bool = Fa
     whose metadata states less than a checkpoint's config.json.
     """
     from ..maps.load import load_map
-    from .layers import check_config, check_kinds
+    from .decoder import check_config, decoder_of
 
     raw = text_model_config(raw, where)
     arch = arch or arch_of(raw.get("model_type"), where)
-    built_as = load_map(arch).target
-    forward = {**FORWARD_DEFAULTS, **(built_as.get("forward") or {})}
+    decoder = decoder_of(load_map(arch))  # the map's target section, held against the kinds
+    forward = decoder.options
     hf = _hf_config(raw, where)
     for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"):
         if not is_int(getattr(hf, key, None)) or getattr(hf, key) <= 0:
@@ -103,13 +92,12 @@ def target_config(raw: dict, where, arch: str | None = None, complete: bool = Fa
     if not is_int(head_dim) or head_dim <= 0 or head_dim % 2:
         raise Gguf2ovError(f"{where}: head_dim is {head_dim!r}, not a positive even integer")
     layers = hf.num_hidden_layers
-    mixers_by_type = built_as["mixers"]
-    layer_types = tuple(getattr(hf, "layer_types", None) or ["full_attention"] * layers)
+    mixers_by_type = decoder.mixers
+    layer_types = tuple(getattr(hf, "layer_types", None) or _layer_types(hf, decoder.sliding))
     if len(layer_types) != layers or not set(layer_types) <= set(mixers_by_type):
         raise Gguf2ovError(f"{where}: layer_types must give one of {', '.join(mixers_by_type)} for each of the "
                            f"{layers} layers, got {list(layer_types)[:8]}")
     mixers = tuple(mixers_by_type[t] for t in layer_types)
-    check_kinds(arch, mixers, built_as["mlp"])
     window = getattr(hf, "sliding_window", None) if "sliding_attention" in layer_types else None
     if "sliding_attention" in layer_types and not (is_int(window) and window > 0):
         raise Gguf2ovError(f"{where}: sliding layers need a positive sliding_window, got {window!r}")
@@ -128,12 +116,10 @@ def target_config(raw: dict, where, arch: str | None = None, complete: bool = Fa
         num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, intermediate_size=intermediate or 0,
         vocab_size=hf.vocab_size, rms_norm_eps=float(hf.rms_norm_eps),
         tie_word_embeddings=bool(getattr(hf, "tie_word_embeddings", False)), layer_types=layer_types,
-        mixers=mixers, mlp=built_as["mlp"], sliding_window=window,
+        mixers=mixers, mlp=decoder.mlp, layer=decoder.layer, options=forward, sliding_window=window,
         rope=_rope(hf, layer_types, head_dim, where, bool(forward["partial_rotary"])),
         attention_scale=float((scalar or head_dim) ** -0.5), activation=ACTIVATIONS[activation],
-        attention_bias=bool(getattr(hf, "attention_bias", False)), qkv_bias=bool(forward["qkv_bias"]),
-        mlp_bias=bool(getattr(hf, "mlp_bias", False)), qk_norm=bool(forward["qk_norm"]),
-        sandwich_norms=bool(forward["sandwich_norms"]), norm_offset=float(forward["norm_offset"]),
+        attention_bias=bool(getattr(hf, "attention_bias", False)), mlp_bias=bool(getattr(hf, "mlp_bias", False)),
         # float32, as the embedding module's buffer holds it: Gemma's sqrt(3072) is 55.4256, not 55.43
         embedding_scale=float(np.float32(hf.hidden_size ** 0.5)) if forward["scaled_embedding"] else None,
         final_logit_softcapping=float(cap) if cap else None,
@@ -141,6 +127,13 @@ def target_config(raw: dict, where, arch: str | None = None, complete: bool = Fa
         pad_token_id=getattr(hf, "pad_token_id", None), hf=hf)
     check_config(config, where)  # what each layer kind refuses
     return config
+
+
+def _layer_types(hf, sliding: str) -> list[str]:
+    """The layer types of a config that states none: every layer full, or, where the map says every
+    layer slides (`decoder.py`), sliding over the config's window when it sets one."""
+    windowed = sliding == "every_layer" and getattr(hf, "sliding_window", None) is not None
+    return ["sliding_attention" if windowed else "full_attention"] * hf.num_hidden_layers
 
 
 def text_model_config(raw: dict, where) -> dict:
@@ -151,7 +144,7 @@ def text_model_config(raw: dict, where) -> dict:
 
     for arch in target_arches():
         amap = load_map(arch)
-        if raw.get("model_type") in (amap.checkpoint.get("text_config_of") or []):
+        if raw.get("model_type") in amap.checkpoint.text_config_of:
             text = raw.get("text_config")
             if not isinstance(text, dict):
                 raise Gguf2ovError(f"{where}: a {raw.get('model_type')} config without a text_config object")

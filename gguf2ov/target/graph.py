@@ -9,11 +9,13 @@ made only while the IR is written.
 The graph is what optimum-intel 2.2.0 writes for `text-generation-with-past` (the reference in
 tests/target/test_target_graph.py: interface, state variables, rt_info, and logits and hidden states over
 two stateful steps):
-- inputs `input_ids`, `attention_mask`, `position_ids`, `beam_idx`; output `logits`; one K and
-  one V state variable per layer (`past_key_values.N.keypresent.N.key`, ...), reordered by
-  `beam_idx`;
+- inputs `input_ids`, `attention_mask`, `position_ids`, `beam_idx`; output `logits`; the state
+  variables each layer's kinds keep (an attention layer one K and one V,
+  `past_key_values.N.keypresent.N.key`, ...; a Gated DeltaNet layer its conv and recurrent
+  states), reordered by `beam_idx`;
 - transformers 5.5.4's forward for each architecture a map's `target:` section describes, layer
-  kind by layer kind (`layers/`);
+  kind by layer kind (`layers/`) between the norms and residual adds the map's layer steps place
+  (`decoder.py`);
 - the attention mask as transformers builds it (causal, padding and, in sliding layers, the window
   `kv > q - window`) in optimum's op sequence: OpenVINO's SDPAToPagedAttention, which GenAI runs on
   a target with a draft attached, reads a sliding layer's window from that sequence
@@ -39,8 +41,9 @@ from ..names import LOCATORS_KEY
 from ..ir.graph_ops import const, dim, linear, named, rms_norm, rope_tables
 from ..ir.graph_ops import ops as _ops
 from ..ir.variants import VARIANT_RT_INFO
-from .config import EMBEDDING, LM_HEAD, TargetConfig
-from .layers import MIXERS, MLPS, layer_prefix
+from .config import TargetConfig
+from .decoder import EMBEDDING, FINAL_NORM, LM_HEAD, layer_kinds, layer_steps
+from .layers import layer_prefix
 
 # optimum's mask fills hidden positions with float16's lowest value, not float32's (patching_utils.py
 # eager_mask_without_vmap): exp() of either is 0 in float32
@@ -90,8 +93,9 @@ class _Masks:
 
 class _Graph:
     """The target graph under construction, as the layer kinds see it: the inputs, each weight asked
-    for by name, the norms, the attention masks and RoPE tables (made once, when first asked for) and
-    the state variables' Assigns."""
+    for by name, the norms, the attention masks and RoPE tables (made once, when first asked for), the
+    state variables' Assigns, and `shared`: what a kind leaves for later layers or kinds (a donor
+    layer's keys and values for layers that share them, inputs made once for every layer)."""
 
     def __init__(self, config: TargetConfig, weight, vector, input_order=None):
         ops = _ops()
@@ -105,7 +109,7 @@ class _Graph:
         for p in self.params:
             p.output(0).get_tensor().set_names({p.get_friendly_name()})
         self.batch, self.q_len = dim(self.input_ids, 0), dim(self.input_ids, 1)
-        self.sinks = []
+        self.sinks, self.shared = [], {}
         self._masks, self._rope = None, {}
 
     def vector(self, name: str) -> np.ndarray:
@@ -125,7 +129,8 @@ class _Graph:
     def norm(self, x, name: str, scope: str):
         """An RMSNorm of the model's form: Gemma's and Qwen3.5's scale by (1 + w)."""
         c, w = self.config, self._vector(name)
-        return rms_norm(x, w + np.float32(c.norm_offset) if c.norm_offset else w, c.rms_norm_eps, scope)
+        offset = c.options["norm_offset"]
+        return rms_norm(x, w + np.float32(offset) if offset else w, c.rms_norm_eps, scope)
 
     def mask(self, window: int | None, past_len):
         """The additive mask of a layer (full, or sliding over `window`); `past_len`: the node whose
@@ -147,7 +152,7 @@ def build_target_model(config: TargetConfig, weight: Callable[[str], object], ve
 
     `weight(name)` returns the float32 output for a Linear weight or the embedding table (a
     Constant or a decompression subgraph); `vector(name)` the float32 values of a norm weight or a
-    bias. Each is called once per tensor, in graph order (`tensor_shapes`), so a caller can stream
+    bias. Each is called once per tensor, in graph order (`decoder.tensor_shapes`), so a caller can stream
     and free each source tensor. `input_order(name)`: the order a weight takes its inputs in, when
     not theirs (WeightForms.input_order). Each layer is its mixer kind and its MLP kind (`layers/`)
     between the decoder's norms and residual adds.
@@ -168,24 +173,14 @@ def build_target_model(config: TargetConfig, weight: Callable[[str], object], ve
         x = named(ops.multiply(x, const(c.embedding_scale)), scope + "mul/Multiply")
 
     locators = {}
-    mlp = MLPS[c.mlp]
     for i in range(c.num_layers):
         if progress:
             progress(f"layer {i + 1}/{c.num_layers}")
-        p = layer_prefix(i)  # tensor names and node scopes alike
-        y = MIXERS[c.mixers[i]].build(g, g.norm(x, p + "input_layernorm.weight", p + "input_layernorm"), i)
-        if c.sandwich_norms:
-            y = g.norm(y, p + "post_attention_layernorm.weight", p + "post_attention_layernorm")
-        x = named(ops.add(x, y), f"__module.{p[:-1]}/aten::add/Add")
-        second = "pre_feedforward_layernorm" if c.sandwich_norms else "post_attention_layernorm"
-        y = mlp.build(g, g.norm(x, p + second + ".weight", p + second), i)
-        if c.sandwich_norms:
-            y = g.norm(y, p + "post_feedforward_layernorm.weight", p + "post_feedforward_layernorm")
-        x = named(ops.add(x, y), f"__module.{p[:-1]}/aten::add/Add_1")
+        x = _decoder_layer(g, x, i)
         if i < c.num_layers - 1:
             locators[i] = x
 
-    x = g.norm(x, "model.norm.weight", "model.norm")
+    x = g.norm(x, FINAL_NORM + ".weight", FINAL_NORM)
     locators[c.num_layers - 1] = x
     logits = linear(x, table if c.tie_word_embeddings else weight(LM_HEAD), "lm_head")
     if c.final_logit_softcapping is not None:
@@ -198,6 +193,17 @@ def build_target_model(config: TargetConfig, weight: Callable[[str], object], ve
     return model, {i: {"producer": node.get_friendly_name(), "output_index": 0} for i, node in locators.items()}
 
 
+def _decoder_layer(g, x, i: int):
+    """Layer `i`: the map's residual steps (`decoder.py`), each x + post_norm(kind(norm(x)))."""
+    ops, p = _ops(), layer_prefix(i)  # tensor names and node scopes alike
+    for k, (step, kind) in enumerate(layer_steps(g.config, i)):
+        y = kind.build(g, g.norm(x, p + step.norm + ".weight", p + step.norm) if step.norm else x, i)
+        if step.post_norm:
+            y = g.norm(y, p + step.post_norm + ".weight", p + step.post_norm)
+        x = named(ops.add(x, y), f"__module.{p[:-1]}/aten::add/Add" + (f"_{k}" if k else "")) if step.residual else y
+    return x
+
+
 # The .xml bytes of a target's nodes outside its layers (inputs, embedding, masks, RoPE, final norm, head);
 # measured on 4- and 8-layer qwen3 targets.
 XML_BASE_BYTES = 30_000
@@ -207,31 +213,8 @@ def target_ir_bytes(forms) -> int:
     """The bytes the target's IR will take on disk (.bin and .xml), within a few percent (measured):
     its weights' forms and the nodes of its layers' kinds."""
     c = forms.source.config
-    nodes = XML_BASE_BYTES + MLPS[c.mlp].IR_XML_BYTES * c.num_layers + sum(MIXERS[m].IR_XML_BYTES for m in c.mixers)
+    nodes = XML_BASE_BYTES + sum(kind.IR_XML_BYTES for _, kind in layer_kinds(c))
     return forms.stored_bytes() + nodes
-
-
-def tensor_shapes(c: TargetConfig) -> dict[str, tuple[int, ...]]:
-    """Every tensor the target graph reads, with its shape, in the order `build_target_model` asks
-    for them (the order NNCF walks the weights in): the embedding, each layer's norms around its
-    kinds' own tensors, the final norm and an untied lm_head."""
-    h = c.hidden_size
-    shapes = {EMBEDDING: (c.vocab_size, h)}
-    mlp = MLPS[c.mlp]
-    for i in range(c.num_layers):
-        p = layer_prefix(i)
-        shapes[p + "input_layernorm.weight"] = (h,)
-        shapes.update(MIXERS[c.mixers[i]].tensors(c, i))
-        shapes[p + "post_attention_layernorm.weight"] = (h,)
-        if c.sandwich_norms:
-            shapes[p + "pre_feedforward_layernorm.weight"] = (h,)
-        shapes.update(mlp.tensors(c, i))
-        if c.sandwich_norms:
-            shapes[p + "post_feedforward_layernorm.weight"] = (h,)
-    shapes["model.norm.weight"] = (h,)
-    if not c.tie_word_embeddings:
-        shapes[LM_HEAD] = (c.vocab_size, h)
-    return shapes
 
 
 # --- the target IR of a variant: built, annotated -------------------------------------------------

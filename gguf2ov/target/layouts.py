@@ -30,6 +30,9 @@ class Stack:
             return f"{bad[0]} != {tuple(self.part_shape)}" + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else "")
         return (len(self.parts), *self.part_shape)
 
+    def stored_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {p: tuple(self.part_shape) for p in self.parts}
+
     def rows(self, read_whole, read_rows, start: int, stop: int) -> np.ndarray:
         return np.stack([read_whole(p) for p in self.parts[start:stop]])
 
@@ -55,6 +58,9 @@ class Split:
         if shape != tuple(self.fused_shape):
             return f"{self.fused} {shape} != {tuple(self.fused_shape)}"
         return (shape[0], self.stop - self.start, *shape[2:])
+
+    def stored_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {self.fused: tuple(self.fused_shape)}
 
     def rows(self, read_whole, read_rows, start: int, stop: int) -> np.ndarray:
         return np.ascontiguousarray(read_rows(self.fused, start, stop)[:, self.start:self.stop])

@@ -102,8 +102,7 @@ class ProbeSource(TensorSource):
 
     def __init__(self, source, forms, layers: list[int]):
         from .config import target_config
-        from .graph import tensor_shapes
-        from .layers import kinds, per_layer
+        from .decoder import batched_weights, kept_weights, layer_steps, tensor_shapes
 
         super().__init__(source.path, source.kind)
         c = source.config
@@ -111,15 +110,13 @@ class ProbeSource(TensorSource):
         width = math.lcm(WIDTH, group)
         raw = dict(c.hf.to_dict(), hidden_size=width, intermediate_size=width, head_dim=c.head_dim,
                    vocab_size=VOCAB, num_hidden_layers=len(layers), layer_types=[c.layer_types[i] for i in layers])
-        for kind in {k for i in layers for k in kinds(c, i)}:  # each kind's own widths and per-layer keys
-            if (probe := getattr(kind, "probe", None)) is not None:
-                raw.update(probe(c, layers, width))
+        for kind in dict.fromkeys(k for i in layers for _, k in layer_steps(c, i)):  # each kind's widths and keys
+            raw.update(kind.probe(c, layers, width))
         raw.pop("auto_map", None)
         self.config = target_config(raw, f"{source.path} (probe)", arch=c.arch)
         self.expected = tensor_shapes(self.config)
         self.embeddings, self.last_matmul_shared = source.embeddings, source.last_matmul_shared
-        self.kept = tuple(n for names in per_layer(self.config, "kept") for n in names)
-        self.batched = tuple(n for names in per_layer(self.config, "batched") for n in names)
+        self.kept, self.batched = kept_weights(self.config), batched_weights(self.config)
         self.counterpart = {}
         for j, i in enumerate(layers):
             target = _layer_names(source, i)

@@ -2,7 +2,7 @@
 
 `open_target_gguf()` and `open_target_checkpoint()` read the config, resolve it the way
 transformers does (`config.py`), check the tensor names and shapes strictly against the graph
-`graph.py` builds (`graph.tensor_shapes`, from the layer kinds), and then hand out one tensor at a
+`graph.py` builds (`decoder.tensor_shapes`, from the layer kinds), and then hand out one tensor at a
 time (`ir.tensors.TensorSource`): float32 values, row chunks of them, or the GGUF's raw quantized
 bytes. Nothing holds the model in memory whole. A tensor a source stores in another layout than
 the graph reads (a checkpoint's experts one per tensor, gate and up fused: `layouts.py`) is handed
@@ -16,10 +16,12 @@ import numpy as np
 
 from ..errors import Gguf2ovError
 from ..ir.tensors import TensorSource, some, tensor_mismatch
+from ..maps.messages import capped
+from ..maps.shapes import wrong_shapes
 from ..names import CONFIG_FILE
-from .config import EMBEDDING, LM_HEAD, TargetConfig, target_arches, target_config
-from .graph import tensor_shapes
-from .layers import int8_weights, per_layer
+from .config import TargetConfig, target_arches, target_config
+from .decoder import (EMBEDDING, LM_HEAD, batched_weights, decoder_of, int8_weights, kept_weights, other_layouts,
+                      stored_shapes, tensor_shapes)
 from .layouts import resolve
 
 # llama.cpp stores Llama 3's RoPE scaling as a tensor of per-frequency divisors (its converter's
@@ -51,10 +53,8 @@ class TargetSource(TensorSource):
         self.expected = tensor_shapes(config)
         self.last_matmul_shared = config.tie_word_embeddings  # the lm_head reads the embedding table
         self.int8_weights = int8_weights(config)  # what the layer kinds keep out of int4
-        self.kept = tuple(n for names in per_layer(config, "kept") for n in names)
-        self.batched = tuple(n for names in per_layer(config, "batched") for n in names)
-        layouts = {k: v for found_layouts in per_layer(config, "layouts") for k, v in found_layouts.items()}
-        self._recipes, found, problems = resolve(self.expected, found, layouts)
+        self.kept, self.batched = kept_weights(config), batched_weights(config)
+        self._recipes, found, problems = resolve(self.expected, found, other_layouts(config))
         if problems:
             raise Gguf2ovError(f"{path}: tensors do not match the {config.arch} model its config describes: shape "
                                f"mismatch ({some(list(dict.fromkeys(problems)))})",
@@ -116,35 +116,67 @@ def open_target_checkpoint(path: Path) -> TargetSource:
     checkpoint = Checkpoint(path)  # memory-mapped safetensors, read one tensor at a time
     amap = load_map(config.arch)
     if amap.checkpoint:  # saved under a prefix, or beside other models' tensors (the map's `checkpoint`)
-        checkpoint = RenamedCheckpoint(checkpoint, amap.checkpoint_names(checkpoint.shapes, path))
+        checkpoint = RenamedCheckpoint(checkpoint, amap.checkpoint.names(checkpoint.shapes, amap.arch, path))
     return TargetSource(path, "checkpoint", config, dict(checkpoint.shapes), checkpoint=checkpoint)
 
 
 def open_target_gguf(gguf, map_path=None) -> TargetSource:
     """Open a target GGUF (an opened, memory-mapped GgufFile) through its map, validated and ready to
-    stream weights."""
-    from ..maps.load import open_mapped
+    stream weights: the map held against its layer kinds, the tensors' names against the map, the
+    config resolved, then the stored shapes against the kinds'."""
+    from ..maps.load import map_for, open_mapped
 
     path = gguf.path
-    mapped = open_mapped(gguf, map_path)
-    if mapped.amap.target is None:
-        hint = ("a DFlash draft: export it with `gguf2ov export`" if mapped.amap.arch == "dflash"
+    amap = map_for(gguf, map_path)
+    if amap.target is None:
+        hint = ("a DFlash draft: export it with `gguf2ov export`" if amap.arch == "dflash"
                 else f"supported: {', '.join(target_arches())}")
-        raise Gguf2ovError(f"{path} is a {mapped.amap.arch} model, not a target this tool builds", hint=hint)
-    scaling = mapped.gguf.get(ROPE_SCALING_KEY.format(arch=mapped.amap.arch))
+        raise Gguf2ovError(f"{path} is a {amap.arch} model, not a target this tool builds", hint=hint)
+    decoder_of(amap)
+    mapped = open_mapped(gguf, map_path)
+    scaling = mapped.gguf.get(ROPE_SCALING_KEY.format(arch=amap.arch))
     if scaling not in (None, "none"):
-        raise Gguf2ovError(f"{path}: {ROPE_SCALING_KEY.format(arch=mapped.amap.arch)} is {scaling!r}: RoPE scaling "
+        raise Gguf2ovError(f"{path}: {ROPE_SCALING_KEY.format(arch=amap.arch)} is {scaling!r}: RoPE scaling "
                            "stated in GGUF metadata is not read by the map, and the target would turn positions wrongly",
                            hint="build the target from the Hugging Face checkpoint, whose config states its RoPE")
+    config = gguf_target_config(gguf, amap, mapped.config, mapped.plan)
+    if wrong := wrong_kind_shapes(gguf, mapped.plan, config):
+        raise Gguf2ovError(f"{path} does not fit the {amap.arch} map ({amap.path}): wrong shapes: {capped(wrong)}",
+                           hint="pass --map with a map that covers this file")
     found = {e.hf_name: e.shape for e in mapped.plan if e.hf_name is not None}
-    raw = dict(mapped.config)
-    if raw.get("vocab_size") is None and EMBEDDING in found:
-        raw["vocab_size"] = found[EMBEDDING][0]  # a file without a vocabulary states it by its table
-    config = target_config(raw, path, arch=mapped.amap.arch, complete=True)
-    if ROPE_FACTORS in mapped.gguf.tensors:
-        factors = mapped.gguf.load(ROPE_FACTORS).reshape(-1)
-        if factors.size * 2 != config.head_dim:
-            raise Gguf2ovError(f"{path}: {ROPE_FACTORS} holds {factors.size} factors for a head_dim of {config.head_dim}")
-        rope = {t: ((inv_freq / factors).astype(np.float32), scaling) for t, (inv_freq, scaling) in config.rope.items()}
-        config = dataclasses.replace(config, rope=rope)
     return TargetSource(path, "gguf", config, found, mapped=mapped, map_path=map_path)
+
+
+def gguf_target_config(gguf, amap, config: dict, plan) -> TargetConfig:
+    """The TargetConfig of a GGUF whose tensors fit its map (`plan`), from the HF config its metadata
+    states: a vocabulary the file does not state is its table's, Llama 3's RoPE factors divide the
+    frequencies."""
+    raw = dict(config)
+    table = next((e.shape for e in plan if e.hf_name == EMBEDDING), None)
+    if raw.get("vocab_size") is None and table is not None:
+        raw["vocab_size"] = table[0]  # a file without a vocabulary states it by its table
+    c = target_config(raw, gguf.path, arch=amap.arch, complete=True)
+    if ROPE_FACTORS in gguf.tensors:
+        factors = gguf.load(ROPE_FACTORS).reshape(-1)
+        if factors.size * 2 != c.head_dim:
+            raise Gguf2ovError(f"{gguf.path}: {ROPE_FACTORS} holds {factors.size} factors for a head_dim of "
+                               f"{c.head_dim}")
+        rope = {t: ((inv_freq / factors).astype(np.float32), scaling) for t, (inv_freq, scaling) in c.rope.items()}
+        c = dataclasses.replace(c, rope=rope)
+    return c
+
+
+def wrong_kind_shapes(gguf, plan, c: TargetConfig) -> list[str]:
+    """The GGUF tensors whose stored shape is not what the layer kinds read (through the map's ops)."""
+    expected = stored_shapes(c)
+    return wrong_shapes([(e.gguf_name, gguf.tensors[e.gguf_name].shape, e.hf_name, e.ops) for e in plan if e.hf_name],
+                        expected.get)
+
+
+def target_problems(gguf, amap, config: dict) -> list[str]:
+    """What keeps a target GGUF whose tensors fit its map from being built (for `inspect`): its config
+    refused, or its shapes not the kinds' (raises the first as one error)."""
+    decoder_of(amap)
+    plan = amap.tensors.plan(gguf, config)
+    wrong = wrong_kind_shapes(gguf, plan, gguf_target_config(gguf, amap, config, plan))
+    return [f"wrong shapes: {capped(wrong)}"] if wrong else []

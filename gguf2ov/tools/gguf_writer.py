@@ -107,7 +107,7 @@ def write_gguf(checkpoint_dir, out_path, arch: str, tokenizer_dir=None, mix: str
     writer.add_file_type(MIXES[mix][1])
     if MIXES[mix][0] not in (Q.F32, Q.F16):
         writer.add_quantization_version(QUANT_VERSION)
-    metadata = amap.gguf_metadata(config, legacy=legacy) | (extra_metadata or {})
+    metadata = amap.writer.gguf_metadata(config, legacy=legacy) | (extra_metadata or {})
     # Each key is written once. The tokenizer's special token ids (bos, eos, padding) come from
     # gguf-py's SpecialVocab, the only source llama.cpp's converter writes them from; the map would
     # write the same keys again from config.json (gguf-py keeps the last and warns).
@@ -120,14 +120,14 @@ def write_gguf(checkpoint_dir, out_path, arch: str, tokenizer_dir=None, mix: str
 
     counts = {}
     n_expert = metadata.get(f"{arch}.expert_count", 1)
-    renamed = amap.checkpoint_names(checkpoint.shapes, checkpoint_dir)  # the map's names for the stored ones
+    renamed = amap.checkpoint.names(checkpoint.shapes, amap.arch, checkpoint_dir)  # the map's names for the stored ones
     names = stacked_experts(renamed)
     for hf_name in progress_bar(list(names), desc="quantizing", enabled=progress, unit="tensor"):
         # float32 whatever the checkpoint holds (often BF16): the quantizers take float32
         parts = [renamed[p] for p in names[hf_name]]
         values = np.stack([checkpoint.load(p) for p in parts]) if parts else checkpoint.load(renamed[hf_name])
         values = np.asarray(values, dtype=np.float32)
-        gguf_name, values = amap.to_gguf(hf_name, values, config)
+        gguf_name, values = amap.writer.to_gguf(hf_name, values, config)
         qtype = tensor_type(gguf_name, values.shape, mix, n_layers, n_expert)
         _add_tensor(writer, gguf_name, values, qtype)
         counts[qtype.name] = counts.get(qtype.name, 0) + 1

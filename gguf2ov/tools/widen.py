@@ -159,7 +159,7 @@ def read_widening(target_hf_dir: Path) -> Widening:
     """The config.json of a checkpoint folder of a model type that can be widened, resolved as the target
     is built from it; any other model is refused."""
     from ..target.config import target_config
-    from ..target.layers.moe import sparse
+    from ..target.decoder import batched_weights
 
     if not (target_hf_dir / CONFIG_FILE).is_file():
         raise Gguf2ovError(f"{target_hf_dir} is not a Hugging Face checkpoint folder: config.json is missing")
@@ -168,7 +168,9 @@ def read_widening(target_hf_dir: Path) -> Widening:
         raise Gguf2ovError(f"{target_hf_dir} is a {config.get('model_type')!r} model; only "
                            f"{', '.join(WIDENED_TYPES)} targets can be widened")
     target = target_config(config, target_hf_dir / CONFIG_FILE)
-    if target.mlp == "moe" and not all(sparse(target, i) for i in range(target.num_layers)):
+    # a sparse layer reads its experts as batched [E, N, K] weights; a layer without them is dense
+    sparse_layers = {name.split(".mlp.")[0] for name in batched_weights(target)}
+    if target.mlp == "moe" and len(sparse_layers) < target.num_layers:
         raise Gguf2ovError(f"{target_hf_dir}: a mixture-of-experts target with dense layers (mlp_only_layers, "
                            "decoder_sparse_step) cannot be widened")
     width = MLP_WIDTHS[target.mlp]
@@ -239,7 +241,7 @@ def widen_tensors(state: dict[str, np.ndarray], widening: Widening, extra_layers
             elif re.match(plain, m["rest"]):
                 value[...] = 1
             elif m["rest"].endswith("norm.weight"):
-                value[...] = 1 - target.norm_offset  # scales by 1
+                value[...] = 1 - target.options["norm_offset"]  # scales by 1
             out[f"{m['prefix']}{dst}.{m['rest']}"] = value
     return out
 

@@ -200,6 +200,6 @@ def test_a_large_array_read_by_a_config_rule_is_plain_python(tmp_path):
                                              "dflash.attention.sliding_window_pattern": (pattern, V.ARRAY),
                                              "tokenizer.ggml.tokens": [f"t{i}" for i in range(200000)]})
     gguf = open_gguf(path)
-    config = load_map("dflash").hf_config(gguf)
+    config = load_map("dflash").metadata.hf_config(gguf)
     assert config["layer_types"][:3] == ["sliding_attention", "full_attention", "sliding_attention"]
     assert type(config["layer_types"]) is list and config["vocab_size"] == 200000

@@ -87,7 +87,10 @@ tensors:
     to: model.layers.{N}.post_attention_layernorm.weight
     ops: [add: -1.0]
   blk.{N}.attn_q_norm.weight: model.layers.{N}.self_attn.q_norm.weight
+# no layer kinds build it (no `target:`): the map states the shapes `convert` checks
 shapes:
+  model.embed_tokens.weight: [vocab_size, hidden_size]
+  model.layers.{N}.self_attn.q_proj.weight: [num_attention_heads * head_dim, hidden_size]
   model.layers.{N}.self_attn.q_norm.weight: [head_dim]
 """
 
@@ -138,11 +141,11 @@ def test_decoder_maps_read_what_llama_cpp_writes(tmp_path, arch):
     write_gguf(path, arch, decoder_kv(arch), tensors)
     gguf = open_gguf(path)
     amap = map_for(gguf)
-    config = amap.hf_config(gguf)
+    config = amap.metadata.hf_config(gguf)
     assert config["num_hidden_layers"] == 2 and config["vocab_size"] == 40 and config["tie_word_embeddings"]
-    plan = amap.plan(gguf, config)
+    plan = amap.tensors.plan(gguf, config)
     assert len(plan) == len(tensors) and all(e.hf_name.startswith("model.") for e in plan)
-    out = {hf: x for hf, x, _, _ in amap.iter_tensors(gguf, plan, config)}
+    out = {hf: x for hf, x, _, _ in amap.tensors.iter_tensors(gguf, plan, config)}
     if arch == "gemma3":  # llama.cpp stored Gemma norms as w + 1
         np.testing.assert_array_equal(out["model.layers.1.pre_feedforward_layernorm.weight"],
                                       tensors["blk.1.ffn_norm.weight"].astype(np.float32) - 1)
@@ -158,7 +161,7 @@ def test_decoder_maps_read_what_llama_cpp_writes(tmp_path, arch):
 
 def test_dflash_config(draft):
     gguf, _ = draft
-    config = load_map("dflash").hf_config(gguf)
+    config = load_map("dflash").metadata.hf_config(gguf)
     assert config["architectures"] == ["DFlashDraftModel"] and config["model_type"] == "qwen3"
     assert config["dflash_config"] == {"block_size": 16, "mask_token_id": 151669,
                                        "target_layer_ids": DRAFT["target_layers"]}
@@ -174,7 +177,7 @@ def test_dflash_sliding_window_and_block_size_default(tmp_path):
     write_dflash(path, kv_extra=kv)
     gguf = open_gguf(path)
     del gguf.metadata["dflash.block_size"]
-    config = load_map("dflash").hf_config(gguf)
+    config = load_map("dflash").metadata.hf_config(gguf)
     assert config["sliding_window"] == 128 and config["use_sliding_window"] is True
     assert config["layer_types"] == ["sliding_attention", "full_attention"]
     assert config["dflash_config"]["block_size"] == 16
@@ -184,7 +187,7 @@ def test_dflash_mask_token_first_key_wins(tmp_path):
     path = tmp_path / "both.gguf"
     write_dflash(path, kv_extra={"dflash.mask_token_id": 7})
     gguf = open_gguf(path)
-    config = load_map("dflash").hf_config(gguf, target_layer_offset=-1)
+    config = load_map("dflash").metadata.hf_config(gguf, target_layer_offset=-1)
     assert config["dflash_config"]["mask_token_id"] == 151669
 
 
@@ -200,19 +203,19 @@ def test_old_layout_signs_need_the_flag(tmp_path, case):
     gguf = open_gguf(path)
     amap = load_map("dflash")
     with pytest.raises(Gguf2ovError) as e:
-        amap.hf_config(gguf)
+        amap.metadata.hf_config(gguf)
     message = e.value.message
     assert "--target-layer-offset -1" in message and "--target-layer-offset 0" in message
     assert "--target-layer-offset" in e.value.hint
     declared = gguf.metadata["dflash.target_layers"]
-    assert amap.hf_config(gguf, target_layer_offset=0)["dflash_config"]["target_layer_ids"] == declared
+    assert amap.metadata.hf_config(gguf, target_layer_offset=0)["dflash_config"]["target_layer_ids"] == declared
 
 
 def test_negative_layer_id_is_refused(tmp_path):
     path = tmp_path / "zero.gguf"
     write_dflash(path, target_layers=[-1, 4])
     with pytest.raises(Gguf2ovError, match="below 0"):
-        load_map("dflash").hf_config(open_gguf(path), target_layer_offset=-1)
+        load_map("dflash").metadata.hf_config(open_gguf(path), target_layer_offset=-1)
 
 
 def _dflash2_tensors(kernel=3, rank=8, vocab=50):
@@ -238,9 +241,9 @@ def test_dflash2_group_and_optional(tmp_path):
     gguf = open_gguf(path)
     amap = load_map("dflash")
     assert gguf.tensors["blk.0.attn_conv_base"].ne == (h, kernel, 2)
-    config = amap.hf_config(gguf)
+    config = amap.metadata.hf_config(gguf)
     assert config["architectures"] == ["DFlash2DraftModel"] and config["is_causal"] is False
-    plan = {e.gguf_name: e for e in amap.plan(gguf, config)}
+    plan = {e.gguf_name: e for e in amap.tensors.plan(gguf, config)}
     assert plan["blk.1.ffn_conv_base"].hf_name == "layers.1.mlp_conv.base_kernel"
     assert plan["blk.1.ffn_conv_base"].shape == (2, kernel, h)
     assert plan["selector_successor.weight"].hf_name == "candidate_selector.successor_codebook"
@@ -249,14 +252,14 @@ def test_dflash2_group_and_optional(tmp_path):
     # the group is all or none
     del gguf.tensors["blk.1.attn_conv_base"]
     with pytest.raises(Gguf2ovError, match=r"incomplete tensor group, missing: blk\.1\.attn_conv_base"):
-        amap.plan(gguf, config)
+        amap.tensors.plan(gguf, config)
     # once the file states the group size and the rank, the projections' shapes are checked:
     # [2 * kernel * hidden // group_size, hidden] and [rank, hidden]
     path = tmp_path / "v2-shapes.gguf"
     write_dflash(path, tensors_extra=extra, kv_extra={"dflash.conv_kernel_size": kernel, "dflash.conv_group_size": 16,
                                                       "dflash.selector_rank": rank + 1})
     with pytest.raises(Gguf2ovError) as e:
-        amap.plan(open_gguf(path))
+        amap.tensors.plan(open_gguf(path))
     assert "blk.0.attn_conv_proj.weight is [3, 64], expected [24, 64]" in e.value.message
     assert "selector_hidden.weight is [8, 64], expected [9, 64]" in e.value.message
 
@@ -266,7 +269,7 @@ def test_a_v1_draft_follows_its_causal_key(tmp_path, causal):
     """llama.cpp's converter writes the config's is_causal as dflash.attention.causal, and its
     runtime follows it: so does the config read back."""
     write_dflash(tmp_path / "v1.gguf", kv_extra={"dflash.attention.causal": causal})
-    config = load_map("dflash").hf_config(open_gguf(tmp_path / "v1.gguf"))
+    config = load_map("dflash").metadata.hf_config(open_gguf(tmp_path / "v1.gguf"))
     assert config["is_causal"] is causal and config["architectures"] == ["DFlashDraftModel"]
 
 
@@ -277,7 +280,7 @@ def test_a_dflash2_draft_that_says_causal_is_refused(tmp_path, capsys):
 
     kv = {"dflash.conv_kernel_size": 3, "dflash.attention.causal": False}
     write_dflash(tmp_path / "v2.gguf", tensors_extra=_dflash2_tensors(), kv_extra=kv)
-    assert load_map("dflash").hf_config(open_gguf(tmp_path / "v2.gguf"))["is_causal"] is False
+    assert load_map("dflash").metadata.hf_config(open_gguf(tmp_path / "v2.gguf"))["is_causal"] is False
     write_dflash(tmp_path / "causal.gguf", tensors_extra=_dflash2_tensors(), kv_extra=kv | {"dflash.attention.causal": True})
     assert main(["convert", str(tmp_path / "causal.gguf"), "-o", str(tmp_path / "out")]) == 1
     err = capsys.readouterr().err
@@ -289,7 +292,7 @@ def test_a_dflash2_draft_that_says_causal_is_refused(tmp_path, capsys):
     # a causal key that is not a bool is the usual type error
     write_dflash(tmp_path / "odd.gguf", tensors_extra=_dflash2_tensors(), kv_extra=kv | {"dflash.attention.causal": 1})
     with pytest.raises(Gguf2ovError, match=r"dflash.attention.causal is 1, not true or false \(it sets is_causal\)"):
-        load_map("dflash").hf_config(open_gguf(tmp_path / "odd.gguf"))
+        load_map("dflash").metadata.hf_config(open_gguf(tmp_path / "odd.gguf"))
 
 
 def test_group_hf_must_name_a_group(tmp_path):
@@ -313,7 +316,7 @@ def test_plan_lists_every_breach_in_one_error(tmp_path):
                                 "blk.0.attn_k.weight": (rng.standard_normal((8, 64)), None)})
     gguf = open_gguf(path)
     with pytest.raises(Gguf2ovError) as e:
-        load_map("dflash").plan(gguf)
+        load_map("dflash").tensors.plan(gguf)
     message = e.value.message
     assert str(path) in message and "tensor_maps/dflash.yaml" in message
     for needle in ("tensors the map does not know: blk.0.mystery.weight",
@@ -391,16 +394,16 @@ def test_unpermute_qk_undoes_llama_cpp_permute():
 def test_reverse_names_and_metadata(draft):
     gguf, _ = draft
     amap = load_map("dflash")
-    config = amap.hf_config(gguf)
-    assert amap.gguf_name_for("layers.3.mlp.down_proj.weight") == ("blk.3.ffn_down.weight", ())
-    assert amap.gguf_name_for("hidden_norm.weight")[0] == "enc.output_norm.weight"
+    config = amap.metadata.hf_config(gguf)
+    assert amap.writer.gguf_name_for("layers.3.mlp.down_proj.weight") == ("blk.3.ffn_down.weight", ())
+    assert amap.writer.gguf_name_for("hidden_norm.weight")[0] == "enc.output_norm.weight"
     with pytest.raises(Gguf2ovError, match="lm_head.weight"):
-        amap.gguf_name_for("lm_head.weight")
-    back = amap.gguf_metadata(config)
+        amap.writer.gguf_name_for("lm_head.weight")
+    back = amap.writer.gguf_metadata(config)
     for key, value in back.items():
         assert gguf.metadata[key] == value, key
     assert set(gguf.metadata) - {"general.architecture"} <= set(back)
-    legacy = amap.gguf_metadata(config, legacy=True)
+    legacy = amap.writer.gguf_metadata(config, legacy=True)
     assert legacy["dflash.target_layers"] == DRAFT["target_layers"] and "dflash.mask_token_id" in legacy
     assert "tokenizer.ggml.mask_token_id" not in legacy
 
@@ -413,10 +416,10 @@ def test_metadata_of_the_wrong_kind_is_an_error(tmp_path):
     gguf = open_gguf(path)
     amap = load_map("dflash")
     with pytest.raises(Gguf2ovError, match=r"sliding_window_pattern is \[2, 3\], not a list of true/false values"):
-        amap.hf_config(gguf, target_layer_offset=-1)
+        amap.metadata.hf_config(gguf, target_layer_offset=-1)
     del gguf.metadata["dflash.attention.sliding_window_pattern"]
     with pytest.raises(Gguf2ovError, match="dflash.target_layers is '3,6,9', not a list of integers"):
-        amap.hf_config(gguf, target_layer_offset=-1)
+        amap.metadata.hf_config(gguf, target_layer_offset=-1)
 
 
 def test_the_architecture_name_from_a_file_only_selects_shipped_maps():

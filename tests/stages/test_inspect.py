@@ -1,7 +1,7 @@
 import json
 
 import numpy as np
-from ggufs import write_dflash, write_gguf
+from ggufs import decoder_kv, decoder_tensors, write_dflash, write_gguf
 
 from gguf2ov.cli import main
 from gguf2ov.report import render
@@ -35,6 +35,21 @@ def test_inspect_reports_a_map_that_does_not_fit(tmp_path):
     assert any("blk.0.ffn_up.weight" in p for p in result.map_problems)
     assert "does not fit" in render(result, "text")
     assert "| odd.weight |" in render(result, "markdown")
+
+
+def test_inspect_holds_a_targets_shapes_to_its_layer_kinds(tmp_path):
+    """A target map states no shapes: inspect asks its kinds, as `gguf2ov target` does (here the file
+    says 3 key/value heads, its K and V have 2)."""
+    names = ["attn_norm", "ffn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down",
+             "attn_q_norm", "attn_k_norm"]
+    tensors = decoder_tensors(np.random.default_rng(1), names)
+    write_gguf(tmp_path / "fits.gguf", "qwen3", decoder_kv("qwen3"), tensors)
+    assert inspect(tmp_path / "fits.gguf").map_fits is True
+    write_gguf(tmp_path / "q.gguf", "qwen3", decoder_kv("qwen3") | {"qwen3.attention.head_count_kv": 1}, tensors)
+    result = inspect(tmp_path / "q.gguf")
+    assert result.map_fits is False
+    assert result.map_problems[0].startswith("wrong shapes: blk.0.attn_k.weight is [32, 64], expected [16, 64] for "
+                                             "model.layers.0.self_attn.k_proj.weight")
 
 
 def test_inspect_unknown_arch_still_lists_tensors(tmp_path):

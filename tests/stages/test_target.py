@@ -124,7 +124,7 @@ def test_a_llama_3_gguf_turns_positions_by_its_rope_factors(tmp_path):
     tensors = {}
     for name, value in model.state_dict().items():
         if name != "lm_head.weight" or not config["tie_word_embeddings"]:
-            gguf_name, array = amap.to_gguf(name, value.numpy(), config)
+            gguf_name, array = amap.writer.to_gguf(name, value.numpy(), config)
             tensors[gguf_name] = (array, Q.Q8_0) if array.ndim == 2 else array
     # llama.cpp's converter (LlamaModel.generate_extra_tensors): one divisor per rotary frequency
     rope, dim = config["rope_parameters"], config["head_dim"]
@@ -139,7 +139,7 @@ def test_a_llama_3_gguf_turns_positions_by_its_rope_factors(tmp_path):
                        else 1 / ((1 - smooth) / rope["factor"] + smooth))
     tensors["rope_freqs.weight"] = np.array(factors, np.float32)
     path = tmp_path / "llama3.gguf"
-    write_gguf(path, "llama", amap.gguf_metadata(config), tensors)
+    write_gguf(path, "llama", amap.writer.gguf_metadata(config), tensors)
 
     source = open_target(path)
     (tmp_path / "t").mkdir()

@@ -68,7 +68,7 @@ def _block_ir(config, weights: dict, tmp_path):
     import openvino as ov
     from openvino import opset13 as ops
 
-    from gguf2ov.target.layers import moe
+    from gguf2ov.target.layers import REGISTRY
 
     class Block:  # what a kind sees of the graph under construction: the config and its weights by name
         def __init__(self):
@@ -78,7 +78,7 @@ def _block_ir(config, weights: dict, tmp_path):
             return ops.constant(np.ascontiguousarray(weights[name], np.float32)).output(0)
 
     x = ops.parameter([-1, -1, config.hidden_size], np.float32, name="x")
-    model = ov.Model([ops.result(moe.build(Block(), x, 0))], [x], "block")
+    model = ov.Model([ops.result(REGISTRY["moe"].build(Block(), x, 0))], [x], "block")
     ov.save_model(model, str(tmp_path / "block.xml"), compress_to_fp16=False)
     return tmp_path / "block.xml"
 
@@ -137,7 +137,7 @@ def test_a_swish_with_a_beta_input_leaves_the_block_dense(tmp_path, monkeypatch)
     from gguf2ov.target.layers import moe
 
     hf = tb.write_target_checkpoint(tmp_path / "hf", SMALL)
-    monkeypatch.setattr(moe, "swish", lambda x: opset4.swish(x))
+    monkeypatch.setattr(moe, "_swish", lambda x: opset4.swish(x))
     model, forms = build_target_ir(open_target(hf), parse_variant("fp32"))
     (tmp_path / "ir").mkdir()
     save_ir(model, tmp_path / "ir", forms)
@@ -418,7 +418,7 @@ def test_a_block_the_plugin_leaves_dense_fails_the_check(tmp_path, fixtures_dir,
     from gguf2ov.target.layers import moe
 
     hf = tb.write_target_checkpoint(tmp_path / "hf", SMALL)
-    monkeypatch.setattr(moe, "swish", lambda x: opset4.swish(x))
+    monkeypatch.setattr(moe, "_swish", lambda x: opset4.swish(x))
     out = tmp_path / "out"
     assert main(["target", str(hf), "-o", str(out), "--tokenizer", str(fixtures_dir / "target-hf")]) == 1
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]

@@ -11,6 +11,7 @@ from gguf2ov.cli import main
 from gguf2ov.gguf.read import open_gguf
 from gguf2ov.job import Job, Options
 from gguf2ov.maps.load import load_map
+from gguf2ov.maps.shapes import stored_shape
 from gguf2ov.tools.gguf_writer import tensor_type, use_more_bits, write_dflash_gguf
 
 Q = GGMLQuantizationType
@@ -45,7 +46,7 @@ def _checkpoint(path, layers=LAYERS, seed=0, vocab_size=None, dflash2=False):
             continue
         for n in range(layers) if rule.per_layer else [None]:
             hf = rule.hf_name(n)
-            shape = amap._expected_shape(rule, n, config)
+            shape = stored_shape(rule.ops, amap.shapes.expected(rule, config))
             state[hf] = torch.from_numpy(rng.standard_normal(shape).astype(np.float32) * 0.05)
     path.mkdir()
     (path / "config.json").write_text(json.dumps(config))
@@ -90,7 +91,7 @@ def test_round_trip_q4_k_m(tmp_path):
     assert back.target_layer_ids_written == TARGET_IDS
     tensors = load_numpy(out / "model.safetensors")
     for hf_name, original in state.items():
-        gguf_name = load_map("dflash").gguf_name_for(hf_name)[0]
+        gguf_name = load_map("dflash").writer.gguf_name_for(hf_name)[0]
         np.testing.assert_array_equal(tensors[hf_name], gguf.load(gguf_name))
         assert np.corrcoef(tensors[hf_name].ravel(), original.ravel())[0, 1] > 0.99, hf_name
     written = json.loads((out / "config.json").read_text())

@@ -32,29 +32,19 @@ OpenVINO's paged conversion fails or DFlash refuses the unmanaged state):
 
 import numpy as np
 
+from ...errors import Gguf2ovError
 from ...ir.graph_ops import I64_MAX, const, dim, linear, named, rms_norm
 from ...ir.graph_ops import ops as _ops
+from ...maps.rules import is_int
+from .kind import LayerKind
+from .pieces import cache_state, layer_prefix, ordinal
 
-# The .xml bytes of a Gated DeltaNet layer with a dense MLP, weights' decompression aside (measured on 4- and
-# 8-layer qwen3_5_text targets, L L L F and L F L F); what the disk estimate adds.
-IR_XML_BYTES = 96_500
-
-PAGED_OPS = ("PagedGatedDeltaNet", "PagedCausalConv1D")
 # FLA's l2norm epsilon, fixed in transformers' recurrent kernel (use_qk_l2norm_in_kernel), not rms_norm_eps
-L2NORM_EPS = 1e-6
-PROJECTIONS = ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj")
+_L2NORM_EPS = 1e-6
+_PROJECTIONS = ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj")
 
 
-def state_name(j: int, kind: str) -> str:
-    """optimum's variable id (input name + output name), `j` the layer's ordinal among its kind."""
-    return f"cache_params.past.{kind}.{j}cache_params.present.{kind}.{j}"
-
-
-def ordinal(c, i: int) -> int:
-    return c.mixers[:i].count(c.mixers[i])
-
-
-def geometry(c) -> dict:
+def _geometry(c) -> dict:
     """nk, nv key/value heads of dk, dv; K the conv kernel; C the conv channels (q | k | v)."""
     hf = c.hf
     nk, nv = hf.linear_num_key_heads, hf.linear_num_value_heads
@@ -62,105 +52,106 @@ def geometry(c) -> dict:
     return {"nk": nk, "nv": nv, "dk": dk, "dv": dv, "K": hf.linear_conv_kernel_dim, "C": 2 * nk * dk + nv * dv}
 
 
-def check(c, where) -> None:
-    """Refuse a config whose linear layers cannot be built."""
-    from ...errors import Gguf2ovError
-    from ...maps.rules import is_int
+class GatedDeltaNet(LayerKind, name="gated_deltanet", role="mixer"):
+    RECURRENT = True
+    # a Gated DeltaNet layer with a dense MLP, weights' decompression aside (measured on 4- and 8-layer
+    # qwen3_5_text targets, L L L F and L F L F)
+    IR_XML_BYTES = 96_500
+    INT8_WHY = ("Gated DeltaNet projections (int4 makes these layers' output incoherent: optimum-intel#1722, "
+                "openvino.genai#3870 and #4467, nncf#4217)")
 
-    keys = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
-            "linear_conv_kernel_dim")
-    values = {k: getattr(c.hf, k, None) for k in keys}
-    if bad := [f"{k} = {v!r}" for k, v in values.items() if not (is_int(v) and v > 0)]:
-        raise Gguf2ovError(f"{where}: linear attention needs positive integers: {', '.join(bad)}")
-    if values["linear_num_value_heads"] % values["linear_num_key_heads"]:
-        raise Gguf2ovError(f"{where}: {values['linear_num_value_heads']} linear value heads do not split into "
-                           f"{values['linear_num_key_heads']} key heads")
+    def check(self, c, where):
+        """Refuse a config whose linear layers cannot be built."""
+        keys = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+                "linear_conv_kernel_dim")
+        values = {k: getattr(c.hf, k, None) for k in keys}
+        if bad := [f"{k} = {v!r}" for k, v in values.items() if not (is_int(v) and v > 0)]:
+            raise Gguf2ovError(f"{where}: linear attention needs positive integers: {', '.join(bad)}")
+        if values["linear_num_value_heads"] % values["linear_num_key_heads"]:
+            raise Gguf2ovError(f"{where}: {values['linear_num_value_heads']} linear value heads do not split into "
+                               f"{values['linear_num_key_heads']} key heads")
 
+    def tensors(self, c, i):
+        p = layer_prefix(i) + "linear_attn."
+        d, h = _geometry(c), c.hidden_size
+        vd = d["nv"] * d["dv"]
+        return {p + "in_proj_qkv.weight": (d["C"], h), p + "conv1d.weight": (d["C"], 1, d["K"]),
+                p + "in_proj_b.weight": (d["nv"], h), p + "in_proj_a.weight": (d["nv"], h), p + "A_log": (d["nv"],),
+                p + "dt_bias": (d["nv"],), p + "in_proj_z.weight": (vd, h), p + "norm.weight": (d["dv"],),
+                p + "out_proj.weight": (h, vd)}
 
-def tensors(c, i: int) -> dict[str, tuple[int, ...]]:
-    p = f"model.layers.{i}.linear_attn."
-    d, h = geometry(c), c.hidden_size
-    vd = d["nv"] * d["dv"]
-    return {p + "in_proj_qkv.weight": (d["C"], h), p + "conv1d.weight": (d["C"], 1, d["K"]),
-            p + "in_proj_b.weight": (d["nv"], h), p + "in_proj_a.weight": (d["nv"], h), p + "A_log": (d["nv"],),
-            p + "dt_bias": (d["nv"],), p + "in_proj_z.weight": (vd, h), p + "norm.weight": (d["dv"],),
-            p + "out_proj.weight": (h, vd)}
+    def names(self, options):
+        return {f"linear_attn.{n}": True for n in ("in_proj_qkv.weight", "conv1d.weight", "in_proj_b.weight",
+                                                   "in_proj_a.weight", "A_log", "dt_bias", "in_proj_z.weight",
+                                                   "norm.weight", "out_proj.weight")}
 
+    def int8_weights(self, c, i):
+        """The projections that NNCF's int4 must not take (INT8_WHY); int8 is fine."""
+        return [f"{layer_prefix(i)}linear_attn.{name}.weight" for name in _PROJECTIONS]
 
-# why NNCF's int4 modes keep the projections in int8, for reports
-INT8_WHY = ("Gated DeltaNet projections (int4 makes these layers' output incoherent: optimum-intel#1722, "
-            "openvino.genai#3870 and #4467, nncf#4217)")
+    def build(self, g, x, i):
+        ops, c = _ops(), g.config
+        d = _geometry(c)
+        nk, nv, dk, dv, k_size = d["nk"], d["nv"], d["dk"], d["dv"], d["K"]
+        j = ordinal(c, i)
+        s = layer_prefix(i) + "linear_attn"
+        p, a_ = s + ".", f"__module.{s}/aten::"
 
+        qkv = linear(x, g.weight(p + "in_proj_qkv.weight"), s + ".in_proj_qkv")                     # [B, L, C]
+        qkv = named(ops.transpose(qkv, const([0, 2, 1], np.int64)), a_ + "transpose/Transpose")       # [B, C, L]
+        past = _linear_state(cache_state(j, "conv"), g.batch, (d["C"], k_size), g.beam_idx)
+        mixed, conv_state = _causal_conv1d(qkv, g.vector(p + "conv1d.weight"), past, s)
+        mixed = named(ops.transpose(mixed, const([0, 2, 1], np.int64)), a_ + "transpose/Transpose_1")  # [B, L, C]
+        q, k, v = named(ops.variadic_split(mixed, const(-1, np.int64), const([nk * dk, nk * dk, nv * dv], np.int64)),
+                        a_ + "split_with_sizes/VariadicSplit").outputs()
 
-def int8_weights(c, i: int) -> list[str]:
-    """The projections that NNCF's int4 must not take (INT8_WHY); int8 is fine."""
-    return [f"model.layers.{i}.linear_attn.{name}.weight" for name in PROJECTIONS]
+        v = _bhld(_heads(v, nv, dv))                                                                 # [B, nv, L, dv]
+        q, k = _heads(q, nk, dk), _heads(k, nk, dk)
+        if nv != nk:
+            grouped = const(np.repeat(np.arange(nk), nv // nk), np.int64)  # value head j reads key head j // r
+            q = named(ops.gather(q, grouped, const(2, np.int64)), a_ + "repeat_interleave/Gather_1")
+            k = named(ops.gather(k, grouped, const(2, np.int64)), a_ + "repeat_interleave/Gather_3")
+        q, k = _bhld(_l2_norm(q)), _bhld(_l2_norm(k))                                                 # [B, nv, L, dk]
+        head_size = ops.convert(ops.gather(ops.shape_of(q, "i64"), const(3, np.int64), const(0, np.int64)), "f32")
+        q = named(ops.divide(q, ops.power(head_size, const(0.5))), a_ + "mul/Multiply_3")
 
+        b = linear(x, g.weight(p + "in_proj_b.weight"), s + ".in_proj_b")
+        beta = ops.transpose(named(ops.sigmoid(b), a_ + "sigmoid/Sigmoid"), const([0, 2, 1], np.int64))   # [B, nv, L]
+        a = linear(x, g.weight(p + "in_proj_a.weight"), s + ".in_proj_a")
+        a_log = np.asarray(g.vector(p + "A_log"), np.float32)
+        dt_bias = np.asarray(g.vector(p + "dt_bias"), np.float32)
+        softplus = named(ops.softplus(ops.add(a, const(dt_bias))), a_ + "softplus/SoftPlus")
+        # -exp(A_log) in float32, as transformers computes it (A_log.float().exp())
+        decay = named(ops.multiply(const(-np.exp(a_log)), softplus), a_ + "mul/Multiply_6")
+        decay = ops.transpose(decay, const([0, 2, 1], np.int64))                                      # [B, nv, L]
 
-def build(g, x, i: int):
-    ops, c = _ops(), g.config
-    d = geometry(c)
-    nk, nv, dk, dv, k_size = d["nk"], d["nv"], d["dk"], d["dv"], d["K"]
-    j = ordinal(c, i)
-    s = f"model.layers.{i}.linear_attn"
-    p, a_ = s + ".", f"__module.{s}/aten::"
+        state = _linear_state(cache_state(j, "ssm"), g.batch, (nv, dk, dv), g.beam_idx)
+        out, final = _recurrent_cell(q, k, v, decay, beta, state)
+        g.sinks += [_assign(conv_state, cache_state(j, "conv")), _assign(final, cache_state(j, "ssm"))]
 
-    qkv = linear(x, g.weight(p + "in_proj_qkv.weight"), s + ".in_proj_qkv")                     # [B, L, C]
-    qkv = named(ops.transpose(qkv, const([0, 2, 1], np.int64)), a_ + "transpose/Transpose")       # [B, C, L]
-    past = _linear_state(state_name(j, "conv"), g.batch, (d["C"], k_size), g.beam_idx)
-    mixed, conv_state = _causal_conv1d(qkv, g.vector(p + "conv1d.weight"), past, s)
-    mixed = named(ops.transpose(mixed, const([0, 2, 1], np.int64)), a_ + "transpose/Transpose_1")  # [B, L, C]
-    q, k, v = named(ops.variadic_split(mixed, const(-1, np.int64), const([nk * dk, nk * dk, nv * dv], np.int64)),
-                    a_ + "split_with_sizes/VariadicSplit").outputs()
+        flat = const([-1, dv], np.int64)  # right behind the Loop: see the module docstring
+        out = ops.reshape(_bhld(out), flat, False)
+        z = ops.reshape(_heads(linear(x, g.weight(p + "in_proj_z.weight"), s + ".in_proj_z"), nv, dv), flat, False)
+        normed = rms_norm(out, np.asarray(g.vector(p + "norm.weight"), np.float32), c.rms_norm_eps, s + ".norm")
+        gated = named(ops.multiply(normed, named(ops.swish(z), f"__module.{s}.norm/aten::silu/Swish")),
+                      f"__module.{s}.norm/aten::mul/Multiply_2")
+        rows = ops.gather(ops.shape_of(x, "i64"), const([0, 1], np.int64), const(0, np.int64))
+        gated = ops.reshape(gated, ops.concat([rows, const([nv * dv], np.int64)], 0), False)
+        out_proj = g.weight(p + "out_proj.weight")
+        # a GGUF's grid keeps its tiled value-head columns: the product takes the heads in that order
+        return linear(g.ordered_input(gated, p + "out_proj.weight"), out_proj, s + ".out_proj")
 
-    v = _bhld(_heads(v, nv, dv))                                                                 # [B, nv, L, dv]
-    q, k = _heads(q, nk, dk), _heads(k, nk, dk)
-    if nv != nk:
-        grouped = const(np.repeat(np.arange(nk), nv // nk), np.int64)  # value head j reads key head j // r
-        q = named(ops.gather(q, grouped, const(2, np.int64)), a_ + "repeat_interleave/Gather_1")
-        k = named(ops.gather(k, grouped, const(2, np.int64)), a_ + "repeat_interleave/Gather_3")
-    q, k = _bhld(_l2_norm(q)), _bhld(_l2_norm(k))                                                 # [B, nv, L, dk]
-    head_size = ops.convert(ops.gather(ops.shape_of(q, "i64"), const(3, np.int64), const(0, np.int64)), "f32")
-    q = named(ops.divide(q, ops.power(head_size, const(0.5))), a_ + "mul/Multiply_3")
+    def states(self, c, i):
+        j = ordinal(c, i)
+        return [cache_state(j, "conv"), cache_state(j, "ssm")]
 
-    b = linear(x, g.weight(p + "in_proj_b.weight"), s + ".in_proj_b")
-    beta = ops.transpose(named(ops.sigmoid(b), a_ + "sigmoid/Sigmoid"), const([0, 2, 1], np.int64))   # [B, nv, L]
-    a = linear(x, g.weight(p + "in_proj_a.weight"), s + ".in_proj_a")
-    a_log = np.asarray(g.vector(p + "A_log"), np.float32)
-    dt_bias = np.asarray(g.vector(p + "dt_bias"), np.float32)
-    softplus = named(ops.softplus(ops.add(a, const(dt_bias))), a_ + "softplus/SoftPlus")
-    # -exp(A_log) in float32, as transformers computes it (A_log.float().exp())
-    decay = named(ops.multiply(const(-np.exp(a_log)), softplus), a_ + "mul/Multiply_6")
-    decay = ops.transpose(decay, const([0, 2, 1], np.int64))                                      # [B, nv, L]
-
-    state = _linear_state(state_name(j, "ssm"), g.batch, (nv, dk, dv), g.beam_idx)
-    out, final = _recurrent_cell(q, k, v, decay, beta, state)
-    g.sinks += [_assign(conv_state, state_name(j, "conv")), _assign(final, state_name(j, "ssm"))]
-
-    flat = const([-1, dv], np.int64)  # right behind the Loop: see the module docstring
-    out = ops.reshape(_bhld(out), flat, False)
-    z = ops.reshape(_heads(linear(x, g.weight(p + "in_proj_z.weight"), s + ".in_proj_z"), nv, dv), flat, False)
-    normed = rms_norm(out, np.asarray(g.vector(p + "norm.weight"), np.float32), c.rms_norm_eps, s + ".norm")
-    gated = named(ops.multiply(normed, named(ops.swish(z), f"__module.{s}.norm/aten::silu/Swish")),
-                  f"__module.{s}.norm/aten::mul/Multiply_2")
-    rows = ops.gather(ops.shape_of(x, "i64"), const([0, 1], np.int64), const(0, np.int64))
-    gated = ops.reshape(gated, ops.concat([rows, const([nv * dv], np.int64)], 0), False)
-    out_proj = g.weight(p + "out_proj.weight")
-    # a GGUF's grid keeps its tiled value-head columns: the product takes the heads in that order
-    return linear(g.ordered_input(gated, p + "out_proj.weight"), out_proj, s + ".out_proj")
-
-
-def states(c, i: int) -> list[str]:
-    j = ordinal(c, i)
-    return [state_name(j, "conv"), state_name(j, "ssm")]
-
-
-def paged(c, i: int) -> list[dict]:
-    """A PagedGatedDeltaNet with its recurrent state table [?, nv, dv, dk] (the pass swaps the last two
-    dimensions) and a PagedCausalConv1D with its conv state table [?, C, K]."""
-    d, j = geometry(c), ordinal(c, i)
-    return [{"op": "PagedGatedDeltaNet", "table": (f"gated_delta_state_table.{j}", [-1, d["nv"], d["dv"], d["dk"]])},
-            {"op": "PagedCausalConv1D", "table": (f"conv_state_table.{j}", [-1, d["C"], d["K"]])}]
+    def paged(self, c, i):
+        """A PagedGatedDeltaNet with its recurrent state table [?, nv, dv, dk] (the pass swaps the last two
+        dimensions) and a PagedCausalConv1D with its conv state table [?, C, K]."""
+        d, j = _geometry(c), ordinal(c, i)
+        recurrent = (f"gated_delta_state_table.{j}", [-1, d["nv"], d["dv"], d["dk"]])
+        return [{"op": "PagedGatedDeltaNet", "table": recurrent},
+                {"op": "PagedCausalConv1D", "table": (f"conv_state_table.{j}", [-1, d["C"], d["K"]])}]
 
 
 # --- pieces -----------------------------------------------------------------------------------------
@@ -202,7 +193,7 @@ def _causal_conv1d(x, kernel: np.ndarray, past, scope: str):
     return named(ops.swish(out), p + "silu/Swish"), state
 
 
-def _l2_norm(x, eps: float = L2NORM_EPS):
+def _l2_norm(x, eps: float = _L2NORM_EPS):
     """FLA's l2norm, x * (1 / Sqrt(ReduceSum(x * x, -1, keep) + eps)): the form FuseL2NormIntoGDN folds."""
     ops = _ops()
     total = ops.reduce_sum(ops.multiply(x, x), const([-1], np.int64), True)

@@ -36,19 +36,15 @@ from ...errors import Gguf2ovError
 from ...ir.graph_ops import const, linear, named
 from ...ir.graph_ops import ops as _ops
 from ..layouts import Split, Stack
-from . import mlp as dense
-
-# The .xml bytes a mixture-of-experts MLP adds to its layer's figure (the mixer's, with a dense MLP):
-# its router, routing and tiled experts (measured on 2- and 4-layer qwen3_moe targets against qwen3
-# ones of the same widths: 14 KB a layer).
-IR_XML_BYTES = 14_000
+from .kind import LayerKind
+from .pieces import check_dense_width, gated_mlp, gated_mlp_names, gated_mlp_tensors, layer_prefix
 
 # What the compiled model holds for a sparse layer (x86-64 CPU plugin, openvino 2026.4.1): three
 # GatherMatmul, and nothing of the dense trace (Tile, the routing scatter) left.
-COMPILED = {"GatherMatmul": 3, "Tile": 0, "ScatterElementsUpdate": 0}
+_COMPILED = {"GatherMatmul": 3, "Tile": 0, "ScatterElementsUpdate": 0}
 
 
-def params(c) -> dict:
+def _params(c) -> dict:
     """The MoE settings of transformers' config (the qwen3_moe names; a shared expert's size is 0 without one)."""
     hf = c.hf
     return {"experts": int(getattr(hf, "num_experts", 0) or 0),
@@ -59,148 +55,152 @@ def params(c) -> dict:
             "shared": int(getattr(hf, "shared_expert_intermediate_size", 0) or 0)}
 
 
-def sparse(c, i: int) -> bool:
+def _sparse(c, i: int) -> bool:
     """Whether layer `i` is a mixture of experts, as transformers' Qwen3MoeDecoderLayer decides."""
     hf = c.hf
     only = getattr(hf, "mlp_only_layers", None) or []
     step = getattr(hf, "decoder_sparse_step", None) or 1
-    return i not in only and params(c)["experts"] > 0 and (i + 1) % step == 0
+    return i not in only and _params(c)["experts"] > 0 and (i + 1) % step == 0
 
 
-def check(c, where) -> None:
-    """Refuse a config the block cannot be built from (one error line)."""
-    p = params(c)
-    for key, value in (("num_experts", p["experts"]), ("num_experts_per_tok", p["top_k"]),
-                       ("moe_intermediate_size", p["intermediate"])):
-        if value <= 0:
-            raise Gguf2ovError(f"{where}: {key} is {value}, not a positive integer (a mixture-of-experts MLP)")
-    if p["top_k"] > p["experts"]:
-        raise Gguf2ovError(f"{where}: num_experts_per_tok is {p['top_k']}, above num_experts {p['experts']}: a "
-                           "token cannot choose more experts than there are")
-    if c.activation != "silu":
-        raise Gguf2ovError(f"{where}: a mixture-of-experts MLP with activation {c.activation} is not supported (silu)")
-    if any(not sparse(c, i) for i in range(c.num_layers)):
-        dense.check(c, where)  # the layers the config makes dense
+class MixtureOfExperts(LayerKind, name="moe", role="mlp"):
+    # what a mixture-of-experts MLP adds to its layer's figure (the mixer's, with a dense MLP): its router,
+    # routing and tiled experts (measured on 2- and 4-layer qwen3_moe targets against qwen3 ones of the same
+    # widths: 14 KB a layer)
+    IR_XML_BYTES = 14_000
+
+    def check(self, c, where):
+        """Refuse a config the block cannot be built from (one error line)."""
+        p = _params(c)
+        for key, value in (("num_experts", p["experts"]), ("num_experts_per_tok", p["top_k"]),
+                           ("moe_intermediate_size", p["intermediate"])):
+            if value <= 0:
+                raise Gguf2ovError(f"{where}: {key} is {value}, not a positive integer (a mixture-of-experts MLP)")
+        if p["top_k"] > p["experts"]:
+            raise Gguf2ovError(f"{where}: num_experts_per_tok is {p['top_k']}, above num_experts {p['experts']}: a "
+                               "token cannot choose more experts than there are")
+        if c.activation != "silu":
+            raise Gguf2ovError(f"{where}: a mixture-of-experts MLP with activation {c.activation} is not supported "
+                               "(silu)")
+        if any(not _sparse(c, i) for i in range(c.num_layers)):
+            check_dense_width(c, where)  # the layers the config makes dense
+
+    def tensors(self, c, i):
+        p, m = layer_prefix(i) + "mlp.", _params(c)
+        if not _sparse(c, i):
+            return gated_mlp_tensors(p, c.hidden_size, c.intermediate_size, c.mlp_bias)
+        e, h, inter = m["experts"], c.hidden_size, m["intermediate"]
+        shapes = {p + "gate.weight": (e, h), p + "experts.gate_proj": (e, inter, h),
+                  p + "experts.up_proj": (e, inter, h), p + "experts.down_proj": (e, h, inter)}
+        if m["shared"]:
+            s = m["shared"]
+            shapes.update({p + "shared_expert.gate_proj.weight": (s, h), p + "shared_expert.up_proj.weight": (s, h),
+                           p + "shared_expert.down_proj.weight": (h, s), p + "shared_expert_gate.weight": (1, h)})
+        return shapes
+
+    def names(self, options):
+        """Every name but a checkpoint's per-expert ones (a layer may be dense, a shared expert absent: the
+        config decides)."""
+        experts = {f"mlp.experts.{n}": False for n in ("gate_proj", "up_proj", "down_proj", "gate_up_proj")}
+        shared = {f"mlp.shared_expert.{n}_proj.weight": False for n in ("gate", "up", "down")}
+        return {n: False for n in gated_mlp_names("mlp.")} | {"mlp.gate.weight": False,
+                                                              "mlp.shared_expert_gate.weight": False} | experts | shared
+
+    def layouts(self, c, i):
+        """The other layouts of the experts: one 2-D tensor per expert (save_pretrained's qwen3_moe keys, the
+        hub's), or gate and up fused along the rows (`experts.gate_up_proj` [E, 2I, H], gate first)."""
+        if not _sparse(c, i):
+            return {}
+        p, m = layer_prefix(i) + "mlp.experts.", _params(c)
+        e, h, inter = m["experts"], c.hidden_size, m["intermediate"]
+
+        def stack(name, shape):
+            return Stack(tuple(f"{p}{x}.{name}.weight" for x in range(e)), shape)
+
+        fused = (e, 2 * inter, h)
+        return {p + "gate_proj": [stack("gate_proj", (inter, h)), Split(p + "gate_up_proj", fused, 0, inter)],
+                p + "up_proj": [stack("up_proj", (inter, h)), Split(p + "gate_up_proj", fused, inter, 2 * inter)],
+                p + "down_proj": [stack("down_proj", (h, inter))]}
+
+    def kept(self, c, i):
+        """The weights kept in float32 in every format: the router, a shared expert's gate."""
+        if not _sparse(c, i):
+            return []
+        p = layer_prefix(i) + "mlp."
+        return [p + "gate.weight"] + ([p + "shared_expert_gate.weight"] if _params(c)["shared"] else [])
+
+    def batched(self, c, i):
+        """The [E, N, K] weights of batched MatMuls (transpose_b), which NNCF compresses along K."""
+        if not _sparse(c, i):
+            return []
+        p = layer_prefix(i) + "mlp.experts."
+        return [p + "gate_proj", p + "up_proj", p + "down_proj"]
+
+    def compiled(self, c, i):
+        """What the compiled model must hold for this layer (`checks.compiled_finding`)."""
+        return dict(_COMPILED) if _sparse(c, i) else {}
+
+    def probe(self, c, layers, width):
+        """Config keys of a smaller model of this kind (`probe.py`): the expert widths, and which of its
+        layers (the target's `layers`) are dense."""
+        m = _params(c)
+        out = {"moe_intermediate_size": width, "decoder_sparse_step": 1,
+               "mlp_only_layers": [j for j, i in enumerate(layers) if not _sparse(c, i)]}
+        if m["shared"]:
+            out["shared_expert_intermediate_size"] = width
+        return out
+
+    def build(self, g, x, i):
+        c = g.config
+        if not _sparse(c, i):
+            return gated_mlp(g, x, layer_prefix(i) + "mlp.", c.mlp_bias)  # a layer the config makes dense
+        ops, m = _ops(), _params(c)
+        e, h = m["experts"], c.hidden_size
+        p = layer_prefix(i) + "mlp."
+        s = f"__module.{p[:-1]}"
+        i64 = np.int64
+        flat = named(ops.reshape(x, const([-1, h], i64), False), f"{s}/aten::view/Reshape")  # [T, H]
+
+        # the router, in float32: softmax over every expert, the top k, renormalised
+        probs = named(ops.softmax(linear(flat, g.weight(p + "gate.weight"), p + "gate"), -1),
+                      f"{s}.gate/aten::softmax/Softmax")
+        topk = named(ops.topk(probs, const(m["top_k"], i64), -1, "max", "value", "i64"), f"{s}.gate/aten::topk/TopK")
+        chosen, index = topk.output(0), topk.output(1)
+        if m["norm_topk_prob"]:
+            total = named(ops.reduce_sum(chosen, const([-1], i64), True), f"{s}.gate/aten::sum/ReduceSum")
+            chosen = named(ops.divide(chosen, total), f"{s}.gate/aten::div_/Divide").output(0)
+        zeros = named(ops.broadcast(const(0.0), ops.shape_of(probs, "i64")), f"{s}.experts/aten::zeros/Broadcast")
+        routing = named(ops.scatter_elements_update(zeros, ops.convert(index, "i32"), chosen, const(1, i64)),
+                        f"{s}.experts/aten::scatter_/ScatterElementsUpdate")  # [T, E]
+        routing = ops.reshape(ops.transpose(routing, const([1, 0], i64)), const([e, -1], i64), False)
+        routing = ops.unsqueeze(routing, const(-1, i64))  # [E, T, 1]
+
+        # every token through every expert, batched over E
+        tiled = named(ops.tile(flat, const([e, 1], i64)), f"{s}.experts/aten::repeat/Tile")
+        tiled = named(ops.reshape(tiled, const([e, -1, h], i64), False), f"{s}.experts/aten::view/Reshape")
+
+        def bmm(inp, name, suffix):
+            return named(ops.matmul(inp, g.weight(p + "experts." + name), False, True),
+                         f"{s}.experts/aten::bmm/MatMul{suffix}")
+
+        gate = named(_swish(bmm(tiled, "gate_proj", "")), f"{s}.experts.act_fn/aten::silu/Swish")
+        act = named(ops.multiply(gate, bmm(tiled, "up_proj", "_1")), f"{s}.experts/aten::mul/Multiply")
+        down = ops.reshape(bmm(act, "down_proj", "_2"), const([e, -1, h], i64), False)
+        weighted = named(ops.multiply(down, routing), f"{s}.experts/aten::mul/Multiply_1")
+        out = named(ops.reduce_sum(weighted, const([0], i64), False), f"{s}.experts/aten::sum/ReduceSum")  # [T, H]
+
+        if m["shared"]:
+            q = p + "shared_expert."
+            sg = named(_swish(linear(flat, g.weight(q + "gate_proj.weight"), q + "gate_proj")),
+                       f"__module.{q}act_fn/aten::silu/Swish")
+            shared = ops.multiply(sg, linear(flat, g.weight(q + "up_proj.weight"), q + "up_proj"))
+            shared = linear(shared, g.weight(q + "down_proj.weight"), q + "down_proj")
+            scale = ops.sigmoid(linear(flat, g.weight(p + "shared_expert_gate.weight"), p + "shared_expert_gate"))
+            out = named(ops.add(out, ops.multiply(scale, shared)), f"{s}/aten::add/Add")
+        return named(ops.reshape(out, ops.shape_of(x, "i64"), False), f"{s}/aten::reshape/Reshape")
 
 
-def tensors(c, i: int) -> dict[str, tuple[int, ...]]:
-    if not sparse(c, i):
-        return dense.tensors(c, i)
-    p, m = f"model.layers.{i}.mlp.", params(c)
-    e, h, inter = m["experts"], c.hidden_size, m["intermediate"]
-    shapes = {p + "gate.weight": (e, h), p + "experts.gate_proj": (e, inter, h), p + "experts.up_proj": (e, inter, h),
-              p + "experts.down_proj": (e, h, inter)}
-    if m["shared"]:
-        s = m["shared"]
-        shapes.update({p + "shared_expert.gate_proj.weight": (s, h), p + "shared_expert.up_proj.weight": (s, h),
-                       p + "shared_expert.down_proj.weight": (h, s), p + "shared_expert_gate.weight": (1, h)})
-    return shapes
-
-
-def layouts(c, i: int) -> dict:
-    """The other layouts of the experts: one 2-D tensor per expert (save_pretrained's qwen3_moe keys, the
-    hub's), or gate and up fused along the rows (`experts.gate_up_proj` [E, 2I, H], gate first)."""
-    if not sparse(c, i):
-        return {}
-    p, m = f"model.layers.{i}.mlp.experts.", params(c)
-    e, h, inter = m["experts"], c.hidden_size, m["intermediate"]
-
-    def stack(name, shape):
-        return Stack(tuple(f"{p}{x}.{name}.weight" for x in range(e)), shape)
-
-    fused = (e, 2 * inter, h)
-    return {p + "gate_proj": [stack("gate_proj", (inter, h)), Split(p + "gate_up_proj", fused, 0, inter)],
-            p + "up_proj": [stack("up_proj", (inter, h)), Split(p + "gate_up_proj", fused, inter, 2 * inter)],
-            p + "down_proj": [stack("down_proj", (h, inter))]}
-
-
-def kept(c, i: int) -> list[str]:
-    """The weights kept in float32 in every format: the router, a shared expert's gate."""
-    if not sparse(c, i):
-        return []
-    p = f"model.layers.{i}.mlp."
-    return [p + "gate.weight"] + ([p + "shared_expert_gate.weight"] if params(c)["shared"] else [])
-
-
-def batched(c, i: int) -> list[str]:
-    """The [E, N, K] weights of batched MatMuls (transpose_b), which NNCF compresses along K."""
-    if not sparse(c, i):
-        return []
-    p = f"model.layers.{i}.mlp.experts."
-    return [p + "gate_proj", p + "up_proj", p + "down_proj"]
-
-
-def compiled(c, i: int) -> dict[str, int]:
-    """What the compiled model must hold for this layer (`checks.compiled_finding`)."""
-    return dict(COMPILED) if sparse(c, i) else {}
-
-
-def probe(c, layers: list[int], width: int) -> dict:
-    """Config keys of a smaller model of this kind (`probe.py`): the expert widths, and which of its
-    layers (the target's `layers`) are dense."""
-    m = params(c)
-    out = {"moe_intermediate_size": width, "decoder_sparse_step": 1,
-           "mlp_only_layers": [j for j, i in enumerate(layers) if not sparse(c, i)]}
-    if m["shared"]:
-        out["shared_expert_intermediate_size"] = width
-    return out
-
-
-def states(c, i: int) -> list[str]:
-    return []
-
-
-def build(g, x, i: int):
-    c = g.config
-    if not sparse(c, i):
-        return dense.build(g, x, i)
-    ops, m = _ops(), params(c)
-    e, h = m["experts"], c.hidden_size
-    p = f"model.layers.{i}.mlp."
-    s = f"__module.{p[:-1]}"
-    i64 = np.int64
-    flat = named(ops.reshape(x, const([-1, h], i64), False), f"{s}/aten::view/Reshape")  # [T, H]
-
-    # the router, in float32: softmax over every expert, the top k, renormalised
-    probs = named(ops.softmax(linear(flat, g.weight(p + "gate.weight"), p + "gate"), -1),
-                  f"{s}.gate/aten::softmax/Softmax")
-    topk = named(ops.topk(probs, const(m["top_k"], i64), -1, "max", "value", "i64"), f"{s}.gate/aten::topk/TopK")
-    chosen, index = topk.output(0), topk.output(1)
-    if m["norm_topk_prob"]:
-        total = named(ops.reduce_sum(chosen, const([-1], i64), True), f"{s}.gate/aten::sum/ReduceSum")
-        chosen = named(ops.divide(chosen, total), f"{s}.gate/aten::div_/Divide").output(0)
-    zeros = named(ops.broadcast(const(0.0), ops.shape_of(probs, "i64")), f"{s}.experts/aten::zeros/Broadcast")
-    routing = named(ops.scatter_elements_update(zeros, ops.convert(index, "i32"), chosen, const(1, i64)),
-                    f"{s}.experts/aten::scatter_/ScatterElementsUpdate")  # [T, E]
-    routing = ops.reshape(ops.transpose(routing, const([1, 0], i64)), const([e, -1], i64), False)
-    routing = ops.unsqueeze(routing, const(-1, i64))  # [E, T, 1]
-
-    # every token through every expert, batched over E
-    tiled = named(ops.tile(flat, const([e, 1], i64)), f"{s}.experts/aten::repeat/Tile")
-    tiled = named(ops.reshape(tiled, const([e, -1, h], i64), False), f"{s}.experts/aten::view/Reshape")
-
-    def bmm(inp, name, suffix):
-        return named(ops.matmul(inp, g.weight(p + "experts." + name), False, True),
-                     f"{s}.experts/aten::bmm/MatMul{suffix}")
-
-    gate = named(swish(bmm(tiled, "gate_proj", "")), f"{s}.experts.act_fn/aten::silu/Swish")
-    act = named(ops.multiply(gate, bmm(tiled, "up_proj", "_1")), f"{s}.experts/aten::mul/Multiply")
-    down = ops.reshape(bmm(act, "down_proj", "_2"), const([e, -1, h], i64), False)
-    weighted = named(ops.multiply(down, routing), f"{s}.experts/aten::mul/Multiply_1")
-    out = named(ops.reduce_sum(weighted, const([0], i64), False), f"{s}.experts/aten::sum/ReduceSum")  # [T, H]
-
-    if m["shared"]:
-        q = p + "shared_expert."
-        sg = named(swish(linear(flat, g.weight(q + "gate_proj.weight"), q + "gate_proj")),
-                   f"__module.{q}act_fn/aten::silu/Swish")
-        shared = ops.multiply(sg, linear(flat, g.weight(q + "up_proj.weight"), q + "up_proj"))
-        shared = linear(shared, g.weight(q + "down_proj.weight"), q + "down_proj")
-        scale = ops.sigmoid(linear(flat, g.weight(p + "shared_expert_gate.weight"), p + "shared_expert_gate"))
-        out = named(ops.add(out, ops.multiply(scale, shared)), f"{s}/aten::add/Add")
-    return named(ops.reshape(out, ops.shape_of(x, "i64"), False), f"{s}/aten::reshape/Reshape")
-
-
-def swish(x):
+def _swish(x):
     """Swish with one input, as the PyTorch frontend writes SiLU: `opset4.swish` always adds a beta input
     (Constant 1.0), and ConvertTiledMoeBlockTo3GatherMatmuls matches a one-input Swish only."""
     from openvino.utils.node_factory import NodeFactory

@@ -1,0 +1,170 @@
+"""The pieces several kinds of layer are built from: q/k/v projections into heads, RoPE (whole or
+partial), SDPA over a cached key/value state, the gated MLP, and the names optimum gives states.
+
+Each piece writes optimum-intel 2.2.0's op sequence and node names, which OpenVINO's
+SDPAToPagedAttention (run by GenAI when a draft attaches) and this project's IR checks read: GQA
+through repeat_kv's Unsqueeze -> Broadcast -> Reshape, and the attention mask's op sequence, are
+where the paged conversion reads the key/value head count and a sliding layer's window.
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+
+from ...errors import Gguf2ovError
+from ...ir.graph_ops import I64_MAX, apply_rope, const, kv_state, linear, named, repeat_kv
+from ...ir.graph_ops import ops as _ops
+
+PAGED_ATTENTION = "PagedAttentionExtension"
+
+
+def layer_prefix(i: int) -> str:
+    """Layer `i`'s tensor names and node scopes begin with this."""
+    return f"model.layers.{i}."
+
+
+def ordinal(c, i: int) -> int:
+    """Layer `i`'s index among the layers of its mixer kind (optimum numbers a hybrid's states so)."""
+    return c.mixers[:i].count(c.mixers[i])
+
+
+def cache_state(j: int, kind: str) -> str:
+    """optimum's variable id for a hybrid model's state (input name + output name): `kind` key, value,
+    conv or ssm, `j` the layer's ordinal among its kind."""
+    return f"cache_params.past.{kind}.{j}cache_params.present.{kind}.{j}"
+
+
+# --- attention ----------------------------------------------------------------------------------
+
+class Heads(NamedTuple):
+    """An attention's geometry: query heads, key/value heads, head size (a layer type may have its own)."""
+
+    count: int
+    kv: int
+    size: int
+
+
+def heads_of(c) -> Heads:
+    """The config's attention geometry, every layer's unless a kind says otherwise."""
+    return Heads(c.num_heads, c.num_kv_heads, c.head_dim)
+
+
+def project(g, x, scope: str, count: int, width: int | None = None, bias: bool = False):
+    """A q/k/v projection as [B, L, count, width] (width: the head size)."""
+    y = linear(x, g.weight(scope + ".weight"), scope, g.bias(scope + ".bias", bias))
+    return _ops().reshape(y, const([0, 0, count, width or g.config.head_dim], np.int64), True)
+
+
+def heads_first(x):  # [B, L, H, d] -> [B, H, L, d]
+    return _ops().transpose(x, const([0, 2, 1, 3], np.int64))
+
+
+def rotate(g, q, k, layer_type: str, head_dim: int | None = None):
+    """q and k [B, H, L, head_dim] turned by the layer type's RoPE (NeoX halves) from `position_ids`; a
+    table narrower than the head turns its first dimensions only (partial rotary), the rest pass."""
+    cos, sin = g.rope(layer_type)
+    rotary, head_dim = 2 * g.config.rope[layer_type][0].size, head_dim or g.config.head_dim
+    return _partial_rope(q, cos, sin, rotary, head_dim), _partial_rope(k, cos, sin, rotary, head_dim)
+
+
+def _partial_rope(x, cos, sin, rotary: int, head_dim: int):
+    if rotary == head_dim:
+        return apply_rope(x, cos, sin, head_dim // 2)
+    ops = _ops()
+
+    def part(start, stop):
+        return ops.slice(x, const([start], np.int64), const([stop], np.int64), const([1], np.int64),
+                         const([3], np.int64))
+
+    return ops.concat([apply_rope(part(0, rotary), cos, sin, rotary // 2), part(rotary, I64_MAX)], -1)
+
+
+def attend(g, q, k, v, p: str, key_state: str, value_state: str, window: int | None, geometry: Heads | None = None):
+    """SDPA of q over the cached keys and values (state variables `key_state`, `value_state`, their
+    Assigns added to the graph's sinks), as [B, L, heads * head_dim]; `window` for a sliding layer,
+    `geometry` the layer's heads (the config's when None)."""
+    ops, c = _ops(), g.config
+    heads, kv_heads, hd = geometry or heads_of(c)
+    keys, assign_k = kv_state(k, g.batch, key_state, kv_heads, hd, g.beam_idx)
+    values, assign_v = kv_state(v, g.batch, value_state, kv_heads, hd, g.beam_idx)
+    g.sinks += [assign_k, assign_v]
+    # the cached length as optimum reads it: the first attention layer's key state
+    mask = g.mask(window, past_len=keys.input_value(0).get_node())
+    keys = repeat_kv(keys, kv_heads, heads // kv_heads, hd)
+    values = repeat_kv(values, kv_heads, heads // kv_heads, hd)
+    attn = named(ops.scaled_dot_product_attention(q, keys, values, mask, const(c.attention_scale), causal=False),
+                 f"__module.{p[:-1]}/aten::scaled_dot_product_attention/ScaledDotProductAttention")
+    return ops.reshape(heads_first(attn), const([0, 0, heads * hd], np.int64), True)
+
+
+def attention_names(qk_norm: bool, qkv_bias: bool) -> dict[str, bool]:
+    """`attention_tensors`' names under the layer prefix: q/k norms as the map's options say, q/k/v biases
+    where they say (else as the config's attention_bias says), the o bias as the config says."""
+    names = {f"self_attn.{n}_proj.weight": True for n in "qkvo"}
+    names |= {f"self_attn.{n}_proj.bias": qkv_bias for n in "qkv"} | {"self_attn.o_proj.bias": False}
+    return names | ({"self_attn.q_norm.weight": True, "self_attn.k_norm.weight": True} if qk_norm else {})
+
+
+def attention_tensors(c, p: str, q_rows: int, qk_norm: bool, q_bias: bool, o_bias: bool,
+                      geometry: Heads | None = None) -> dict:
+    """The tensors of an attention under scope `p` (`...self_attn.`): q/k/v/o projections (`q_rows` query
+    rows a head: 2 where a gate rides beside each query), biases and per-head q/k norms where stated;
+    `geometry` the layer's heads (the config's when None)."""
+    heads, kv_heads, hd = geometry or heads_of(c)
+    h, q, kv = c.hidden_size, heads * hd, kv_heads * hd
+    shapes = {}
+
+    def linear_shape(name, out, inp, bias):
+        shapes[p + name + ".weight"] = (out, inp)
+        if bias:
+            shapes[p + name + ".bias"] = (out,)
+
+    linear_shape("q_proj", q_rows * q, h, q_bias)
+    if qk_norm:
+        shapes[p + "q_norm.weight"] = (hd,)
+    linear_shape("k_proj", kv, h, q_bias)
+    if qk_norm:
+        shapes[p + "k_norm.weight"] = (hd,)
+    linear_shape("v_proj", kv, h, q_bias)
+    linear_shape("o_proj", h, q, o_bias)
+    return shapes
+
+
+# --- the gated MLP --------------------------------------------------------------------------------
+
+def check_dense_width(c, where) -> None:
+    """Refuse a config that states no width for a dense MLP (target_config lets one without it through:
+    a mixture-of-experts model has no dense MLP)."""
+    if c.intermediate_size <= 0:
+        raise Gguf2ovError(f"{where}: intermediate_size is missing: the width of a dense MLP")
+
+
+def gated_mlp_names(p: str) -> dict[str, bool]:
+    """`gated_mlp_tensors`' names under the layer prefix (biases as the config's mlp_bias says)."""
+    return {f"{p}{n}_proj.{w}": w == "weight" for n in ("gate", "up", "down") for w in ("weight", "bias")}
+
+
+def gated_mlp_tensors(p: str, hidden: int, width: int, bias: bool) -> dict:
+    """The tensors of down(act(gate(x)) * up(x)) under scope `p` (`...mlp.`), `width` wide."""
+    shapes = {}
+    for name, out, inp in (("gate_proj", width, hidden), ("up_proj", width, hidden), ("down_proj", hidden, width)):
+        shapes[p + name + ".weight"] = (out, inp)
+        if bias:
+            shapes[p + name + ".bias"] = (out,)
+    return shapes
+
+
+def gated_mlp(g, x, p: str, bias: bool):
+    """down(act(gate(x)) * up(x)) under scope `p`, as transformers' LlamaMLP (and Qwen's, Gemma's)
+    computes it, act the config's (silu, or Gemma's tanh GeLU)."""
+    ops = _ops()
+
+    def project(name, inp):
+        return linear(inp, g.weight(p + name + ".weight"), p + name, g.bias(p + name + ".bias", bias))
+
+    gate = project("gate_proj", x)
+    scope = f"__module.{p}act_fn/aten::"
+    gate = named(ops.swish(gate), scope + "silu/Swish") if g.config.activation == "silu" else \
+        named(ops.gelu(gate, "tanh"), scope + "gelu/Gelu")
+    up = project("up_proj", x)
+    return project("down_proj", named(ops.multiply(gate, up), f"__module.{p[:-1]}/aten::mul/Multiply"))
