@@ -493,7 +493,7 @@ class ArchMap:
                 continue
             x = gguf.load(entry.gguf_name)
             if entry.ops:
-                x = apply_ops(entry.ops, x, config)
+                x = apply_ops(entry.ops, x, config, where=f"{entry.hf_name} (from {entry.gguf_name}, {entry.qtype.name})")
             yield entry.hf_name, x, entry.gguf_name, entry.qtype
 
     def flag_add(self, flag: str) -> int | None:
@@ -565,7 +565,7 @@ class ArchMap:
     def to_gguf(self, hf_name: str, x, config: dict):
         """(GGUF name, array) with the map's ops reversed."""
         gguf_name, ops = self.gguf_name_for(hf_name)
-        return gguf_name, apply_ops(ops, x, config, reverse=True)
+        return gguf_name, apply_ops(ops, x, config, reverse=True, where=hf_name)
 
 
 _MISSING = object()

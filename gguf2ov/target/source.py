@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import Gguf2ovError
+from ..gguf.read import summarise
 from ..ir.tensors import TensorSource, some, tensor_mismatch
 from ..names import CONFIG_FILE
 from .config import EMBEDDING, LM_HEAD, TargetConfig, target_arches, target_config
@@ -131,10 +132,14 @@ def open_target_gguf(gguf, map_path=None) -> TargetSource:
         hint = ("a DFlash draft: export it with `gguf2ov export`" if mapped.amap.arch == "dflash"
                 else f"supported: {', '.join(target_arches())}")
         raise Gguf2ovError(f"{path} is a {mapped.amap.arch} model, not a target this tool builds", hint=hint)
-    scaling = mapped.gguf.get(ROPE_SCALING_KEY.format(arch=mapped.amap.arch))
+    scaling_key = ROPE_SCALING_KEY.format(arch=mapped.amap.arch)
+    scaling = mapped.gguf.get(scaling_key)
+    if scaling is not None and not isinstance(scaling, str):  # llama.cpp reads it as a string
+        raise Gguf2ovError(f"{path}: {scaling_key} is {summarise(scaling, max_chars=60)}, not a string: the file is "
+                           "corrupt", hint="re-download or re-convert the GGUF")
     if scaling not in (None, "none"):
-        raise Gguf2ovError(f"{path}: {ROPE_SCALING_KEY.format(arch=mapped.amap.arch)} is {scaling!r}: RoPE scaling "
-                           "stated in GGUF metadata is not read by the map, and the target would turn positions wrongly",
+        raise Gguf2ovError(f"{path}: {scaling_key} is {scaling!r}: RoPE scaling stated in GGUF metadata is not read "
+                           "by the map, and the target would turn positions wrongly",
                            hint="build the target from the Hugging Face checkpoint, whose config states its RoPE")
     found = {e.hf_name: e.shape for e in mapped.plan if e.hf_name is not None}
     raw = dict(mapped.config)

@@ -130,7 +130,7 @@ def build(g, x, i: int):
     dt_bias = np.asarray(g.vector(p + "dt_bias"), np.float32)
     softplus = named(ops.softplus(ops.add(a, const(dt_bias))), a_ + "softplus/SoftPlus")
     # -exp(A_log) in float32, as transformers computes it (A_log.float().exp())
-    decay = named(ops.multiply(const(-np.exp(a_log)), softplus), a_ + "mul/Multiply_6")
+    decay = named(ops.multiply(const(_negated_exp(a_log, p + "A_log")), softplus), a_ + "mul/Multiply_6")
     decay = ops.transpose(decay, const([0, 2, 1], np.int64))                                      # [B, nv, L]
 
     state = _linear_state(state_name(j, "ssm"), g.batch, (nv, dk, dv), g.beam_idx)
@@ -148,6 +148,17 @@ def build(g, x, i: int):
     out_proj = g.weight(p + "out_proj.weight")
     # a GGUF's grid keeps its tiled value-head columns: the product takes the heads in that order
     return linear(g.ordered_input(gated, p + "out_proj.weight"), out_proj, s + ".out_proj")
+
+
+def _negated_exp(a_log: np.ndarray, name: str) -> np.ndarray:
+    """-exp(A_log) in float32; an A_log whose exp is beyond float32 (above ~88.7) is refused by name."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        decay = -np.exp(a_log)
+    if bad := int(np.count_nonzero(np.isfinite(a_log) & ~np.isfinite(decay))):
+        from ...finite import nonfinite_error
+
+        raise nonfinite_error(name, bad, a_log.size, "exp(A_log) values", too_large_for="float32")
+    return decay
 
 
 def states(c, i: int) -> list[str]:
