@@ -13,6 +13,7 @@ from typing import Protocol
 import numpy as np
 
 from ..errors import Gguf2ovError
+from .postponed import PostponedConstants
 from .variants import Variant, require_source_for
 
 
@@ -74,6 +75,8 @@ class WeightForms:
     failure: BaseException | None = None  # what stopped a postponed weight while OpenVINO was saving
     allow_nonfinite: bool = False
     nonfinite: dict = field(default_factory=dict)  # weight -> NaN/Inf values written (allow_nonfinite)
+    # the IR's postponed constants, held until save_ir has written them (ir/postponed.py: why)
+    constants: PostponedConstants = field(default_factory=PostponedConstants)
 
     def __post_init__(self):
         require_source_for(self.variant, self.source.kind)
@@ -188,7 +191,6 @@ class WeightForms:
         """postpone(type, shape, make, name=None) -> a PostponedConstant whose failure stops the save
         with its own error (see `failure`)."""
         import openvino as ov
-        from openvino.utils import make_postponed_constant
 
         def postpone(kind, dims, make, name=None):
             def values():
@@ -199,7 +201,7 @@ class WeightForms:
                     raise
 
             kind = kind if isinstance(kind, ov.Type) else getattr(ov.Type, kind)
-            return make_postponed_constant(kind, ov.Shape(list(dims)), values, name=name or f"self.{weight}")
+            return self.constants.make(kind, ov.Shape(list(dims)), values, name=name or f"self.{weight}")
 
         return postpone
 
@@ -236,7 +238,8 @@ def save_ir(ov_model, out_dir, forms: WeightForms | None = None) -> None:
     .bin is written, and the format's own step runs on the saved IR.
 
     A weight that fails to load while OpenVINO writes (a corrupt tensor, Ctrl-C) stops the save
-    with its own error, not OpenVINO's rewording of it.
+    with its own error, not OpenVINO's rewording of it. Written or not, the postponed constants are
+    released then (their makers hold the source): the model is not to be used after.
     """
     from pathlib import Path
 
@@ -254,6 +257,9 @@ def save_ir(ov_model, out_dir, forms: WeightForms | None = None) -> None:
         if forms is not None and forms.failure is not None:
             raise forms.failure from None
         raise
+    finally:
+        if forms is not None:
+            forms.constants.release()
     if forms is not None and forms.variant.format.after_save is not None:
         forms.variant.format.after_save(xml)
 
