@@ -3,7 +3,7 @@
 Each build of a target once kept its whole job alive: OpenVINO's Python PostponedConstant keeps
 itself alive from C++, with its maker, the weight forms, the opened source and the GGUF's memory
 map (ir/postponed.py), ~2.2 MB a build of a 1.5 MB GGUF. Each compile of a target for `verify` kept
-a CPU plugin thread and its runtime cache (numerics.NO_RUNTIME_CACHE). After a first run, further
+a CPU plugin thread and its runtime cache (numerics.NO_RUNTIME_CACHE). After the first runs, further
 runs must leave no more mappings of their input, live gguf2ov objects or threads, and RSS within
 noise of where it was.
 """
@@ -19,8 +19,10 @@ from gguf2ov.cli import main
 # The first runs fill the process's caches (maps, the tokenizer extension, the allocator's pools):
 # RSS rose 4.7 MB over the first 3 target builds in a test session, then 0.4 MB over the next 8.
 WARM_UP = 3
-RUNS = 4  # 2.2 MB a run was ~9 MB: clearly above that
-RSS_GROWTH_MB = 0.75  # per run, at most
+RUNS = 4
+# RSS is the coarse check, for what no counter sees (the runtime cache's ~5 MB a run): in a long test
+# session on a busy machine the allocator's noise reached 0.8 MB a run
+RSS_GROWTH_MB = 1.5  # per run, at most
 
 
 def _state(watched: Path) -> dict:
