@@ -297,7 +297,8 @@ ADDED_KEYS = ["dflash.vocab_size", "dflash.mask_token_id", "dflash.attention.sli
 # keys added to a target ({arch}: its architecture): the ones its reader and builder read beside the map's
 TARGET_ADDED_KEYS = ["general.alignment", "{arch}.rope.scaling.type", "{arch}.rope.dimension_sections",
                      "{arch}.vocab_size", "{arch}.attention.sliding_window", "{arch}.expert_count",
-                     "{arch}.expert_used_count", "tokenizer.ggml.padding_token_id", "split.count", "split.no", "junk.key"]
+                     "{arch}.expert_used_count", "tokenizer.ggml.padding_token_id", "split.count", "split.no",
+                     "junk.key"]
 
 
 def _added_keys(model) -> list[str]:
