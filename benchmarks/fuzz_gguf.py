@@ -1,7 +1,9 @@
-"""Structural mutation fuzzer for gguf2ov: hostile GGUFs through `inspect`, `convert` and `check`.
+"""Structural mutation fuzzer for gguf2ov: hostile GGUFs through `inspect`, `convert`, `check` and
+`target`.
 
-Each case takes a fixture draft (fixtures/tiny-dflash/*.gguf), applies one mutation (sometimes
-two) and runs one command on the result, in-process in a forked child with an address-space limit
+Each case takes a seed file (`inspect`, `convert` and `check`: a fixture draft,
+fixtures/tiny-dflash/*.gguf; `target`: a target GGUF, see TARGET_SEEDS), applies one mutation
+(sometimes two) and runs one command on the result, in-process in a forked child with an address-space limit
 (RLIMIT_AS: the child's size at fork + `--memory-mb`) and a per-case timeout. Mutations cover
 what the reader and the maps read:
 - every integer field of the file, rewritten raw: version, tensor and metadata counts, string and
@@ -22,13 +24,17 @@ A case is classified as
   timeout      the case ran longer than `--timeout`
   crash        the child died by a signal or exited in an unexpected way
   invalid      exit 0 but the output is wrong: a convert output with NaN/Inf weights or config
-               values that cannot be right, an inspect --json - that is not JSON; or an error that
-               is more than one line, is huge, or left output behind.
+               values that cannot be right, a target whose IR holds a NaN/Inf constant (after
+               OpenVINO's constant folding: the weights as the plugin computes them) or whose
+               config.json holds NaN, an inspect --json - that is not JSON; or an error that is
+               more than one line, is huge, or left output behind; or a numpy warning on stderr
+               (a bad value must be refused by name, not computed with a warning).
 Cases are deterministic: case i of an entry point depends only on (--seed, entry point, i);
 `--replay convert:123` rebuilds that mutant, prints the mutation and runs it with its traceback.
 
     python benchmarks/fuzz_gguf.py --cases 10000              # per entry point
     python benchmarks/fuzz_gguf.py --cases 200 --entry convert --seed 7
+    python benchmarks/fuzz_gguf.py --cases 300 --entry target --timeout 60
     python benchmarks/fuzz_gguf.py --replay check:4711
 
 Writes benchmarks/results/fuzz-<name>.json and .md (counts per entry point and class, per
@@ -71,8 +77,22 @@ from gguf2ov.maps.rules import config_get  # noqa: E402
 FIXTURES = REPO / "fixtures" / "tiny-dflash"
 SEEDS = ("draft-Q4_K_M.gguf", "draft-legacy-Q4_K_M.gguf")
 REFERENCE = FIXTURES / "draft-ref"
+# `target`'s seeds: the hybrid and MoE fixture targets (Q4_K_M as llama.cpp quantizes: Q4_K, Q5_0, Q6_K,
+# Q8_0), llama.cpp's own qwen35 and qwen35moe F16 files, and a qwen3 Q4_K_M made from the fixture
+# target's checkpoint by gguf2ov's writer when the run starts (QWEN3_SEED)
+TARGET_SEEDS = {"tiny-hybrid/target-Q4_K_M.gguf": REPO / "fixtures" / "tiny-hybrid" / "target-Q4_K_M.gguf",
+                "tiny-moe/target-Q4_K_M.gguf": REPO / "fixtures" / "tiny-moe" / "target-Q4_K_M.gguf",
+                "qwen35-mtp-llamacpp-F16.gguf": REPO / "tests" / "data" / "qwen35-mtp-llamacpp-F16.gguf",
+                "qwen35moe-mtp-llamacpp-F16.gguf": REPO / "tests" / "data" / "qwen35moe-mtp-llamacpp-F16.gguf"}
+QWEN3_SEED = "qwen3-target-Q4_K_M.gguf"
 RESULTS = REPO / "benchmarks" / "results"
-ENTRIES = ("inspect", "convert", "check")
+ENTRIES = ("inspect", "convert", "check", "target")
+DRAFT_ENTRIES = ("inspect", "convert", "check")
+# `target`'s weight formats, each with its share of the cases: the folded grid (the default), the
+# compact grid, fp16 and fp32 constants, NNCF's int8 and int4 (group 16 divides the fixtures' widths)
+TARGET_FORMATS = ((), ("--compact-grid",), ("--weight-format", "fp16"), ("--weight-format", "fp32"),
+                  ("--weight-format", "int8"), ("--weight-format", "int4", "--group-size", "16"))
+TARGET_FORMAT_WEIGHTS = (4, 1, 1, 1, 1, 1)
 CLASSES = ("clean", "clean_error", "traceback", "memory", "timeout", "crash", "invalid")
 MAX_ERROR_LINE = 5000     # characters; the listings in error lines are capped well below this
 EXAMPLES_PER_CLASS = 20
@@ -231,11 +251,12 @@ def serialise(model: Model) -> tuple[bytes, list[Field]]:
 MAP_KEYS: list[str] = []  # filled by _map_keys()
 
 
-def _map_keys() -> list[str]:
-    """The GGUF keys the shipped dflash map reads (its config rules' sources and conditions)."""
+def _map_keys(arch: str = "dflash") -> list[str]:
+    """The GGUF keys the shipped map of `arch` reads (its config rules' sources and conditions), and the
+    ones the reader reads itself."""
     from gguf2ov.maps.load import load_map
 
-    amap = load_map("dflash")
+    amap = load_map(arch)
     keys = set()
     for rule in [*amap.config.values(), *amap.legacy.values()]:
         keys.update(rule.get("from", []))
@@ -273,6 +294,16 @@ ADDED_KEYS = ["dflash.vocab_size", "dflash.mask_token_id", "dflash.attention.sli
               "dflash.attention.sliding_window_pattern", "dflash.target_hidden_size", "dflash.logit_scale",
               "dflash.conv_kernel_size", "dflash.selector_rank", "tokenizer.ggml.padding_token_id",
               "dflash.final_logit_softcapping", "general.alignment", "dflash.block_size", "junk.key"]
+# keys added to a target ({arch}: its architecture): the ones its reader and builder read beside the map's
+TARGET_ADDED_KEYS = ["general.alignment", "{arch}.rope.scaling.type", "{arch}.rope.dimension_sections",
+                     "{arch}.vocab_size", "{arch}.attention.sliding_window", "{arch}.expert_count",
+                     "{arch}.expert_used_count", "tokenizer.ggml.padding_token_id", "split.count", "split.no",
+                     "junk.key"]
+
+
+def _added_keys(model) -> list[str]:
+    arch = next((v for k, t, v in model.kv if k == "general.architecture" and isinstance(v, str)), "dflash")
+    return ADDED_KEYS if arch == "dflash" else [k.replace("{arch}", arch) for k in TARGET_ADDED_KEYS]
 
 
 @dataclass
@@ -325,7 +356,7 @@ def op_meta_value(model, rng, map_keys):
 
 
 def op_meta_add(model, rng, map_keys):
-    key = rng.choice(ADDED_KEYS + map_keys)
+    key = rng.choice(_added_keys(model) + map_keys)
     vtype, value = rng.choice(HOSTILE_VALUES)
     model.kv.insert(rng.randrange(len(model.kv) + 1), [key, vtype, value])
     return f"metadata {key} added := {_short(value)} (type {vtype})"
@@ -628,11 +659,13 @@ def classify(entry: str, code, out: str, err: str, out_dir: Path, scratch: Path,
         return "crash", f"signal {signal.Signals(-code).name}"
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     leftovers = [p.name for p in scratch.iterdir() if p.name.startswith((".out.", "out"))]
+    if warned := NUMPY_WARNING.search(err):
+        return "invalid", f"exit {code} with a numpy warning: {warned.group(0)[:200]}"
     if code == 0:
         if errors:
             return "invalid", f"exit 0 with an error line: {errors[0][:200]}"
-        if entry == "convert":
-            problems = validate_checkpoint(out_dir)
+        if entry in VALIDATORS:
+            problems = VALIDATORS[entry](out_dir)
             return ("invalid", "; ".join(problems)[:1000]) if problems else ("clean", "")
         if entry == "inspect" and out.lstrip().startswith("{"):
             try:
@@ -645,12 +678,16 @@ def classify(entry: str, code, out: str, err: str, out_dir: Path, scratch: Path,
     if code == 1 and len(errors) == 1:
         if len(errors[0]) > MAX_ERROR_LINE:
             return "invalid", f"error line of {len(errors[0])} characters"
-        if entry == "convert" and leftovers:
-            return "invalid", f"failed convert left {leftovers}"
+        if entry in VALIDATORS and leftovers:
+            return "invalid", f"failed {entry} left {leftovers}"
         return "clean_error", errors[0][:300]
     if code == 1 and len(errors) > 1:
         return "invalid", f"{len(errors)} error lines: {errors[0][:200]}"
     return "crash", f"exit code {code}: {_last_line(err)}"
+
+
+# what numpy's warnings print (`RuntimeWarning: invalid value encountered in log`)
+NUMPY_WARNING = re.compile(r"\w*Warning: (?:invalid value|divide by zero|overflow|underflow) encountered[^\n]*")
 
 
 def _last_line(text: str) -> str:
@@ -747,7 +784,38 @@ def _validate_tensors(out_dir: Path, config: dict) -> list[str]:
     return problems
 
 
+def validate_target(out_dir: Path) -> list[str]:
+    """What is wrong with a built target folder, independently of the builder: its config.json is not
+    JSON (or holds NaN), its IR is missing or does not read, or a floating-point constant of the IR is
+    NaN or Inf once OpenVINO has folded the constant subgraphs (the weights as the plugin computes them
+    from codes, scales and zero points)."""
+    import openvino as ov
+    from openvino.passes import ConstantFolding, Manager
+
+    try:
+        json.loads((out_dir / "config.json").read_text(encoding="utf-8"), parse_constant=_refuse_constant)
+    except (OSError, ValueError) as e:
+        return [f"config.json: {e}"]
+    try:
+        model = ov.Core().read_model(str(out_dir / "openvino_model.xml"))
+    except Exception as e:  # noqa: BLE001 - any failure to read the IR is the finding
+        return [f"openvino_model.xml: {str(e)[:200]}"]
+    manager = Manager()
+    manager.register_pass(ConstantFolding())
+    manager.run_passes(model)
+    problems = []
+    for op in model.get_ops():
+        if op.get_type_name() == "Constant" and op.get_output_element_type(0).is_real():
+            data = op.get_data()
+            if bad := int(np.count_nonzero(~np.isfinite(data))):
+                problems.append(f"{op.get_friendly_name()} holds {bad} NaN/Inf values of {data.size}")
+    return problems
+
+
 # --- the campaign ----------------------------------------------------------------------------------
+
+VALIDATORS = {"convert": validate_checkpoint, "target": validate_target}
+
 
 def case_argv(entry: str, rng: random.Random, mutant_path: Path, out_dir: Path, legacy: bool) -> list[str]:
     if entry == "inspect":
@@ -756,13 +824,29 @@ def case_argv(entry: str, rng: random.Random, mutant_path: Path, out_dir: Path, 
     if entry == "convert":
         dtype = ["--dtype", rng.choice(["f16", "f32"])] if rng.random() < 0.2 else []
         return ["convert", str(mutant_path), "-o", str(out_dir), "--quiet", *dtype, *offset]
+    if entry == "target":
+        form = rng.choices(TARGET_FORMATS, weights=TARGET_FORMAT_WEIGHTS)[0]
+        return ["target", str(mutant_path), "-o", str(out_dir), "--quiet", *form]
     return ["check", str(mutant_path), "--reference", str(REFERENCE), *offset]
 
 
-def build_case(entry: str, index: int, seed: int, seeds: dict, map_keys: list[str], scratch: Path):
+def entry_seeds(entry: str, seeds: dict) -> list[str]:
+    """The names of the seed files an entry point mutates."""
+    drafts = [name for name in SEEDS if name in seeds]
+    return sorted(name for name in seeds if name not in drafts) if entry == "target" else sorted(drafts)
+
+
+def _seed_arch(data: bytes) -> str:
+    return next((v for k, t, v in parse(data).kv if k == "general.architecture"), "dflash")
+
+
+def build_case(entry: str, index: int, seed: int, seeds: dict, map_keys, scratch: Path):
+    """`map_keys`: the keys each architecture's map reads ({arch: [key]}, from `_map_keys`)."""
     rng = random.Random(f"{seed}:{entry}:{index}")
-    seed_name = rng.choice(sorted(seeds))
-    mutant, operator = mutate(seeds[seed_name], rng, map_keys)
+    seed_name = rng.choice(entry_seeds(entry, seeds))
+    keys = map_keys[_seed_arch(seeds[seed_name])]
+    MAP_KEYS[:] = keys
+    mutant, operator = mutate(seeds[seed_name], rng, keys)
     path = scratch / "mutant.gguf"
     path.write_bytes(mutant.data)
     out_dir = scratch / "out"
@@ -778,8 +862,9 @@ def _clear(scratch: Path) -> None:
             p.unlink(missing_ok=True)
 
 
-def _warm_up(scratch: Path, seeds: dict) -> None:
-    """Import what each command imports, once, before the children are forked."""
+def _warm_up(scratch: Path, seeds: dict, entries) -> None:
+    """Import what each command imports, once, before the children are forked. `target` is only
+    imported: a run would start OpenVINO's thread pools, which a forked child cannot use."""
     from gguf2ov.cli import main
 
     seed = scratch / "seed.gguf"
@@ -788,20 +873,48 @@ def _warm_up(scratch: Path, seeds: dict) -> None:
         main(["inspect", str(seed), "--json", "-"])
         main(["convert", str(seed), "-o", str(scratch / "out"), "--quiet"])
         main(["check", str(seed), "--reference", str(REFERENCE)])
+    if "target" in entries:
+        import nncf  # noqa: F401
+        import openvino_tokenizers  # noqa: F401
+
+        import gguf2ov.stages.target  # noqa: F401
+        import gguf2ov.target.graph  # noqa: F401
+        import gguf2ov.target.probe  # noqa: F401
     _clear(scratch)
+
+
+def load_seeds(entries) -> tuple[dict, dict]:
+    """({seed name: bytes}, {arch: the GGUF keys its map reads}) for the entry points: the drafts always
+    (the warm-up runs on one), the targets for `target` (the qwen3 one written first, QWEN3_SEED)."""
+    seeds = {name: (FIXTURES / name).read_bytes() for name in SEEDS}
+    if "target" in entries:
+        seeds.update({name: path.read_bytes() for name, path in TARGET_SEEDS.items()})
+        seeds[QWEN3_SEED] = qwen3_seed()
+    map_keys = {arch: _map_keys(arch) for arch in sorted({_seed_arch(data) for data in seeds.values()})}
+    return seeds, map_keys
+
+
+def qwen3_seed() -> bytes:
+    """A qwen3 target GGUF (Q4_K_M, with its vocabulary) of the fixture target's checkpoint."""
+    from gguf2ov.tools.gguf_writer import write_gguf
+
+    with tempfile.TemporaryDirectory(prefix="gguf2ov-fuzz-seed-") as tmp:
+        path = Path(tmp) / QWEN3_SEED
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            write_gguf(FIXTURES / "target-hf", path, "qwen3", tokenizer_dir=FIXTURES / "target-hf", mix="Q4_K_M")
+        return path.read_bytes()
 
 
 def run_fuzz(cases: int, seed: int = 0, entries=ENTRIES, timeout: float = 20.0, memory_mb: int = 1024,
              progress: bool = False, log=None) -> dict:
     """Run `cases` cases per entry point; returns the summary (see `write_summary`)."""
-    seeds = {name: (FIXTURES / name).read_bytes() for name in SEEDS}
-    map_keys = _map_keys()
+    seeds, map_keys = load_seeds(entries)
     base = Path("/dev/shm") if os.access("/dev/shm", os.W_OK) else None
     scratch = Path(tempfile.mkdtemp(prefix="gguf2ov-fuzz-", dir=base))
     outcomes: list[Outcome] = []
     started = time.monotonic()
     try:
-        _warm_up(scratch, seeds)
+        _warm_up(scratch, seeds, entries)
         for entry in entries:
             t0 = time.monotonic()
             for index in range(cases):
@@ -815,7 +928,7 @@ def run_fuzz(cases: int, seed: int = 0, entries=ENTRIES, timeout: float = 20.0, 
                     log.write(json.dumps(outcome.__dict__) + "\n")
                     log.flush()
                 _clear(scratch)
-                if progress and (index + 1) % 500 == 0:
+                if progress and (index + 1) % (50 if entry == "target" else 500) == 0:
                     print(f"{entry}: {index + 1}/{cases} ({time.monotonic() - t0:.0f} s) "
                           f"{dict(Counter(o.cls for o in outcomes if o.entry == entry))}", file=sys.stderr,
                           flush=True)
@@ -881,9 +994,9 @@ def markdown(summary: dict) -> str:
 
 def replay(spec: str, seed: int) -> int:
     entry, index = spec.split(":")
-    seeds = {name: (FIXTURES / name).read_bytes() for name in SEEDS}
+    seeds, map_keys = load_seeds((entry,))
     scratch = Path(tempfile.mkdtemp(prefix="gguf2ov-replay-"))
-    seed_name, mutant, operator, argv, out_dir = build_case(entry, int(index), seed, seeds, _map_keys(), scratch)
+    seed_name, mutant, operator, argv, out_dir = build_case(entry, int(index), seed, seeds, map_keys, scratch)
     print(f"seed file {seed_name}; {mutant.description}\nmutant: {scratch / 'mutant.gguf'}\n"
           f"gguf2ov {' '.join(argv)}", file=sys.stderr)
     from gguf2ov.cli import main
@@ -892,10 +1005,10 @@ def replay(spec: str, seed: int) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description="Mutation fuzzer for gguf2ov inspect/convert/check.")
+    parser = argparse.ArgumentParser(description="Mutation fuzzer for gguf2ov inspect/convert/check/target.")
     parser.add_argument("--cases", type=int, default=1000, help="cases per entry point")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--entry", action="append", choices=ENTRIES, help="entry point(s) (default: all three)")
+    parser.add_argument("--entry", action="append", choices=ENTRIES, help="entry point(s) (default: all four)")
     parser.add_argument("--timeout", type=float, default=20.0, help="seconds per case")
     parser.add_argument("--memory-mb", type=int, default=1024, help="address space a case may add")
     parser.add_argument("--name", help="results name (default: <cases>-seed<seed>)")

@@ -212,7 +212,8 @@ class Job:
         and refused here if NNCF would refuse it)."""
         from .target.graph import target_forms
 
-        return target_forms(self.target_source, self.target_spec.variant, self.target_spec.compact_grid)
+        build = self.target_spec
+        return target_forms(self.target_source, build.variant, build.compact_grid, build.allow_nonfinite)
 
     @cached_property
     def target_tokenizer(self):

@@ -29,6 +29,13 @@ EXACT = {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0
 F32_HINT = {"INFERENCE_PRECISION_HINT": "f32"}
 DQ_KEY = "DYNAMIC_QUANTIZATION_GROUP_SIZE"
 KV_KEY = "KV_CACHE_PRECISION"
+# With its runtime cache on, the CPU plugin keeps one thread (and memory: ~5 MB for the fixture
+# target) alive for the rest of the process per LLM it compiles, compiled model released or not
+# (openvino 2026.4.1: a decoder IR, gguf2ov's or optimum's; not a lone MatMul, SDPA or ReadValue):
+# `verify --target` run again and again in one process grew by ~5 MB and 43 MB of address space a
+# run. gguf2ov's own compiles run a few steps each and gain nothing from the cache; the arithmetic
+# is the same without it. GenAI's pipelines keep theirs.
+NO_RUNTIME_CACHE = {"CPU_RUNTIME_CACHE_CAPACITY": 0}
 
 
 @cache
@@ -43,12 +50,18 @@ def core():
 def compile_exact(model, device: str = "CPU"):
     """An ov.Model or IR path compiled in float32 with dynamic quantization off: exact arithmetic
     on every CPU, whatever the plugin's default there."""
-    return core().compile_model(model if not hasattr(model, "__fspath__") else str(model), device, EXACT)
+    return core().compile_model(model if not hasattr(model, "__fspath__") else str(model), device,
+                                {**EXACT, **_released(device)})
 
 
 def compile_plain(model, device: str = "CPU"):
     """A model whose arithmetic no setting changes (a tokenizer: string ops), compiled as it is."""
-    return core().compile_model(model if not hasattr(model, "__fspath__") else str(model), device)
+    return core().compile_model(model if not hasattr(model, "__fspath__") else str(model), device, _released(device))
+
+
+def _released(device: str) -> dict:
+    """The properties that let a compiled model go without leaving a thread behind (NO_RUNTIME_CACHE)."""
+    return NO_RUNTIME_CACHE if device == "CPU" else {}
 
 
 @cache

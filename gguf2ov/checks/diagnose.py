@@ -102,19 +102,20 @@ def stats(ours: np.ndarray, ref: np.ndarray) -> Stats:
         return Stats(None, None, None, None, None, None, True, True)
     ka = kb = None
     sa = sb = saa = sbb = sab = dd = max_abs = 0.0
-    for a, b in zip(_chunks(ours), _chunks(ref)):
-        if ka is None:
-            ka, kb = a.mean(), b.mean()
-        d = a - b
-        dd += _dot(d, d)
-        max_abs = max(max_abs, float(np.abs(d).max()))
-        a -= ka
-        b -= kb
-        sa += a.sum()
-        sb += b.sum()
-        saa += _dot(a, a)
-        sbb += _dot(b, b)
-        sab += _dot(a, b)
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN or Inf in either array: told apart below
+        for a, b in zip(_chunks(ours), _chunks(ref)):
+            if ka is None:
+                ka, kb = a.mean(), b.mean()
+            d = a - b
+            dd += _dot(d, d)
+            max_abs = max(max_abs, float(np.abs(d).max()))
+            a -= ka
+            b -= kb
+            sa += a.sum()
+            sb += b.sum()
+            saa += _dot(a, a)
+            sbb += _dot(b, b)
+            sab += _dot(a, b)
     finite, ref_finite = math.isfinite(saa) and math.isfinite(ka), math.isfinite(sbb) and math.isfinite(kb)
     if not (finite and ref_finite):
         # Inf - Inf is NaN in either sum: look at the arrays themselves to say which side is broken.

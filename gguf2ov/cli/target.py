@@ -1,6 +1,10 @@
 """`gguf2ov target SOURCE -o DIR`: a DFlash-ready OpenVINO target built from a GGUF or a Hugging
 Face checkpoint, weight by weight."""
 
+import sys
+
+from ..errors import printable
+from ..finite import nonfinite_warnings
 from ..ir.variants import TARGET_GROUP_SIZE
 from ..job import Job, Options
 from ..sources import model_source
@@ -26,12 +30,17 @@ def configure_parser(parser) -> None:
                              "instead of ~1.38x, but the CPU plugin runs it in ~1.5x the memory")
     a.map_arguments(parser, offset=False)
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
+    parser.add_argument("--allow-nonfinite", action="store_true",
+                        help="write weights that hold NaN or Inf values (with a warning) instead of failing")
     add_output_arguments(parser, inputs=("source", "map", "tokenizer"), outputs=("output",))
 
 
 def main(args) -> int:
     build = a.target_build(args.weight_format, args.group_size, args.sym, args.ratio, args.all_layers,
-                           args.compact_grid, args.tokenizer, args.map)
+                           args.compact_grid, args.tokenizer, args.map, args.allow_nonfinite)
     job = Job(target_spec=build(model_source(args.source, "target")), options=Options(progress=not args.quiet))
     result = job.build_target(args.output, overwrite=args.overwrite)
-    return emit(result, args, title="gguf2ov target")
+    code = emit(result, args, title="gguf2ov target")
+    for line in nonfinite_warnings(result.nonfinite):  # on stderr even under --quiet: the target computes NaN
+        print(f"warning: {printable(line)}", file=sys.stderr)
+    return code

@@ -17,6 +17,15 @@ size in the file, an object and a pointer per item; compact, about 1.1x
 (`benchmarks/bench_metadata.py`).
 Layout: magic, version, tensor count, kv count, kv pairs, tensor infos, padding to
 `general.alignment`, tensor data. Only little-endian files (what llama.cpp writes) are read.
+
+The file is held to llama.cpp's own rules (ggml/src/gguf.cpp, gguf_init_from_file_impl, and the
+typed reads of llama-model-loader.cpp), so that a file gguf2ov builds from is one llama.cpp runs:
+- the keys the reader itself interprets have the value type llama.cpp reads them as (`KEY_TYPES`):
+  general.alignment UINT32 (gguf-py's reader requires it too), a power of two (1, 2 and 4 are
+  valid: llama.cpp and gguf-py accept any non-zero power of two);
+- the tensors' data lie in the order of their infos, each at the previous one's end rounded up to
+  the alignment, the first at 0: a tensor whose offset points elsewhere (into another tensor's
+  data) is refused, as llama.cpp refuses it.
 """
 
 import array
@@ -53,6 +62,12 @@ _ELEMENT_DTYPES = {
     GGMLQuantizationType.I32: np.int32, GGMLQuantizationType.I64: np.int64,
 }
 _U64 = struct.Struct("<Q")
+# The keys this module reads itself, with the value type llama.cpp requires of them: gguf.cpp refuses
+# a general.alignment of another type than UINT32; llama-model-loader.cpp reads general.architecture
+# as a string and split.count and split.no as uint16, and its typed get_key refuses any other type.
+# (The keys a map reads are typed by its config rules, maps/rules.py VALUE_TYPES.)
+KEY_TYPES = {"general.alignment": GGUFValueType.UINT32, "general.architecture": GGUFValueType.STRING,
+             "split.count": GGUFValueType.UINT16, "split.no": GGUFValueType.UINT16}
 # Metadata arrays longer than this stay compact (see the module docstring); shorter ones, such as
 # layer ids, are plain lists.
 COMPACT_ARRAY = 64
@@ -418,17 +433,18 @@ def _parse(cur: _Cursor, path: Path) -> GgufFile:
     for i in range(n_kv):
         key = cur.string(f"metadata key #{i}")
         shown = _clip(key)  # a corrupt length can make a key of megabytes
-        value = cur.value(cur.u32(f"type of {shown}"), f"metadata {shown}")
+        vtype = cur.u32(f"type of {shown}")
+        value = cur.value(vtype, f"metadata {shown}")
+        if key in KEY_TYPES and vtype != KEY_TYPES[key]:
+            raise _Corrupt(f"{key} is {summarise(value, max_chars=60)} ({_type_name(vtype)}), not "
+                           f"{_type_words(KEY_TYPES[key])}: llama.cpp refuses any other type")
         if key in metadata:  # read like any other value, then kept aside: open_gguf decides
             duplicates.setdefault(key, [metadata[key]]).append(value)
         else:
             metadata[key] = value
-    arch = metadata.get("general.architecture")
-    if arch is not None and not isinstance(arch, str):  # it selects the map, and names the file everywhere
-        raise _Corrupt(f"general.architecture is {summarise(arch, max_chars=60)}, not a string")
     alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
-    if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
-        raise _Corrupt(f"general.alignment {alignment!r} is not a power of two")
+    if alignment == 0 or alignment & (alignment - 1):
+        raise _Corrupt(f"general.alignment {alignment} is not a power of two")
     infos = []
     for i in range(n_tensors):
         name = cur.string(f"name of tensor #{i}")
@@ -440,11 +456,28 @@ def _parse(cur: _Cursor, path: Path) -> GgufFile:
         infos.append((name, ne, cur.u32(f"type of tensor {shown}"), cur.u64(f"offset of tensor {shown}")))
     data_start = -(-cur.pos // alignment) * alignment
     tensors = {}
+    expected = 0  # where llama.cpp expects the next tensor's data: the previous one's end, aligned
     for name, ne, raw_type, offset in infos:
         if name in tensors:
             raise _Corrupt(f"tensor {_clip(name)} appears twice")
-        tensors[name] = _tensor_info(name, ne, raw_type, data_start + offset, cur.size)
+        info = _tensor_info(name, ne, raw_type, data_start + offset, cur.size)
+        if offset != expected:
+            raise _Corrupt(f"tensor {_clip(name)} has its data at offset {offset}, where llama.cpp expects {expected} "
+                           f"(the previous tensor's end, aligned to {alignment}): it would read other data")
+        tensors[name] = info
+        expected = -(-(offset + info.n_bytes) // alignment) * alignment
     return GgufFile(path, version, metadata, tensors, duplicates)
+
+
+def _type_name(vtype: int) -> str:
+    try:
+        return GGUFValueType(vtype).name
+    except ValueError:
+        return f"type {vtype}"
+
+
+def _type_words(vtype: GGUFValueType) -> str:
+    return "a string" if vtype == GGUFValueType.STRING else f"a {vtype.name}"
 
 
 def _clip(text: str, limit: int = 120) -> str:

@@ -292,7 +292,7 @@ def grid_bits(qtype) -> float:
 # the builder
 # ---------------------------------------------------------------------------------------------
 
-def grid_weight(raw, qtype, shape, folded: bool = False, postpone=None):
+def grid_weight(raw, qtype, shape, folded: bool = False, postpone=None, check=None):
     """The f32 [out, in] output of a decompression subgraph holding the GGUF tensor's own grid.
 
     `raw` is the tensor's stored bytes as `GgufFile.raw` returns them (torch-order rows, last axis
@@ -319,6 +319,10 @@ def grid_weight(raw, qtype, shape, folded: bool = False, postpone=None):
     weight, and every Constant keeps the expert axis (codes [E, N, K / G, G], scale and zero point
     [E, N, K / G, 1]), which the CPU plugin's GatherMatmul needs to run them compressed (the 2-D
     form reshaped to [E, N, K] is decompressed at compile time, measured).
+
+    `check(values, total)` sees every chunk of the float Constants as it is made (the file's f16 scales
+    and minimums, or the folded f32 scale and zero point; `total` of them in the weight), so that a
+    NaN or Inf in the file's fields is refused where it is decoded.
     """
     try:
         qtype = QType(qtype)
@@ -336,10 +340,10 @@ def grid_weight(raw, qtype, shape, folded: bool = False, postpone=None):
         raise Gguf2ovError(f"{qtype.name} rows of {shape[-1]} elements are not whole {block}-element blocks")
     kinds = _constant_kinds(qtype, layout, shape, folded)
     if postpone is None:
-        tensors = _decode(raw, qtype, layout, shape, kinds, folded)
+        tensors = _decode(raw, qtype, layout, shape, kinds, folded, check)
         constants = {name: _constant(tensor) for name, tensor in tensors.items()}
     else:
-        constants = _postponed_constants(raw, qtype, layout, shape, kinds, folded, postpone)
+        constants = _postponed_constants(raw, qtype, layout, shape, kinds, folded, postpone, check)
     if folded and _folds(layout):
         return _folded_decompression(layout, constants, shape)
     return _decompression(layout, constants, shape, u6=layout.codes == "u6" and not folded)
@@ -368,8 +372,9 @@ def _folds(layout: _Layout) -> bool:
     return layout.zero_point in ("min", "k") or any(name == "scales" for name, _, _ in layout.params)
 
 
-def _decode(raw, qtype, layout: _Layout, shape, kinds: dict, folded: bool) -> dict:
-    """The weight's Constants' data as ov.Tensors, decoded from the stored bytes chunk by chunk."""
+def _decode(raw, qtype, layout: _Layout, shape, kinds: dict, folded: bool, check=None) -> dict:
+    """The weight's Constants' data as ov.Tensors, decoded from the stored bytes chunk by chunk, each
+    chunk of a float Constant shown to `check(values, total)`."""
     import openvino as ov
 
     block, type_size = GGML_QUANT_SIZES[qtype]
@@ -388,7 +393,9 @@ def _decode(raw, qtype, layout: _Layout, shape, kinds: dict, folded: bool) -> di
     tensors = {name: ov.Tensor(getattr(ov.Type, kind), ov.Shape(dims)) for name, (kind, dims) in kinds.items()}
     views = {name: t.data.reshape(n_blocks, -1) for name, t in tensors.items()}
     step = max(1, _CHUNK_BYTES // row_bytes)
-    with np.errstate(invalid="ignore", over="ignore"):
+    floats = [name for name, (kind, _) in kinds.items() if kind in ("f16", "f32")]
+    float_total = sum(int(np.prod(kinds[name][1], dtype=np.int64)) for name in floats)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         for r0 in range(0, rows, step):
             r1 = min(rows, r0 + step)
             chunk = np.ascontiguousarray(data[r0:r1]).reshape(-1, type_size)
@@ -401,6 +408,9 @@ def _decode(raw, qtype, layout: _Layout, shape, kinds: dict, folded: bool) -> di
                 _fold(layout, params, out)
             else:
                 layout.fill(chunk, out)
+            if check is not None:
+                for name in floats:
+                    check(out[name], float_total)
     return tensors
 
 
@@ -429,7 +439,7 @@ def _constant(tensor):
     return ov.op.Constant(tensor, shared_memory=True)
 
 
-def _postponed_constants(raw, qtype, layout, shape, kinds: dict, folded: bool, postpone) -> dict:
+def _postponed_constants(raw, qtype, layout, shape, kinds: dict, folded: bool, postpone, check=None) -> dict:
     """PostponedConstants of the weight: the first one OpenVINO writes decodes the tensor, each
     hands out its own part, and the last one drops what is left."""
     pending: dict = {}
@@ -437,7 +447,7 @@ def _postponed_constants(raw, qtype, layout, shape, kinds: dict, folded: bool, p
     def part(name):
         def make():
             if not pending:
-                pending.update(_decode(raw, qtype, layout, shape, kinds, folded))
+                pending.update(_decode(raw, qtype, layout, shape, kinds, folded, check))
             return pending.pop(name)
         return make
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import Gguf2ovError
+from ..finite import count_nonfinite, nonfinite_error
 from ..names import CONFIG_FILE, PROVENANCE_FILE, SAFETENSORS_FILE, SAFETENSORS_INDEX
 from ..outputs import atomic_dir, writing
 from ..progress import progress as progress_bar
@@ -146,11 +147,8 @@ def _nonfinite_error(spec: TensorSpec, written: int, stored: int) -> Gguf2ovErro
     where = f"{spec.name} (from {spec.source})" if spec.source else spec.name
     total = int(np.prod(spec.shape, dtype=np.int64))
     if stored:
-        return Gguf2ovError(f"{where} holds {stored} NaN or Inf values of {total}: the tensor's data (or its "
-                            f"quantization scales) in the file is broken",
-                            hint="re-download or re-convert the GGUF; --allow-nonfinite writes the values as they are")
-    return Gguf2ovError(f"{where}: {written} of its {total} values are too large for {spec.dtype} and would be "
-                        f"written as Inf", hint="convert with --dtype bf16 or f32")
+        return nonfinite_error(where, stored, total)
+    return nonfinite_error(where, written, total, too_large_for=spec.dtype, hint="convert with --dtype bf16 or f32")
 
 
 def _write_tensor(f, spec: TensorSpec, item) -> tuple[int, int] | None:
@@ -167,7 +165,7 @@ def _write_tensor(f, spec: TensorSpec, item) -> tuple[int, int] | None:
         encoded = encode(chunk, spec.dtype)
         if bad := _count_nonfinite(encoded, spec.dtype):
             written += bad
-            stored += int(np.count_nonzero(~np.isfinite(chunk)))
+            stored += count_nonfinite(chunk)
         f.write(memoryview(encoded).cast("B"))
     return (written, stored) if written else None
 
@@ -175,9 +173,7 @@ def _write_tensor(f, spec: TensorSpec, item) -> tuple[int, int] | None:
 def _count_nonfinite(encoded: np.ndarray, dtype: str) -> int:
     if dtype == "BF16":  # bit patterns: exponent all ones is Inf or NaN
         return int(np.count_nonzero((encoded & np.uint16(0x7F80)) == np.uint16(0x7F80)))
-    if dtype in ("F16", "F32"):
-        return int(np.count_nonzero(~np.isfinite(encoded)))
-    return 0  # integer tensors
+    return count_nonfinite(encoded)  # F16, F32; 0 for integer tensors
 
 
 def _write_json(path: Path, obj) -> None:

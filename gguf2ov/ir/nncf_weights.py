@@ -302,7 +302,8 @@ def compress_weight(w, spec: WeightSpec, name: str = "weight", gather: bool = Fa
     # undecorated function is called: the same code path, without the session.
     compress_weights = getattr(nncf.compress_weights, "__wrapped__", nncf.compress_weights)
     try:
-        with _nncf_silenced():
+        # a scale beyond float16 (or a NaN value) would warn as NNCF casts it: the caller checks the constants
+        with _nncf_silenced(), np.errstate(all="ignore"):
             micro = compress_weights(micro, **kwargs)
     except Exception as e:  # NNCF's own exception types for bad group sizes and shapes
         raise Gguf2ovError(f"NNCF could not compress {name} as {spec.mode} g{spec.group_size}: {e}") from e
@@ -340,21 +341,23 @@ def row_chunks(rows: int, width: int, elements: int | None = None) -> list[tuple
 
 
 def streamed_compression(rows_of, shape, spec: WeightSpec, postpone, name: str = "weight", gather: bool = False,
-                         elements: int | None = None):
+                         elements: int | None = None, check=None, probe_rows_of=None):
     """`compress_weight` of a [rows, width] weight read as `rows_of(start, stop)`, as PostponedConstants.
 
     The subgraph is NNCF's for the first `PROBE_ROWS` rows, widened to all rows; `postpone(type, shape,
     make, name)` makes each of its Constants that hold rows (codes, scales, zero points) a
     PostponedConstant. When OpenVINO writes the first of them, the weight is compressed again chunk
     by chunk into full-size buffers, which the Constants then take one by one: the float32 weight
-    is never whole in memory, and its compressed form only until it is written.
+    is never whole in memory, and its compressed form only until it is written. `check(values, total)`
+    sees each chunk of the float Constants (the scales) as it is made, `total` of them in the weight;
+    `probe_rows_of` reads the rows that give the subgraph its structure (default: `rows_of`).
     """
     import openvino as ov
 
     rows, width = int(shape[0]), int(np.prod(shape[1:], dtype=np.int64))  # [E, N, K] experts: chunks of experts
     chunks = row_chunks(rows, width, elements)
     first = min(rows, PROBE_ROWS)
-    out = compress_weight(rows_of(0, first), spec, name, gather)
+    out = compress_weight((probe_rows_of or rows_of)(0, first), spec, name, gather)
     constants = _constants(out)
     held = {i: (c.get_output_element_type(0), [rows, *list(c.get_output_shape(0))[1:]])
             for i, c in enumerate(constants) if _rows_of(c) == first}
@@ -362,10 +365,14 @@ def streamed_compression(rows_of, shape, spec: WeightSpec, postpone, name: str =
 
     def fill():
         buffers = {i: ov.Tensor(kind, ov.Shape(dims)) for i, (kind, dims) in held.items()}
+        floats = [i for i, (kind, _) in held.items() if kind.is_real()]
+        float_total = sum(buffers[i].get_size() for i in floats)
         for r0, r1 in chunks:
             parts = _constants(compress_weight(rows_of(r0, r1), spec, name, gather))
             for i, buffer in buffers.items():
                 kind, dims = held[i]
+                if check is not None and i in floats:
+                    check(parts[i].get_data(), float_total)
                 data = _bytes(parts[i].get_tensor_view())
                 start = r0 * int(np.prod(dims[1:], dtype=np.int64)) * kind.bitwidth // 8
                 _bytes(buffer)[start:start + data.size] = data
@@ -386,6 +393,11 @@ def streamed_compression(rows_of, shape, spec: WeightSpec, postpone, name: str =
     if first != rows:
         _widen(out, first, rows)
     return out
+
+
+def float_constants(output) -> list[np.ndarray]:
+    """The data of the float Constants of a weight's subgraph (NNCF's scales)."""
+    return [c.get_data() for c in _constants(output) if c.get_output_element_type(0).is_real()]
 
 
 def _constants(output) -> list:

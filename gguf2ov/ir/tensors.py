@@ -70,6 +70,11 @@ class TensorSource:
         """Where a GGUF came from when it came from the hub (its repository, revision and file)."""
         return getattr(self.gguf, "origin", None)
 
+    def where(self, name: str) -> str:
+        """A tensor as messages name it: its name, and for a GGUF source the file's tensor and type."""
+        entry = self._entries.get(name)
+        return f"{name} (from {entry.gguf_name}, {entry.qtype.name})" if entry is not None else name
+
     @cached_property
     def sha256(self) -> str:
         if self._mapped is not None:
@@ -87,7 +92,7 @@ class TensorSource:
 
             entry = self._entries[name]
             x = self._mapped.gguf.load(entry.gguf_name)
-            x = apply_ops(entry.ops, x, self._mapped.config) if entry.ops else x
+            x = apply_ops(entry.ops, x, self._mapped.config, where=self.where(name)) if entry.ops else x
         else:
             x = self._checkpoint.load(name)
         x.flags.writeable = False  # shared with the next reader of the same tensor

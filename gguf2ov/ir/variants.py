@@ -109,19 +109,32 @@ def _grid_weight(forms, name):
     if order is not None:
         forms.input_orders[name] = order
     postpone = forms.postponing(name) if forms.streamed else None
+
+    def check(values, total):
+        forms.check_finite(name, values, what="quantization scales", total=total)
+
     return grid_weight(raw, qtype, forms.source.expected[name], folded=forms.gather(name) or forms.folded_grid,
-                       postpone=postpone), None
+                       postpone=postpone, check=check), None
 
 
 def _nncf_weight(forms, name):
-    from .nncf_weights import compress_weight, streamed_compression
+    from .nncf_weights import compress_weight, float_constants, streamed_compression
 
     spec, constant = forms.plan[name], f"self.{name}"
+
+    def check(scales, total):  # finite values whose float16 scale overflows (NaN values are counted as read)
+        forms.check_finite(name, None, scales, "NNCF scales", total, "float16", count=name not in forms.nonfinite)
+
     if forms.streamed:  # a target's: compressed in row chunks while the .bin is written
         return streamed_compression(forms.rows(name), forms.source.expected[name], spec, forms.postponing(name),
-                                    constant, forms.gather(name)), None
-    values = forms.source.f32(name)
-    return compress_weight(values, spec, name=constant, gather=forms.gather(name)), values
+                                    constant, forms.gather(name), check=check,
+                                    probe_rows_of=forms.rows(name, count=False)), None
+    values = forms.values(name)
+    output = compress_weight(values, spec, name=constant, gather=forms.gather(name))
+    scales = float_constants(output)
+    for data in scales:
+        check(data, sum(d.size for d in scales))
+    return output, values
 
 
 def _nncf_rt_info(model, variant, ignored=()) -> None:

@@ -13,6 +13,7 @@ from typing import Protocol
 import numpy as np
 
 from ..errors import Gguf2ovError
+from .postponed import PostponedConstants
 from .variants import Variant, require_source_for
 
 
@@ -56,6 +57,11 @@ class WeightForms:
     (scales multiplied out, 5/6-bit codes as u8: gguf/transcode.py, "Run-time memory"), a target's
     default; otherwise the file's own factorisation, 1.00x its tensor bytes (an embedding table
     is folded either way).
+
+    Every value the IR stores is checked where it is made, chunk by chunk (`check_finite`): the
+    source's float32 values, the float16 constants made of them, NNCF's float16 scales, and the
+    grid's scales and zero points. A NaN or Inf stops the build naming the tensor, unless
+    `allow_nonfinite`: then it is counted in `nonfinite` (weight -> values).
     """
 
     source: WeightSource
@@ -67,18 +73,26 @@ class WeightForms:
     plan: dict = field(default_factory=dict)
     input_orders: dict = field(default_factory=dict)  # weight -> the order its grid takes its inputs in
     failure: BaseException | None = None  # what stopped a postponed weight while OpenVINO was saving
+    allow_nonfinite: bool = False
+    nonfinite: dict = field(default_factory=dict)  # weight -> NaN/Inf values written (allow_nonfinite)
+    # the IR's postponed constants, held until save_ir has written them (ir/postponed.py: why)
+    constants: PostponedConstants = field(default_factory=PostponedConstants)
 
     def __post_init__(self):
         require_source_for(self.variant, self.source.kind)
         if self.streamed and self.observe is not None:
             raise Gguf2ovError("streamed weights are made while the IR is saved: they cannot be observed as they are built")
         if self.variant.nncf:
+            from ..finite import NonfiniteError
             from .nncf_weights import plan_modes
 
             try:
-                self.plan = plan_modes(self.variant, self.compressed_weights(), values=self.source.f32,
+                self.plan = plan_modes(self.variant, self.compressed_weights(),
+                                       values=lambda name: self.values(name, count=False),
                                        scores=self._scores(), embeddings=self.source.embeddings,
                                        last_shared=self.source.last_matmul_shared, held=self.source.int8_weights)
+            except NonfiniteError:
+                raise  # a weight NNCF would score, not a choice NNCF would refuse
             except Gguf2ovError as e:
                 raise Gguf2ovError(f"NNCF cannot compress the model as {self.variant.name}: {e.message}",
                                    hint=e.hint) from e
@@ -98,7 +112,8 @@ class WeightForms:
             return None
         from .nncf_weights import streamed_sensitivity
 
-        return {name: streamed_sensitivity(self.rows(name), shape) for name, shape in self.compressed_weights()}
+        return {name: streamed_sensitivity(self.rows(name, count=False), shape)
+                for name, shape in self.compressed_weights()}
 
     def stored_bytes(self) -> int:
         """The bytes the IR will hold for its weights: every weight in this variant's form, every other
@@ -119,7 +134,39 @@ class WeightForms:
         return output
 
     def vector(self, name: str) -> np.ndarray:
-        return self.source.f32(name)
+        return self.values(name)
+
+    def values(self, name: str, count: bool = True) -> np.ndarray:
+        """The source's float32 values of `name`, their NaN and Inf refused (or, allowed, counted unless
+        not `count`)."""
+        values = self.source.f32(name)
+        self.check_finite(name, values, count=count)
+        return values
+
+    def check_finite(self, name: str, values, written=None, what: str = "values", total: int | None = None,
+                     written_as: str | None = None, count: bool = True) -> None:
+        """Refuse (or, allowed, count) the NaN and Inf of what is made for `name`: `values`, the source's
+        (a chunk of them), or the file's own fields (`what`: "quantization scales" of a grid); `written`,
+        when given, what the IR stores of them in `written_as` (float16 constants, NNCF's scales), whose
+        Inf beyond NaN/Inf in `values` are values too large for it. `total`: how many `what` the weight
+        has (default: its elements). `count`: False for a read that writes nothing (NNCF's scores)."""
+        from ..finite import ALLOW_HINT, count_nonfinite, nonfinite_error
+
+        stored = count_nonfinite(values) if values is not None else 0
+        bad = max(stored, count_nonfinite(written)) if written is not None else stored
+        if not bad:
+            return
+        if self.allow_nonfinite:
+            if count:
+                self.nonfinite[name] = self.nonfinite.get(name, 0) + bad
+            return
+        elements = int(np.prod(self.source.expected[name], dtype=np.int64))
+        source = "GGUF" if self.source.kind == "gguf" else "checkpoint"
+        if stored:
+            raise nonfinite_error(self.source.where(name), stored, total or elements, what, source)
+        raise nonfinite_error(self.source.where(name), bad, total or elements, what, source, too_large_for=written_as,
+                              hint="values this large mostly mean broken data in the file; --weight-format fp32 keeps "
+                                   f"them, {ALLOW_HINT}")
 
     def input_order(self, name: str):
         """The order the weight made for `name` takes its inputs in (x[..., order]), when it keeps the
@@ -130,15 +177,20 @@ class WeightForms:
         """Whether `name` is an embedding table (read by a Gather, not multiplied by a MatMul)."""
         return name in self.source.embeddings
 
-    def rows(self, name: str):
-        """rows(start, stop): rows of the source tensor as float32, read only as far as asked."""
-        return lambda start, stop: self.source.f32_rows(name, start, stop)
+    def rows(self, name: str, count: bool = True):
+        """rows(start, stop): rows of the source tensor as float32, read only as far as asked, their NaN
+        and Inf refused (or, allowed, counted unless not `count`) as they are read."""
+        def rows(start, stop):
+            values = self.source.f32_rows(name, start, stop)
+            self.check_finite(name, values, count=count)
+            return values
+
+        return rows
 
     def postponing(self, weight: str):
         """postpone(type, shape, make, name=None) -> a PostponedConstant whose failure stops the save
         with its own error (see `failure`)."""
         import openvino as ov
-        from openvino.utils import make_postponed_constant
 
         def postpone(kind, dims, make, name=None):
             def values():
@@ -149,7 +201,7 @@ class WeightForms:
                     raise
 
             kind = kind if isinstance(kind, ov.Type) else getattr(ov.Type, kind)
-            return make_postponed_constant(kind, ov.Shape(list(dims)), values, name=name or f"self.{weight}")
+            return self.constants.make(kind, ov.Shape(list(dims)), values, name=name or f"self.{weight}")
 
         return postpone
 
@@ -168,7 +220,10 @@ class WeightForms:
             out = ov.Tensor(kind, ov.Shape(list(shape)))
             rows = out.data.reshape(shape[0], -1)
             for start, stop in row_chunks(shape[0], int(np.prod(shape[1:], dtype=np.int64))):
-                rows[start:stop] = self.source.f32_rows(name, start, stop).reshape(stop - start, -1)
+                chunk = self.source.f32_rows(name, start, stop).reshape(stop - start, -1)
+                with np.errstate(over="ignore"):  # beyond the float16 range: Inf, counted here
+                    rows[start:stop] = chunk
+                self.check_finite(name, chunk, rows[start:stop] if dtype == "f16" else None, written_as="float16")
             return out
 
         const = self.postponing(name)(kind, shape, values, f"self.{name}")
@@ -183,7 +238,8 @@ def save_ir(ov_model, out_dir, forms: WeightForms | None = None) -> None:
     .bin is written, and the format's own step runs on the saved IR.
 
     A weight that fails to load while OpenVINO writes (a corrupt tensor, Ctrl-C) stops the save
-    with its own error, not OpenVINO's rewording of it.
+    with its own error, not OpenVINO's rewording of it. Written or not, the postponed constants are
+    released then (their makers hold the source): the model is not to be used after.
     """
     from pathlib import Path
 
@@ -201,6 +257,9 @@ def save_ir(ov_model, out_dir, forms: WeightForms | None = None) -> None:
         if forms is not None and forms.failure is not None:
             raise forms.failure from None
         raise
+    finally:
+        if forms is not None:
+            forms.constants.release()
     if forms is not None and forms.variant.format.after_save is not None:
         forms.variant.format.after_save(xml)
 

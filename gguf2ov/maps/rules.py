@@ -93,9 +93,24 @@ def _untile_columns(args, config, width: int):
 
 
 def _log_negated(x, arg, config, reverse=False):
-    # llama.cpp stores a recurrent layer's A_log as ssm_a = -exp(A_log); computed in float64, rounded once
+    # llama.cpp stores a recurrent layer's A_log as ssm_a = -exp(A_log); computed in float64, rounded once.
+    # A finite ssm_a that is not negative has no A_log, and an A_log whose exp is beyond float32 no
+    # ssm_a: refused (NaN and Inf pass through, to the writers' own check).
     x = np.asarray(x, dtype=np.float64)
-    return (-np.exp(x) if reverse else np.log(-x)).astype(np.float32)
+    if reverse:
+        out = -np.exp(x)
+        if bad := int(np.count_nonzero(np.isfinite(x) & (out < -_F32_MAX))):
+            raise Gguf2ovError(f"{bad} of {x.size} values have an exp beyond float32 (A_log up to "
+                               f"{np.nanmax(x):.6g}; ssm_a = -exp(A_log))")
+        return out.astype(np.float32)
+    if bad := int(np.count_nonzero(x >= 0)):  # NaN compares false: it passes
+        raise Gguf2ovError(f"{bad} of {x.size} values are not negative (up to {np.nanmax(x):.6g}): ssm_a = "
+                           "-exp(A_log) is below 0, and the log of a value that is not has no A_log",
+                           hint="the tensor's data in the file is broken: re-download or re-convert the GGUF")
+    return np.log(-x).astype(np.float32)
+
+
+_F32_MAX = float(np.finfo(np.float32).max)
 
 
 def _unsqueeze(x, axis, config, reverse=False):
@@ -217,9 +232,19 @@ def shape_through(ops, shape, reverse=False) -> tuple:
     return shape
 
 
-def apply_ops(ops, x, config, reverse=False):
+def apply_ops(ops, x, config, reverse=False, where: str | None = None):
+    """`x` through a map entry's ops (reverse: undone, last first). A value outside what an op takes is
+    refused by the op, naming `where` (the tensor) and the op; NaN and Inf pass through silently (numpy
+    warns of nothing), for the writer to count and refuse by name."""
     for name, arg in (reversed(ops) if reverse else ops):
-        x = OPS[name].apply(x, arg, config, reverse=reverse)
+        try:
+            with np.errstate(all="ignore"):
+                x = OPS[name].apply(x, arg, config, reverse=reverse)
+        except Gguf2ovError as e:
+            if where is None:
+                raise
+            raise Gguf2ovError(f"{where}: map op {name}{' (reversed)' if reverse else ''}: "
+                               f"{e.message.removeprefix(name + ': ')}", hint=e.hint) from e
     return x
 
 

@@ -157,7 +157,8 @@ class TensorMatcher:
                 continue
             x = gguf.load(entry.gguf_name)
             if entry.ops:
-                x = apply_ops(entry.ops, x, config)
+                where = f"{entry.hf_name} (from {entry.gguf_name}, {entry.qtype.name})"
+                x = apply_ops(entry.ops, x, config, where=where)
             yield entry.hf_name, x, entry.gguf_name, entry.qtype
 
 

@@ -54,4 +54,4 @@ class GgufWriter:
     def to_gguf(self, hf_name: str, x, config: dict):
         """(GGUF name, array) with the map's ops reversed."""
         gguf_name, ops = self.gguf_name_for(hf_name)
-        return gguf_name, apply_ops(ops, x, config, reverse=True)
+        return gguf_name, apply_ops(ops, x, config, reverse=True, where=hf_name)

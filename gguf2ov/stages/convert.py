@@ -8,6 +8,7 @@ from gguf import GGMLQuantizationType
 
 from ..checks.taps import OffsetDecision
 from ..errors import Gguf2ovError
+from ..finite import nonfinite_warnings
 from ..hf.write import DEFAULT_MAX_SHARD_SIZE, DTYPES, TensorSpec, checkpoint_bytes, write_checkpoint
 from ..maps.rules import config_get, plain_value
 from ..outputs import require_output_dir, require_space
@@ -68,8 +69,7 @@ class ConvertResult:
         return lines
 
     def nonfinite_warnings(self) -> list[str]:
-        return [f"{name} was written with {count} NaN or Inf values (--allow-nonfinite): a model loading it "
-                f"computes NaN" for name, count in self.nonfinite.items()]
+        return nonfinite_warnings(self.nonfinite)
 
 
 def checkpoint_specs(mapped, dtype: str) -> list[TensorSpec]:

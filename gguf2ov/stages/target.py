@@ -59,6 +59,7 @@ class TargetExportResult:
     grid: str | None = None  # "folded" | "compact", when weights carry the GGUF's grid
     nncf_backup: list[str] = field(default_factory=list)
     nncf_backup_why: dict[str, str] = field(default_factory=dict)  # weight -> why NNCF keeps it in int8
+    nonfinite: dict[str, int] = field(default_factory=dict)  # weight -> NaN/Inf values written (--allow-nonfinite)
     seconds: float = 0.0
 
     def tables(self) -> list[Table]:
@@ -87,6 +88,8 @@ class TargetExportResult:
             lines.append(f"kept in NNCF's backup int8: {_backup_text(self.nncf_backup, self.nncf_backup_why)}")
         passed = sum(c.status == "pass" for c in self.checks)
         lines.append(f"target checks: {passed}/{len(self.checks)} pass")
+        if self.nonfinite:
+            lines.append(f"NaN or Inf values written (--allow-nonfinite) in {len(self.nonfinite)} weights")
         return lines
 
 
@@ -118,7 +121,8 @@ def export_target(forms, out_dir, tokenizer_from, overwrite: bool = False, progr
         options = {"weight_format": variant.weight_format, "variant": variant.name,
                    "map": str(target.map_path) if target.map_path else None, "source_kind": target.kind,
                    "arch": target.arch, "tokenizer": str(tokenizer_from), "transcoded": len(forms.transcoded),
-                   "grid": _grid_form(forms), "nncf_backup": sorted(n for n, s in forms.plan.items() if s.backup)}
+                   "grid": _grid_form(forms), "nncf_backup": sorted(n for n, s in forms.plan.items() if s.backup),
+                   "allow_nonfinite": forms.allow_nonfinite, "nonfinite": dict(forms.nonfinite)}
         atomic_write_text(tmp / PROVENANCE_FILE,
                           json.dumps(provenance({"source": target, **(sources or {})}, options), indent=2) + "\n")
 
@@ -142,7 +146,7 @@ def export_target(forms, out_dir, tokenizer_from, overwrite: bool = False, progr
         rt_info=info["rt_info"], tokenizer=str(tokenizer_from), files=files, checks=checks,
         transcoded=len(forms.transcoded), grid=options["grid"], nncf_backup=options["nncf_backup"],
         nncf_backup_why={n: forms.plan[n].reason.removeprefix("backup: ") for n in options["nncf_backup"]},
-        seconds=time.perf_counter() - start)
+        nonfinite=dict(forms.nonfinite), seconds=time.perf_counter() - start)
 
 
 # config.json, generation_config.json and gguf2ov.json
@@ -163,8 +167,11 @@ def tokenizer_bytes(tokenizer_from, target) -> int:
     if tokenizer_from is None:
         return 0
     if tokenizer_from == "gguf":
-        m = target.gguf.metadata
-        entries = [*(m.get("tokenizer.ggml.tokens") or []), *(m.get("tokenizer.ggml.merges") or [])]
+        from ..maps.rules import is_array
+
+        m = target.gguf.metadata  # an entry that is no array is refused when the tokenizer is built
+        entries = [e for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges") if is_array(m.get(key))
+                   for e in m[key]]
         return int(1.6 * sum(len(str(e).encode("utf-8")) + 8 for e in entries)) + 30_000
     folder = Path(tokenizer_from)
     copied = sum((folder / n).stat().st_size for n in TOKENIZER_FILES if (folder / n).is_file())

@@ -245,12 +245,13 @@ def _consumers(model, weights) -> list[str]:
             and op.input_value(1).get_node().get_friendly_name() in constants] if constants else []
 
 
-def target_forms(source, variant, compact_grid: bool = False):
+def target_forms(source, variant, compact_grid: bool = False, allow_nonfinite: bool = False):
     """The WeightForms of a target: streamed while the IR is written, `gguf` weights folded (the form
-    the CPU plugin runs without private copies, gguf/transcode.py) unless `compact_grid`."""
+    the CPU plugin runs without private copies, gguf/transcode.py) unless `compact_grid`; NaN and Inf
+    weights refused unless `allow_nonfinite`."""
     from ..ir.weights import WeightForms
 
-    return WeightForms(source, variant, streamed=True, folded_grid=not compact_grid)
+    return WeightForms(source, variant, streamed=True, folded_grid=not compact_grid, allow_nonfinite=allow_nonfinite)
 
 
 def build_target_ir(source, variant, progress: Callable[[str], None] | None = None, forms=None):

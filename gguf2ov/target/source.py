@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import Gguf2ovError
+from ..gguf.read import summarise
 from ..ir.tensors import TensorSource, some, tensor_mismatch
 from ..maps.messages import capped
 from ..maps.shapes import wrong_shapes
@@ -134,10 +135,14 @@ def open_target_gguf(gguf, map_path=None) -> TargetSource:
         raise Gguf2ovError(f"{path} is a {amap.arch} model, not a target this tool builds", hint=hint)
     decoder_of(amap)
     mapped = open_mapped(gguf, map_path)
-    scaling = mapped.gguf.get(ROPE_SCALING_KEY.format(arch=amap.arch))
+    scaling_key = ROPE_SCALING_KEY.format(arch=amap.arch)
+    scaling = mapped.gguf.get(scaling_key)
+    if scaling is not None and not isinstance(scaling, str):  # llama.cpp reads it as a string
+        raise Gguf2ovError(f"{path}: {scaling_key} is {summarise(scaling, max_chars=60)}, not a string: the file is "
+                           "corrupt", hint="re-download or re-convert the GGUF")
     if scaling not in (None, "none"):
-        raise Gguf2ovError(f"{path}: {ROPE_SCALING_KEY.format(arch=amap.arch)} is {scaling!r}: RoPE scaling "
-                           "stated in GGUF metadata is not read by the map, and the target would turn positions wrongly",
+        raise Gguf2ovError(f"{path}: {scaling_key} is {scaling!r}: RoPE scaling stated in GGUF metadata is not read "
+                           "by the map, and the target would turn positions wrongly",
                            hint="build the target from the Hugging Face checkpoint, whose config states its RoPE")
     config = gguf_target_config(gguf, amap, mapped.config, mapped.plan)
     if wrong := wrong_kind_shapes(gguf, mapped.plan, config):

@@ -1,45 +1,45 @@
 """The GGUF fuzzer (benchmarks/fuzz_gguf.py) on a few hundred cases: every mutant gets one clean
 error line or a valid output; no traceback, memory blow-up, timeout, crash or invalid output."""
 
-import importlib.util
 import json
+
+import pytest
+from ggufs import fuzzer
 
 from conftest import REPO
 
 CASES_PER_ENTRY = 100  # 300 cases, about 40 s on 2 busy cores
+TARGET_CASES = 40  # a target build is ~20x a draft command: 40 cases, about 40 s
 
 
-def _fuzzer():
-    spec = importlib.util.spec_from_file_location("fuzz_gguf", REPO / "benchmarks" / "fuzz_gguf.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_fuzzer_finds_nothing_on_a_few_hundred_cases(tmp_path):
+@pytest.mark.parametrize("entries, cases", [(("inspect", "convert", "check"), CASES_PER_ENTRY),
+                                            (("target",), TARGET_CASES)])
+def test_fuzzer_finds_nothing_on_a_few_hundred_cases(tmp_path, entries, cases):
     """Run as the command, in a fresh process: the fuzzer forks a child per case, and a fork of a
     process whose OpenVINO/torch thread pools are already running (this test session's) can hang."""
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "fuzz_gguf.py"), "--cases", str(CASES_PER_ENTRY),
-                           "--seed", "1", "--name", "ci", "--out", str(tmp_path)], capture_output=True, text=True)
+    entry_args = [arg for entry in entries for arg in ("--entry", entry)]
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "fuzz_gguf.py"), "--cases", str(cases),
+                           *entry_args, "--seed", "1", "--name", "ci", "--out", str(tmp_path)],
+                          capture_output=True, text=True)
     summary = json.loads((tmp_path / "fuzz-ci.json").read_text())
     assert done.returncode == (1 if summary["failures"] else 0), done.stderr[-2000:]
     problems = {entry: {cls: n for cls, n in counts.items() if cls not in ("clean", "clean_error") and n}
                 for entry, counts in summary["counts"].items()}
     assert summary["failures"] == 0, json.dumps({"counts": problems, "examples": summary["examples"]}, indent=1)
+    assert list(summary["counts"]) == list(entries)
     for entry, counts in summary["counts"].items():
-        assert sum(counts.values()) == CASES_PER_ENTRY
+        assert sum(counts.values()) == cases
         assert counts["clean"] and counts["clean_error"], (entry, counts)  # mutants reach past the reader too
     assert len(summary["by_operator"]) >= 10
-    assert (tmp_path / "fuzz-ci.md").read_text().startswith("# GGUF fuzzing: 100 cases per entry point")
+    assert (tmp_path / "fuzz-ci.md").read_text().startswith(f"# GGUF fuzzing: {cases} cases per entry point")
 
 
 def test_the_fuzzer_is_deterministic_and_sees_a_broken_output(tmp_path):
-    fuzz = _fuzzer()
-    seeds = {name: (fuzz.FIXTURES / name).read_bytes() for name in fuzz.SEEDS}
-    keys = fuzz._map_keys()
+    fuzz = fuzzer()
+    seeds, keys = fuzz.load_seeds(("convert",))
     first = fuzz.build_case("convert", 17, 3, seeds, keys, tmp_path)
     data = (tmp_path / "mutant.gguf").read_bytes()
     second = fuzz.build_case("convert", 17, 3, seeds, keys, tmp_path)

@@ -203,3 +203,81 @@ def test_a_large_array_read_by_a_config_rule_is_plain_python(tmp_path):
     config = load_map("dflash").metadata.hf_config(gguf)
     assert config["layer_types"][:3] == ["sliding_attention", "full_attention", "sliding_attention"]
     assert type(config["layer_types"]) is list and config["vocab_size"] == 200000
+
+
+# --- llama.cpp's rules for the layout (ggml/src/gguf.cpp) -----------------------------------------
+
+def _rewritten(sample, tmp_path, change) -> tuple:
+    """The sample rewritten by the fuzzer's own GGUF model after `change(model)`: laid out at the
+    alignment the file states, as llama.cpp's writer lays it out."""
+    from ggufs import fuzzer
+
+    fuzz = fuzzer()
+    model = fuzz.parse(sample[0].read_bytes())
+    change(model, fuzz)
+    path = tmp_path / "rewritten.gguf"
+    path.write_bytes(fuzz.serialise(model)[0])
+    return path, fuzz
+
+
+@pytest.mark.parametrize("alignment", [1, 2, 4, 8, 64])
+def test_any_power_of_two_alignment_is_read_as_llama_cpp_reads_it(sample, tmp_path, alignment):
+    """llama.cpp and gguf-py take any non-zero power of two, not only multiples of 8: tensors then sit
+    at offsets rounded to it (and float32 data may be unaligned in memory)."""
+    path, tensors = sample
+
+    def change(model, fuzz):  # every tensor at the previous one's end, rounded up to `alignment`
+        original = open_gguf(path)
+        model.kv.insert(0, ["general.alignment", fuzz.T_U32, alignment])
+        data = bytearray()
+        for t in model.tensors:
+            t.offset = len(data)
+            data += original.raw(t.name).tobytes()
+            data += bytes(-len(data) % alignment)
+        model.data = bytes(data)
+
+    rewritten, _ = _rewritten(sample, tmp_path, change)
+    gguf = open_gguf(rewritten)
+    assert GGUFReader(rewritten).alignment == alignment
+    for name in tensors:
+        assert np.array_equal(gguf.load(name), open_gguf(path).load(name)), name
+
+
+@pytest.mark.parametrize("vtype, value", [("T_BOOL", True), ("T_I32", 32), ("T_U64", 32), ("T_U16", 32)])
+def test_general_alignment_of_another_type_than_uint32_is_refused(sample, tmp_path, vtype, value):
+    """gguf.cpp refuses a general.alignment that is not UINT32, and gguf-py's reader too: a BOOL true
+    was read as an alignment of 1."""
+    path, fuzz = _rewritten(sample, tmp_path, lambda model, fuzz: model.kv.insert(
+        0, ["general.alignment", getattr(fuzz, vtype), value]))
+    message = _error(path)
+    assert f"general.alignment is {value} (" in message and "not a UINT32: llama.cpp refuses any other type" in message
+
+
+@pytest.mark.parametrize("key, value, needle", [
+    ("general.architecture", ("T_U32", 7), "general.architecture is 7 (UINT32), not a string"),
+    ("split.count", ("T_U32", 2), "split.count is 2 (UINT32), not a UINT16"),
+    ("split.no", ("T_STR", "0"), "split.no is '0' (STRING), not a UINT16")])
+def test_every_key_the_reader_reads_has_llama_cpps_type(sample, tmp_path, key, value, needle):
+    def change(model, fuzz):
+        model.kv = [kv for kv in model.kv if kv[0] != key] + [[key, getattr(fuzz, value[0]), value[1]]]
+
+    path, _ = _rewritten(sample, tmp_path, change)
+    assert needle in _error(path)
+
+
+@pytest.mark.parametrize("case", ["another tensor's data", "one byte on", "out of order"])
+def test_a_tensor_whose_data_is_not_where_llama_cpp_expects_it_is_refused(sample, tmp_path, case):
+    """gguf.cpp requires each tensor's data at the previous one's end, rounded up to the alignment: a
+    norm's offset pointing at another tensor was read as that tensor, with exit 0."""
+    def change(model, fuzz):
+        a, b = model.tensors[0], model.tensors[1]
+        if case == "another tensor's data":
+            b.offset = a.offset
+        elif case == "one byte on":
+            b.offset += 1
+        else:
+            model.tensors[0], model.tensors[1] = b, a
+
+    path, _ = _rewritten(sample, tmp_path, change)
+    message = _error(path)
+    assert "has its data at offset" in message and "where llama.cpp expects" in message

@@ -122,7 +122,7 @@ class GatedDeltaNet(LayerKind, name="gated_deltanet", role="mixer"):
         dt_bias = np.asarray(g.vector(p + "dt_bias"), np.float32)
         softplus = named(ops.softplus(ops.add(a, const(dt_bias))), a_ + "softplus/SoftPlus")
         # -exp(A_log) in float32, as transformers computes it (A_log.float().exp())
-        decay = named(ops.multiply(const(-np.exp(a_log)), softplus), a_ + "mul/Multiply_6")
+        decay = named(ops.multiply(const(_negated_exp(a_log, p + "A_log")), softplus), a_ + "mul/Multiply_6")
         decay = ops.transpose(decay, const([0, 2, 1], np.int64))                                      # [B, nv, L]
 
         state = _linear_state(cache_state(j, "ssm"), g.batch, (nv, dk, dv), g.beam_idx)
@@ -155,6 +155,17 @@ class GatedDeltaNet(LayerKind, name="gated_deltanet", role="mixer"):
 
 
 # --- pieces -----------------------------------------------------------------------------------------
+
+def _negated_exp(a_log: np.ndarray, name: str) -> np.ndarray:
+    """-exp(A_log) in float32; an A_log whose exp is beyond float32 (above ~88.7) is refused by name."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        decay = -np.exp(a_log)
+    if bad := int(np.count_nonzero(np.isfinite(a_log) & ~np.isfinite(decay))):
+        from ...finite import nonfinite_error
+
+        raise nonfinite_error(name, bad, a_log.size, "exp(A_log) values", too_large_for="float32")
+    return decay
+
 
 def _heads(x, count: int, size: int):  # [B, L, count * size] -> [B, L, count, size]
     return _ops().reshape(x, const([0, 0, count, size], np.int64), True)
