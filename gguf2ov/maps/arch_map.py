@@ -1,8 +1,8 @@
 """The map of one architecture as an object: the HF config built from GGUF metadata (and the GGUF
 metadata built back from an HF config), and the strict plan that names every GGUF tensor in HF terms.
 
-`maps` loads and validates maps from their YAML files (the format is documented there); the rules a
-map names (value types and bounds, shape expressions, tensor ops) live in `map_rules`.
+`maps.load` loads and validates maps from their YAML files (the format is documented there); the rules a
+map names (value types and bounds, shape expressions, tensor ops) live in `maps.rules`.
 """
 
 import copy

@@ -5,7 +5,7 @@ this module holds the mechanism: finding, loading and validating a map. The load
 (`arch_map.ArchMap`) builds the HF config from GGUF metadata (and back) and matches tensor names
 strictly. The rules a map names (value types and bounds, shape expressions, and the ops that undo
 what llama.cpp did to a tensor, each with its reverse so a map can also write GGUF) live in
-`map_rules`.
+`maps.rules`.
 
 Map sections:
 - `arch`: equals `general.architecture`; `extends`: a skeleton map merged underneath;
