@@ -1,9 +1,11 @@
 """What produced an output: package versions, source hashes, options. Stored in every output."""
 
 import hashlib
+import os
 import platform
 import sys
 from datetime import datetime, timezone
+from functools import singledispatch
 from importlib import metadata
 from pathlib import Path
 
@@ -46,8 +48,7 @@ def sha256_path(path) -> str:
 
 
 def provenance(sources: dict | None = None, options: dict | None = None) -> dict:
-    """The record; a source is a path, an opened file with `.path` and its cached `.sha256`, or a
-    file taken from the hub (`hub.HubFile`), recorded with its repository, revision and file name."""
+    """The record; each source as `source_record` records its type."""
     return {
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join(sys.argv),
@@ -72,12 +73,29 @@ def target_record(path) -> dict:
             if xml.with_suffix(".bin").is_file() else None}
 
 
+@singledispatch
 def source_record(source) -> dict:
-    if isinstance(source, dict):  # recorded already (a target folder: target_record)
-        return source
-    path = getattr(source, "path", source)
-    record = {"path": str(path), "sha256": getattr(source, "sha256", None) or sha256_path(path)}
-    origin = source if hasattr(source, "hub_record") else getattr(source, "origin", None)
-    if origin is not None:  # the cache path alone would not say which repository and commit
+    """A source as provenance records it, by its type: a path (hashed here), a record made already
+    (`target_record`) and, registered where each type lives, an opened GGUF (`gguf.read.GgufFile`), a
+    model's tensors (`ir.tensors.TensorSource`) and a file taken from the hub (`gguf.hub.HubFile`)."""
+    raise TypeError(f"provenance records no {type(source).__name__} as a source")
+
+
+@source_record.register
+def _recorded(source: dict) -> dict:
+    return source
+
+
+@source_record.register(str)
+@source_record.register(os.PathLike)
+def _path(source) -> dict:
+    return opened_record(source, sha256_path(source))
+
+
+def opened_record(path, sha256: str, origin=None) -> dict:
+    """A source's path and hash, and, for a file taken from the hub (`origin`, a `gguf.hub.HubFile`), its
+    repository, revision and file name: the cache path alone would not say which repository and commit."""
+    record = {"path": str(path), "sha256": sha256}
+    if origin is not None:
         record["hub"] = origin.hub_record()
     return record

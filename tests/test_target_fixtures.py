@@ -1,11 +1,13 @@
-"""fixtures/tiny-hybrid and fixtures/tiny-moe: trained targets gguf2ov does not build yet (a Qwen3.5
-hybrid and a Qwen3-MoE), with their DFlash drafts, optimum-intel's exports and llama.cpp's GGUFs.
+"""fixtures/tiny-hybrid and fixtures/tiny-moe: trained targets (a Qwen3.5 hybrid and a Qwen3-MoE) with
+their DFlash drafts, optimum-intel's exports and llama.cpp's GGUFs, and gguf2ov on them.
 
 The fast tests check what the fixtures are: configs and shapes, the checkpoints as transformers saved
-them, the committed IRs open and compute, the GGUFs read with gguf-py in llama.cpp's layout (the V
-heads reordered, the router kept in F32), and the figures the builders recorded (GenAI greedy text
-with and without the draft, acceptance, llama.cpp's greedy text, expert use). The slow test repeats
-the builders' closing check for the reference draft.
+them, the committed IRs open and compute, and their folders are targets as committed, the GGUFs read
+with gguf-py in llama.cpp's layout (the V heads reordered, the router kept in F32), and the figures
+the builders recorded (GenAI greedy text with and without the draft, acceptance, llama.cpp's greedy
+text, expert use). The slow tests repeat the builders' closing check for the reference draft. Below
+them, the targets gguf2ov builds from each checkpoint and GGUF are held to transformers', optimum's
+and llama.cpp's, and `gguf2ov run` to the pairs.
 """
 
 import json
@@ -19,13 +21,12 @@ from dflash_builders import draft_model
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES_ROOT = REPO / "fixtures"
 HYBRID, MOE = "tiny-hybrid", "tiny-moe"
-MAX_BYTES = {HYBRID: 1_900_000, MOE: 1_300_000}
-MAX_FIXTURES_BYTES = 25 * 1024 * 1024  # the whole fixtures/ folder
+MAX_BYTES = {HYBRID: 2_100_000, MOE: 1_450_000}
 MIN_ACCEPTANCE = 0.6  # accepted / generated in GenAI, reference and GGUF drafts
 ARCH = {HYBRID: "qwen35", MOE: "qwen3moe"}
 NEED = ["prompts.txt", "fixture.json", "draft-Q4_K_M.gguf", "target-Q4_K_M.gguf", "draft-ref/config.json",
         "draft-ref/model.safetensors", "target-hf/config.json", "target-hf/model.safetensors",
-        "target-hf/tokenizer.json", "target/config.json", "target/openvino_model.xml.gz", "target/openvino_model.bin",
+        "target-hf/tokenizer.json", "target/config.json", "target/openvino_model.xml", "target/openvino_model.bin",
         "target/openvino_tokenizer.xml", "target/openvino_detokenizer.xml"]
 
 
@@ -38,28 +39,6 @@ def _dir(name: str) -> Path:
     if not path.exists():
         pytest.fail(f"fixture missing at {path}: run python fixtures/make_fixtures.py --{name.removeprefix('tiny-')}")
     return path
-
-
-@pytest.fixture(scope="session")
-def unpacked(tmp_path_factory):
-    """A copy of a fixture folder whose target/ is optimum's export as it wrote it (the committed XML is
-    gzipped, fixtures/target_fixtures.pack_reference): `unpacked(name)`, made once per session."""
-    import gzip
-    import shutil
-
-    made = {}
-
-    def unpack(name: str) -> Path:
-        if name not in made:
-            out = tmp_path_factory.mktemp(name) / name
-            shutil.copytree(_dir(name), out)
-            packed = out / "target" / "openvino_model.xml.gz"
-            packed.with_suffix("").write_bytes(gzip.decompress(packed.read_bytes()))
-            packed.unlink()
-            made[name] = out
-        return made[name]
-
-    return unpack
 
 
 def _json(name: str, file: str) -> dict:
@@ -80,7 +59,6 @@ def test_files_budget_tokenizer_and_prompts(name):
     missing = [n for n in NEED if not (d / n).is_file()]
     assert not missing, f"fixture files missing: {missing}"
     assert _size(d) <= MAX_BYTES[name], _size(d)
-    assert _size(FIXTURES_ROOT) < MAX_FIXTURES_BYTES, _size(FIXTURES_ROOT)
     source = FIXTURES_ROOT / "tiny-dflash"
     assert (d / "prompts.txt").read_text() == (source / "prompts.txt").read_text()
     assert (d / "target-hf/tokenizer.json").read_bytes() == (source / "target-hf/tokenizer.json").read_bytes()
@@ -143,14 +121,14 @@ def test_checkpoint_as_transformers_saved_it(name):
 
 
 @pytest.mark.parametrize("name", [HYBRID, MOE])
-def test_committed_export_opens_and_computes(name, unpacked):
+def test_committed_export_opens_and_computes(name):
     import openvino as ov
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from gguf2ov.numerics import EXACT
 
-    d = unpacked(name)
+    d = _dir(name)
     cfg = _json(name, "target-hf/config.json")
     model = ov.Core().read_model(d / "target/openvino_model.xml")
     layers = json.loads(model.get_rt_info()["hidden_states_decoder_layers"].value)["layers"]
@@ -183,6 +161,42 @@ def test_committed_export_opens_and_computes(name, unpacked):
     with torch.no_grad():
         want_logits = hf(input_ids=torch.tensor(ids)).logits[0].numpy()
     assert (logits[0].argmax(-1) == want_logits.argmax(-1)).mean() > 0.9
+
+
+@pytest.mark.parametrize("name", [HYBRID, MOE])
+def test_the_committed_target_folder_is_a_target(name):
+    """`--target fixtures/tiny-*/target` names the committed folder as it is, an OpenVINO target
+    (not a model to build one from), whose locators give every layer."""
+    from gguf2ov.job import Job, Options
+    from gguf2ov.sources import TargetFolder
+
+    d = _dir(name)
+    job = Job.of(d / "draft-Q4_K_M.gguf", d / "target", Options(progress=False))
+    assert isinstance(job.target_spec, TargetFolder) and job.target_dir == d / "target"
+    assert sorted(job.target.locators) == list(range(_json(name, "target-hf/config.json")["num_hidden_layers"]))
+
+
+def test_a_gzipped_target_ir_is_named_with_the_command_that_unpacks_it(tmp_path, capsys):
+    """A target folder whose XML was gzipped (as these fixtures once committed it) is refused in one
+    line that says what is there and how to unpack it, before anything is written."""
+    import gzip
+    import shutil
+
+    from gguf2ov.cli import main
+
+    d = _dir(MOE)
+    target = shutil.copytree(d / "target", tmp_path / "target")
+    xml = target / "openvino_model.xml"
+    xml.with_name(xml.name + ".gz").write_bytes(gzip.compress(xml.read_bytes()))
+    xml.unlink()
+    for argv in (["run", d / "draft-Q4_K_M.gguf", "--target", target, "-o", tmp_path / "run"],
+                 ["verify", tmp_path / "no-draft", "--target", target]):
+        assert main([str(a) for a in argv]) == 1
+        error, hint = capsys.readouterr().err.splitlines()
+        assert error == (f"error: target folder {target} holds openvino_model.xml.gz but no openvino_model.xml: "
+                         "the IR's XML is gzipped, and OpenVINO reads it unpacked"), error
+        assert hint == f"hint: unpack it in place: gunzip -k {target / 'openvino_model.xml.gz'}", hint
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("name", [HYBRID, MOE])
@@ -294,14 +308,14 @@ def test_recorded_figures(name):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [HYBRID, MOE])
-def test_reference_draft_is_accepted(name, unpacked):
+def test_reference_draft_is_accepted(name):
     """The builders' closing check for the reference draft: GenAI greedy text with the draft attached
     (exported by gguf2ov) equals the target's alone, and most tokens come from the draft."""
     if str(FIXTURES_ROOT) not in sys.path:
         sys.path.insert(0, str(FIXTURES_ROOT))
     import target_fixtures as tf
 
-    d = unpacked(name)
+    d = _dir(name)
     prompts = (d / "prompts.txt").read_text().splitlines()
     blocks = tf.K + 2 if name == HYBRID else None
     r = tf.genai_check(d, prompts, blocks, [""] * len(prompts), lambda m: None, drafts=("draft-ref",))["draft-ref"]
@@ -377,7 +391,7 @@ def _assert_same_function(ours, reference, tolerance: float = RELATIVE):
             assert tb.relative(hidden[layer], want_hidden[layer]) <= tolerance, (step, layer)
 
 
-def test_the_hybrid_target_built_from_the_checkpoint_is_optimums_export(tmp_path, unpacked):
+def test_the_hybrid_target_built_from_the_checkpoint_is_optimums_export(tmp_path):
     """`gguf2ov target target-hf --weight-format int8 --sym` against the committed optimum-intel export
     (transformers 5.2.0, int8 symmetric): every MatMul's and the embedding's int8 codes are optimum's,
     and the function over two stateful steps (logits, every locator, the linear layers' too) is within
@@ -389,7 +403,7 @@ def test_the_hybrid_target_built_from_the_checkpoint_is_optimums_export(tmp_path
 
     from gguf2ov.ir.irweights import weight_constants
 
-    d = unpacked(HYBRID)
+    d = _dir(HYBRID)
     out = tmp_path / "target"
     _gguf2ov("target", d / "target-hf", "-o", out, "--weight-format", "int8", "--sym")
     ours_xml, theirs_xml = out / "openvino_model.xml", d / "target/openvino_model.xml"
@@ -477,17 +491,18 @@ def test_run_with_its_defaults_builds_the_target_from_llama_cpps_file_and_passes
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [MOE])
-def test_run_on_optimums_export_passes(name, tmp_path, unpacked):
-    """The same pair against optimum-intel's committed export of the target (an OpenVINO folder); the
-    hybrid one fails its positions check (`test_run_on_optimums_hybrid_export_names_its_rope_positions`)."""
-    d = unpacked(name)
+def test_run_on_optimums_export_passes(name, tmp_path):
+    """The same pair against optimum-intel's export of the target, the fixture's target/ folder as
+    committed; the hybrid one fails its positions check
+    (`test_run_on_optimums_hybrid_export_names_its_rope_positions`)."""
+    d = _dir(name)
     report = _run(tmp_path / "run", d / "draft-Q4_K_M.gguf", "--target", d / "target", "--prompts", d / "prompts.txt",
                   "--variants", "gguf", "--requant", "gguf")
     assert "accept:gguf" in report["results"]
 
 
 @pytest.mark.parametrize("offset, fit", [(-1, "fits"), (0, "misfit")])
-def test_verify_reports_the_mixed_taps_and_the_scan_finds_the_trained_ones(tmp_path, offset, fit, unpacked):
+def test_verify_reports_the_mixed_taps_and_the_scan_finds_the_trained_ones(tmp_path, offset, fit):
     """The hybrid draft taps linear and full layers, as the real Qwen3.5 drafts do: `layer-types`
     reports the mixed set and passes; the tap scan is what fails a draft exported with taps it was not
     trained on (the first converter's offset, every tap one layer up)."""
@@ -495,7 +510,7 @@ def test_verify_reports_the_mixed_taps_and_the_scan_finds_the_trained_ones(tmp_p
     from gguf2ov.runtime.target import TargetIR
     from gguf2ov.stages.verify import verify_draft
 
-    d = unpacked(HYBRID)
+    d = _dir(HYBRID)
     draft = tmp_path / "draft"
     Job.of(d / "draft-Q4_K_M.gguf", None, Options(target_layer_offset=offset, progress=False)).export(draft)
     result = verify_draft(draft, target=TargetIR.open(d / "target"))
@@ -541,13 +556,13 @@ def _benchmark(name: str):
 
 
 @pytest.fixture(scope="module")
-def hybrid_folders(tmp_path_factory, unpacked):
+def hybrid_folders(tmp_path_factory):
     """{label: target folder}: optimum's export as committed; the same IR with one edit, RoPE's
     positions read from position_ids (the reproducer's control); gguf2ov's target built from the same
     checkpoint, int8 symmetric as optimum's; and the fixture draft exported from its GGUF."""
     from gguf2ov.job import Job, Options
 
-    d, work = unpacked(HYBRID), tmp_path_factory.mktemp("hybrid-positions")
+    d, work = _dir(HYBRID), tmp_path_factory.mktemp("hybrid-positions")
     edited = _benchmark("optimum_qwen35_rope").read_position_ids(d / "target", work / "edited")
     _gguf2ov("target", d / "target-hf", "-o", work / "ours", "--weight-format", "int8", "--sym")
     Job.of(d / "draft-Q4_K_M.gguf", None, Options(progress=False)).export(work / "draft")
@@ -624,12 +639,12 @@ def test_accept_names_the_rope_positions_when_optimums_hybrid_text_changes(hybri
 
 
 @pytest.mark.slow
-def test_run_on_optimums_hybrid_export_names_its_rope_positions(tmp_path, unpacked):
+def test_run_on_optimums_hybrid_export_names_its_rope_positions(tmp_path):
     """`run` against optimum's hybrid folder stops where the target is checked (every draft variant's
     verify), its report naming the cause and the fix once."""
     from gguf2ov.cli import main
 
-    d = unpacked(HYBRID)
+    d = _dir(HYBRID)
     out = tmp_path / "run"
     code = main(["run", str(d / "draft-Q4_K_M.gguf"), "--target", str(d / "target"), "--prompts",
                  str(d / "prompts.txt"), "--variants", "gguf", "--requant", "gguf", "-o", str(out), "--quiet"])

@@ -136,7 +136,7 @@ def selector_gain(draft, draft_dir, target, prompts, new_tokens: int = 48, block
     """Top-1 path against the selector's, on blocks anchored in the target's greedy continuation.
 
     `draft` is the opened DraftSource (its selector tensors), `draft_dir` its exported fp32 IR (the
-    rows both paths read), `target` a `target.Target`.
+    rows both paths read), `target` a `runtime.target.TargetIR`.
     """
     from ..runtime.draft_ir import DraftIR
 

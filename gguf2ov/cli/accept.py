@@ -11,7 +11,7 @@ EPILOG = VERDICT_EPILOG
 
 
 def configure_parser(parser) -> None:
-    a.target_argument(parser, required=True, help="target OpenVINO folder (with its tokenizer)")
+    a.target_argument(parser, required=True)
     parser.add_argument("--draft", required=True, type=Path, help="draft OpenVINO folder")
     a.prompt_arguments(parser)
     a.acceptance_arguments(parser, device_help="device of both pipelines")

@@ -18,9 +18,16 @@ def source_argument(parser, dest: str = "source", checkpoint: bool = True, what:
     parser.add_argument(dest, metavar="SOURCE" if checkpoint else "FILE.gguf", help=f"{what}: {kinds}")
 
 
-def target_argument(parser, required: bool = False, help: str | None = None) -> None:
-    parser.add_argument("--target", required=required, metavar="TARGET_DIR",
-                        help=help or "the target's OpenVINO folder (IR, tokenizer, config.json)")
+TARGET_FOLDER = "the target's OpenVINO folder (IR, tokenizer, config.json)"
+BUILDABLE_TARGET = ("the target: its OpenVINO folder (IR, tokenizer, config.json), or a model to build one from first: "
+                    f"a GGUF file, {HUB_NAME}, or a Hugging Face checkpoint folder (config.json + safetensors)")
+
+
+def target_argument(parser, required: bool = False, help: str | None = None, buildable: bool = False) -> None:
+    """--target: an OpenVINO folder (TARGET_DIR), or, for a command that builds its target first
+    (`buildable`), also a model (TARGET). `help` adds what the command does with it."""
+    metavar, what = ("TARGET", BUILDABLE_TARGET) if buildable else ("TARGET_DIR", TARGET_FOLDER)
+    parser.add_argument("--target", required=required, metavar=metavar, help=f"{what}: {help}" if help else what)
 
 
 def map_arguments(parser, offset: bool = True) -> None:

@@ -18,8 +18,7 @@ def configure_parser(parser) -> None:
                         help="a Hugging Face checkpoint folder (config.json + safetensors) to compare against")
     a.min_corr_argument(parser)
     a.map_arguments(parser)
-    a.target_argument(parser, help="also measure which target layers the draft fits (the tap scan) on this OpenVINO "
-                                   "target")
+    a.target_argument(parser, help="also measure which of its layers the draft fits (the tap scan)")
     a.prompt_arguments(parser)
     # the files hold the full report; the terminal shows the worst tensors
     add_output_arguments(parser, inputs=("source", "reference", "map", "target", "prompts", "image"))

@@ -27,8 +27,8 @@ def configure_parser(parser) -> None:
     parser.add_argument("--overwrite", action="store_true", help="replace OUT_DIR if it exists")
     parser.add_argument("--allow-nonfinite", action="store_true",
                         help="write tensors that hold NaN or Inf values (with a warning) instead of failing")
-    a.target_argument(parser, help="dflash: the target's OpenVINO folder; settles an ambiguous target layer offset by "
-                                   "measuring which layers the draft fits (the tap scan)")
+    a.target_argument(parser, help="for a dflash GGUF, settles an ambiguous target layer offset by measuring "
+                                   "which layers the draft fits (the tap scan)")
     a.prompt_arguments(parser)
     parser.add_argument("--reference", type=Path, default=None, metavar="REF_DIR",
                         help="after writing, check the checkpoint against this Hugging Face checkpoint folder "

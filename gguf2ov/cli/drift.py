@@ -18,8 +18,7 @@ def configure_parser(parser) -> None:
     parser.add_argument("--variants", help="comma-separated, e.g. fp32,int8,int4_sym_g16,gguf (default: all of "
                                            "fp32, int8, int4 sym/asym at group 16/32/128, gguf, less those this draft "
                                            "cannot take, which the table names)")
-    a.target_argument(parser, help="OpenVINO target folder: contexts from its hidden states, proposals through its "
-                                   "lm_head")
+    a.target_argument(parser, help="contexts from its hidden states, proposals through its lm_head")
     a.prompt_arguments(parser)  # image prompts count for --accept only: contexts come from text
     parser.add_argument("--accept", action="store_true", help="with --target: also run an acceptance run per variant")
     a.acceptance_arguments(parser, device_help="device of the acceptance runs")

@@ -17,8 +17,8 @@ def configure_parser(parser) -> None:
     parser.add_argument("-o", "--output", required=True, help="output folder for the OpenVINO draft")
     a.weight_format_arguments(parser, DEFAULT_GROUP_SIZE)
     a.map_arguments(parser)
-    a.target_argument(parser, help="the target's OpenVINO folder: settles an ambiguous GGUF's target layer offset by "
-                                   "measurement (the tap scan), and verify checks the draft against it")
+    a.target_argument(parser, help="settles an ambiguous GGUF's target layer offset by measurement (the tap "
+                                   "scan), and verify checks the draft against it")
     a.prompt_arguments(parser)
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
     add_output_arguments(parser, inputs=("source", "map", "target", "prompts", "image"), outputs=("output",))

@@ -1,4 +1,4 @@
-"""`gguf2ov run DRAFT.gguf --target DIR -o OUT`: the whole job, with one report."""
+"""`gguf2ov run DRAFT.gguf --target TARGET -o OUT`: the whole job, with one report."""
 
 from ..errors import Gguf2ovError
 from ..job import Job
@@ -14,8 +14,7 @@ EPILOG = VERDICT_EPILOG
 
 def configure_parser(p) -> None:
     a.source_argument(p, "gguf", checkpoint=False, what="the draft GGUF")
-    a.target_argument(p, required=True, help="the target: its OpenVINO folder, or a GGUF, hub name or Hugging Face "
-                                             "checkpoint folder that the run builds one from first (OUT/target)")
+    a.target_argument(p, required=True, buildable=True, help="the target built from a model goes to OUT/target")
     p.add_argument("--target-format", choices=tuple(FORMATS), metavar="FORMAT",
                    help="the weights of a target the run builds: " + ", ".join(FORMATS)
                         + " (default as `gguf2ov target`: gguf for a GGUF, fp32 for a checkpoint)")

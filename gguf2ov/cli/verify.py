@@ -10,7 +10,7 @@ HELP = "check an exported draft IR against the DFlash contract"
 
 def configure_parser(parser) -> None:
     parser.add_argument("draft_dir", help="folder with the draft's openvino_model.xml/.bin")
-    a.target_argument(parser, help="OpenVINO target folder to check the geometry against")
+    a.target_argument(parser, help="the draft's geometry is checked against it")
     parser.add_argument("--checkpoint", metavar="SOURCE",
                         help="the checkpoint folder or dflash GGUF the IR came from: checkpoint-match compares their "
                              f"functions (a GGUF may be {a.HUB_NAME})")

@@ -19,7 +19,7 @@ The graph reproduces optimum-intel 2.2.0's export of that class, which stays the
   where the two differ, z-lab's reference decides: a config without `is_causal` makes its sliding
   layers causal, and a window shorter than the block hides rows after the query too.
 A DFlash 2 draft (`config.is_dflash2`) adds the four dynamic depthwise convolutions of each layer
-(z-lab's `GroupedDynamicCausalConv`, gguf2ov/dflash2_torch.py): before and after attention, before
+(z-lab's `GroupedDynamicCausalConv`, gguf2ov/tools/dflash2_torch.py): before and after attention, before
 and after the MLP. They run along the block rows only (dim 1 of `inputs_embeds`, where GenAI's
 DFlash runtime puts them), row 0 reading zero; the context features and the K/V state are those of
 v1. The candidate selector is not part of the graph.
@@ -253,7 +253,7 @@ def set_dflash_rt_info(ov_model, draft: DraftConfig) -> None:
 
 
 def build_draft_ir(draft, variant, progress: bool = True, observe=None):
-    """The draft `ov.Model` of `variant` (not yet saved) from `draft`, a model.source.DraftSource.
+    """The draft `ov.Model` of `variant` (not yet saved) from `draft`, a draft.source.DraftSource.
     Returns (model, weight forms)."""
     from ..ir.weights import WeightForms
 
@@ -300,7 +300,7 @@ def draft_ir_bytes(draft, variant: Variant) -> int:
 
 
 def write_draft_ir(draft, folder, variant: Variant, progress: bool = True, observe=None, options: dict | None = None):
-    """Build the IR of `variant` from `draft` (a model.source.DraftSource) and save it in `folder`
+    """Build the IR of `variant` from `draft` (a draft.source.DraftSource) and save it in `folder`
     with the draft's config.json and the provenance (`options` added to what the draft and variant
     record). Returns (describe_ir of the model, the WeightForms that made its weights)."""
     step(f"building the {variant.name} draft from {draft.describe()}", progress)

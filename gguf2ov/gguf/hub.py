@@ -26,6 +26,7 @@ from pathlib import Path, PurePosixPath
 
 from ..errors import Gguf2ovError
 from ..progress import step
+from ..provenance import opened_record, sha256_file, source_record
 
 # llama.cpp's order when no tag is given (then the first model file).
 DEFAULT_TAGS = ("Q4_K_M", "Q8_0")
@@ -71,6 +72,11 @@ class HubFile:
     def describe(self) -> str:
         split = f", part 1 of {len(self.parts)}" if self.parts else ""
         return f"{self.spec} -> {self.filename} (revision {self.revision[:12]}{split})"
+
+
+@source_record.register
+def _hub_file_record(source: HubFile) -> dict:
+    return opened_record(source.path, sha256_file(source.path), source)
 
 
 def resolve_gguf(spec) -> "HubFile | Path":

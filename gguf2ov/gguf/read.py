@@ -42,6 +42,8 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
 from ..errors import Gguf2ovError
+from ..provenance import opened_record, sha256_file, source_record
+from .hub import HubFile
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -97,7 +99,7 @@ class GgufFile:
     def __init__(self, path: Path, version: int, metadata: dict, tensors: dict[str, TensorInfo],
                  duplicate_keys: dict[str, list] | None = None):
         self.path = path
-        self.origin = None  # a hub.HubFile when the file came from the hub
+        self.origin: HubFile | None = None  # where the file came from, when it came from the hub
         self.version = version
         self.metadata = metadata  # a key stated more than once holds its first value
         self.tensors = tensors
@@ -116,8 +118,6 @@ class GgufFile:
     @cached_property
     def sha256(self) -> str:
         """Hashed once per opened file, however many outputs record it."""
-        from ..provenance import sha256_file
-
         return sha256_file(self.path)
 
     @cached_property
@@ -175,6 +175,11 @@ class GgufFile:
         return np.asarray(values, dtype=np.float32).reshape(rows.shape[0], *info.shape[1:])
 
 
+@source_record.register
+def _gguf_record(source: GgufFile) -> dict:
+    return opened_record(source.path, source.sha256, source.origin)
+
+
 def is_gguf_file(path) -> bool:
     """Whether `path` is a regular file that starts with the GGUF magic (a folder, a missing path: no)."""
     path = Path(path)
@@ -192,9 +197,8 @@ def open_gguf(path, duplicate_keys: bool = False) -> GgufFile:
     which value is meant cannot be told. `duplicate_keys=True` opens such a file anyway (for
     `inspect`, which shows it and warns): the first value is kept and `GgufFile.duplicate_keys`
     lists every value of each repeated key."""
-    origin = path if hasattr(path, "hub_record") else None
     gguf = _open_gguf(Path(path))
-    gguf.origin = origin
+    gguf.origin = path if isinstance(path, HubFile) else None
     if gguf.duplicate_keys and not duplicate_keys:
         key, values = next(iter(gguf.duplicate_keys.items()))
         more = f" (and {len(gguf.duplicate_keys) - 1} more keys)" if len(gguf.duplicate_keys) > 1 else ""

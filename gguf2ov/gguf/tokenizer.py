@@ -11,7 +11,7 @@ the rt_info GenAI reads. What llama.cpp does, and so what the HF tokenizer is ma
   `parse_special`, what `llama-tokenize` does by default); the pieces between them are tokenized on
   their own. llama.cpp also makes control tokens of the end-of-generation texts it knows
   (`EOG_TEXTS`) whatever their type.
-- `gpt2` (byte-level BPE): the regexes `tokenizer.ggml.pre` names (`gguf_pretokenizers`), GPT-2's
+- `gpt2` (byte-level BPE): the regexes `tokenizer.ggml.pre` names (`gguf.pretokenizers`), GPT-2's
   byte-to-unicode map, then the ranked merges.
 - `llama` (SentencePiece): spaces become `▁` (and one is put in front of each piece when
   `add_space_prefix`), then, starting from characters, the adjacent pair whose concatenation is the

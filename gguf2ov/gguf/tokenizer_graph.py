@@ -19,7 +19,7 @@ Its BPETokenizer differs from llama.cpp's BPE in two more places:
   (Llama 3: the merges split " Việt", a token). So each piece is looked up first (VocabEncoder)
   and one that is a token is pointed at an 0xFF key that maps to that token.
 
-The vocabulary, merges and ids are `vocab`'s (a `gguf_tokenizer.GgufVocab`).
+The vocabulary, merges and ids are `vocab`'s (a `gguf.tokenizer.GgufVocab`).
 """
 
 import numpy as np

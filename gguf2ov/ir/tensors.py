@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..provenance import opened_record, sha256_path, source_record
+
 
 def tensor_mismatch(expected: dict, found: dict) -> str:
     """The missing, unexpected and mis-shaped tensors of `found` against `expected` (name -> shape),
@@ -42,7 +44,7 @@ def some(names: list[str], n: int = 6) -> str:
 class TensorSource:
     """A model's tensors read one at a time, from a GGUF through its map or from a checkpoint folder.
 
-    `kind` is "gguf" or "checkpoint". Subclasses (DraftSource, target_source.TargetSource) add the
+    `kind` is "gguf" or "checkpoint". Subclasses (draft.source.DraftSource, target.source.TargetSource) add the
     config and `expected`, the tensors their graph reads. The last tensor read is kept: drift's
     weight meter reads the tensor a variant has just made from it (one tensor held at most).
     """
@@ -67,8 +69,8 @@ class TensorSource:
 
     @property
     def origin(self):
-        """Where a GGUF came from when it came from the hub (its repository, revision and file)."""
-        return getattr(self.gguf, "origin", None)
+        """Where a GGUF came from when it came from the hub (its `gguf.hub.HubFile`; None otherwise)."""
+        return self.gguf.origin if self.gguf is not None else None
 
     def where(self, name: str) -> str:
         """A tensor as messages name it: its name, and for a GGUF source the file's tensor and type."""
@@ -79,8 +81,6 @@ class TensorSource:
     def sha256(self) -> str:
         if self._mapped is not None:
             return self._mapped.gguf.sha256  # shared with every stage that opened the same file
-        from ..provenance import sha256_path
-
         return sha256_path(self.path)
 
     def f32(self, name: str) -> np.ndarray:
@@ -144,3 +144,8 @@ class TensorSource:
         if order is None:
             return None
         return self._mapped.gguf.raw(entry.gguf_name), entry.qtype, np.argsort(order)
+
+
+@source_record.register
+def _tensor_source_record(source: TensorSource) -> dict:
+    return opened_record(source.path, source.sha256, source.origin)

@@ -3,7 +3,7 @@ asks for it.
 
 The variant's format (`variants.FORMATS`) says how: a postponed fp32/fp16 constant, NNCF's
 compression of the one weight, or the GGUF's own codes. The source is a `WeightSource`: an opened
-draft (`source.DraftSource`) or target (`target_source.TargetSource`).
+draft (`draft.source.DraftSource`) or target (`target.source.TargetSource`).
 """
 
 from collections.abc import Callable
@@ -18,8 +18,8 @@ from .variants import Variant, require_source_for
 
 
 class WeightSource(Protocol):
-    """What the weights of a graph are read from: an opened draft (source.DraftSource) or target
-    (target_source.TargetSource)."""
+    """What the weights of a graph are read from: an opened draft (draft.source.DraftSource) or target
+    (target.source.TargetSource)."""
 
     kind: str                             # "gguf" | "checkpoint"
     expected: dict[str, tuple[int, ...]]  # every tensor the graph reads, in the graph's order

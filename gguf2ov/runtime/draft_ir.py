@@ -173,7 +173,7 @@ class DraftIR:
 
     @cached_property
     def config(self):
-        """The draft's config.json, validated (model.config.DraftConfig)."""
+        """The draft's config.json, validated (draft.config.DraftConfig)."""
         from ..draft.config import read_draft_config
 
         return read_draft_config(self.path)

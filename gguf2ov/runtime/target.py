@@ -50,6 +50,21 @@ def require_not_gguf_named(what: str, d: Path) -> None:
                            hint="pass the exported OpenVINO folder, renamed without the .gguf suffix")
 
 
+def no_target_ir(target_dir: Path) -> Gguf2ovError:
+    """The error for a folder that holds no target IR. An IR whose XML was gzipped (to commit or send
+    it) is named, with the command that unpacks it: OpenVINO reads the XML itself."""
+    packed = sorted(p.name for p in target_dir.glob("*.xml.gz"))
+    if packed:
+        files = target_dir / (packed[0] if len(packed) == 1 else "*.xml.gz")
+        return Gguf2ovError(f"target folder {target_dir} holds {' and '.join(packed)} but no "
+                            f"{packed[0].removesuffix('.gz')}: the IR's XML is gzipped, and OpenVINO reads it unpacked",
+                            hint=f"unpack it in place: gunzip -k {files}")
+    return Gguf2ovError(f"target folder {target_dir} has no {IR_XML} (a text model) nor {VLM_LANGUAGE_MODEL} with "
+                        f"{VLM_TEXT_EMBEDDINGS} (a VLM)",
+                        hint="export the target with optimum-intel (task text-generation-with-past, or "
+                             "image-text-to-text for a VLM)")
+
+
 def require_target_dir(target_dir) -> None:
     """What GenAI needs of a target folder, checked before any work: the IR and its tokenizers."""
     target_dir = Path(target_dir)
@@ -57,10 +72,7 @@ def require_target_dir(target_dir) -> None:
     if not target_dir.is_dir():
         raise Gguf2ovError(f"target folder {target_dir} does not exist")
     if target_kind(target_dir) is None:
-        raise Gguf2ovError(f"target folder {target_dir} has no openvino_model.xml (a text model) nor "
-                           "openvino_language_model.xml with openvino_text_embeddings_model.xml (a VLM)",
-                           hint="export the target with optimum-intel (task text-generation-with-past, or "
-                                "image-text-to-text for a VLM)")
+        raise no_target_ir(target_dir)
     missing = [n for n in (TOKENIZER_IR, DETOKENIZER_IR) if not (target_dir / n).is_file()]
     if missing:
         raise Gguf2ovError(f"target folder {target_dir} has no {' / '.join(missing)}",
@@ -82,11 +94,7 @@ class TargetIR:
         path = Path(path)
         kind = target_kind(path)
         if kind is None:
-            raise Gguf2ovError(
-                f"{path} is not an OpenVINO target folder: neither {IR_XML} nor {VLM_LANGUAGE_MODEL} with "
-                f"{VLM_TEXT_EMBEDDINGS}",
-                hint="export the target with optimum-intel (task text-generation-with-past, or image-text-to-text)",
-            )
+            raise no_target_ir(path)
         return cls(path, kind)
 
     @property

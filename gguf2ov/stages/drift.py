@@ -193,7 +193,7 @@ class Blocks:
 
 def target_blocks(target, config, prompts, block_size: int, max_blocks: int = 48) -> Blocks:
     """Blocks anchored in the prompts, with the target's hidden states as context (`target`: an
-    opened runtime.target.Target; `config`: the draft's DraftConfig)."""
+    opened runtime.target.TargetIR; `config`: the draft's DraftConfig)."""
     ids, mask = config.target_layer_ids, config.mask_token_id
     embeds, contexts = [], []
     per_prompt = max(1, max_blocks // max(1, len(prompts)))

@@ -1,6 +1,6 @@
 """Export a DFlash draft (a dflash GGUF or a checkpoint folder) to a stateful OpenVINO IR draft.
 
-The graph is built directly with OpenVINO's opset (draft_graph.py), the same graph optimum-intel
+The graph is built directly with OpenVINO's opset (draft/graph.py), the same graph optimum-intel
 exports for its `Qwen3DFlashForCausalLM` (the one class whose forward drops the seed row, so that
 the emitted hidden states line up with the candidate tokens GenAI scores with the target's
 lm_head). Each weight goes once from the opened source into the IR in the form its variant stores,

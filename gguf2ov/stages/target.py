@@ -3,7 +3,7 @@
 GenAI's own GGUF reader cannot drive a DFlash draft (its graph has no hidden-state locators and no
 embedding Gather that the draft attaches to), and optimum-intel needs the full checkpoint in
 PyTorch (6-9 GB for an 8B model). This stage builds the graph optimum-intel writes, with the
-locators DFlash needs, weight by weight (target_graph.py), and writes a folder GenAI's
+locators DFlash needs, weight by weight (target/graph.py), and writes a folder GenAI's
 LLMPipeline loads as a target: the IR, config.json, generation_config.json, the OpenVINO tokenizer
 and detokenizer, and gguf2ov.json. Before the folder is put in place, the written IR is checked as `verify --target`
 checks any target (`target/checks.py`): interface, state variables, locators on live nodes of the
@@ -206,7 +206,7 @@ def _grid_form(forms) -> str | None:
 def write_target(folder: Path, target, variant, tokenizer_from, progress: bool = True, forms=None):
     """The target's files in `folder`: tokenizer (none when `tokenizer_from` is None), IR, config.json and
     generation_config.json. Returns the WeightForms that made the IR's weights (`forms`, if given, else
-    `target_graph.target_forms`)."""
+    `target.graph.target_forms`)."""
     from ..target.graph import build_target_ir
     from ..ir.weights import save_ir
 

@@ -2,7 +2,7 @@
 
 optimum-intel exports a target by tracing the whole model in PyTorch (an 8B model: 6-9 GB of RAM
 from its bf16 checkpoint). This module writes the same graph from the config alone and asks a
-`weight(name)` callable for each weight as it goes (as draft_graph.py does for drafts), so each
+`weight(name)` callable for each weight as it goes (as draft/graph.py does for drafts), so each
 weight arrives in its variant's form (float32, float16, NNCF codes, the GGUF's own grid) and is
 made only while the IR is written.
 
@@ -10,9 +10,11 @@ The graph is what optimum-intel 2.2.0 writes for `text-generation-with-past` (th
 tests/target/test_target_graph.py: interface, state variables, rt_info, and logits and hidden states over
 two stateful steps):
 - inputs `input_ids`, `attention_mask`, `position_ids`, `beam_idx`; output `logits`; the state
-  variables each layer's kinds keep (an attention layer one K and one V,
-  `past_key_values.N.keypresent.N.key`, ...; a Gated DeltaNet layer its conv and recurrent
-  states), reordered by `beam_idx`;
+  variables each layer's kinds keep, reordered by `beam_idx` and named as optimum names them: an
+  attention layer's K and V (`past_key_values.N.keypresent.N.key`, ...); in a hybrid, a Gated
+  DeltaNet layer's conv and recurrent states and a gated attention layer's K and V, numbered among
+  the layers of their kind (`cache_params.past.conv.Jcache_params.present.conv.J`, `.ssm.`, `.key.`,
+  `.value.`); an MLP, dense or a mixture of experts, keeps none;
 - transformers 5.5.4's forward for each architecture a map's `target:` section describes, layer
   kind by layer kind (`layers/`) between the norms and residual adds the map's layer steps place
   (`decoder.py`);

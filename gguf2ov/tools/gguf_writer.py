@@ -3,7 +3,7 @@ default; any architecture a map describes).
 
 Names and metadata come from the architecture's map (`tensor_maps/dflash.yaml`) run backwards, so a
 file written here converts back with the same map. The type mix is llama.cpp's `llama-quant.cpp` for the chosen
-`mix`; blocks are quantized with `gguf2ov.quants` (llama.cpp's reference quantizers).
+`mix`; blocks are quantized with `gguf2ov.gguf.quants` (llama.cpp's reference quantizers).
 gguf-py has no DFLASH constants: the arch and keys are written as raw strings.
 """
 

@@ -14,7 +14,7 @@ from ..draft.config import hf_config
 
 def trace_optimum(draft, xml_path):
     """optimum-intel's stateful export of the fully loaded class (the whole draft in memory); `draft`: a
-    model.source.DraftSource."""
+    draft.source.DraftSource."""
     import logging
 
     import openvino as ov

@@ -132,6 +132,28 @@ def test_a_hub_name_resolves_to_the_cached_file(cache, draft):
                       "hub": {"repo": REPO, "revision": COMMIT, "file": "draft-Q4_K_M.gguf"}}
 
 
+def test_provenance_records_each_kind_of_source_by_its_type(cache, draft):
+    """A file taken from the hub keeps its repository, revision and file name whether it is recorded
+    as it was found, opened or read through its map; a path is hashed; anything else is refused, not
+    recorded by whatever `.path` it has."""
+    import types
+
+    from gguf2ov.draft.source import open_draft_gguf
+    from gguf2ov.gguf.read import open_gguf
+    from gguf2ov.provenance import source_record
+
+    populate(cache, REPO, {"draft-Q4_K_M.gguf": draft})
+    found = resolve_gguf(f"{REPO}:Q4_K_M")
+    hub = {"path": str(found.path), "sha256": sha256_file(draft),
+           "hub": {"repo": REPO, "revision": COMMIT, "file": "draft-Q4_K_M.gguf"}}
+    assert source_record(found) == source_record(open_gguf(found)) == source_record(open_draft_gguf(open_gguf(found))) == hub
+    local = {"path": str(draft), "sha256": sha256_file(draft)}
+    assert source_record(draft) == source_record(str(draft)) == source_record(open_gguf(draft)) == local
+    assert source_record(local) is local  # recorded already
+    with pytest.raises(TypeError, match="records no SimpleNamespace"):
+        source_record(types.SimpleNamespace(path=draft))
+
+
 def test_a_local_path_wins_and_path_like_names_stay_paths(cache, draft, tmp_path, monkeypatch):
     populate(cache, REPO, {"draft-Q4_K_M.gguf": draft})
     monkeypatch.chdir(tmp_path)

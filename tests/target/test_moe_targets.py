@@ -8,7 +8,7 @@ exactly, the compiled-model check (on the target, or on a probe of its kinds and
 weight against the whole-model pass on optimum's export, and bad input.
 
 The whole target against optimum-intel's export and transformers' forward over two stateful steps,
-logits and every locator, is tests/test_target_graph.py's (target_builders.GEOMETRIES holds two
+logits and every locator, is tests/target/test_target_graph.py's (target_builders.GEOMETRIES holds two
 qwen3_moe geometries: renormalised top 2, and top 3 of 6 not renormalised with a dense layer).
 """
 
