@@ -10,7 +10,7 @@ holding those (fixtures/make_hybrid_fixture.py makes one, build/tf52 or $GGUF2OV
 
 1. a tiny random Qwen3_5ForCausalLM (layers L F L F, initializer_range 0.2 so that its greedy tokens
    depend on every input), exported by optimum-intel (`text-generation-with-past`, fp32); or `--ir`, an
-   export already made (fixtures/tiny-hybrid/target once its XML is unpacked);
+   export already made (fixtures/tiny-hybrid/target);
 2. the positions: the graph's rotary cosines after `paged_attention_transformation`, computed for one
    step of 4 tokens at positions 5-8 and for each of those tokens decoded alone; each token of the step
    is named by the position whose cosines it gets;
