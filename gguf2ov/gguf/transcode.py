@@ -85,10 +85,11 @@ measured; benchmarks/bench_mxfp4.py):
   folded form stores them so (5 bits a weight). A scale byte of 0 (values below 2^-125; ggml writes it only
   for a block of zeros) runs as zeros.
 - GatherMatmul (experts) compresses u8/i8/u4/i4 codes only (`GatherMatmul::getSupportedCompressedWeightsTypes`;
-  later OpenVINO adds f4e2m1): f4e2m1 experts compile to an f32 GatherMatmul, 32 bits a weight. So [E, N, K]
-  weights run on ggml's own operands, its doubled values as i8 and its halved scale as f32 (9 bits a weight):
+  a later version of it in public source lists f4e2m1 too): f4e2m1 experts compile to an f32 GatherMatmul, 32
+  bits a weight (201 M weights: 1553 MiB). So [E, N, K] weights run on ggml's own operands, its doubled values
+  as i8 and its halved scale as f32 (9 bits a weight): folded, the IR stores them (225 MiB at run time);
   compact, the IR keeps the file's bytes and a Convert chain the plugin folds into the i8 codes when it
-  compiles; folded, the IR stores the i8 codes.
+  compiles, and keeps beside GatherMatmul's repacked copy (449 MiB).
 - Gather (an embedding table): no f4e2m1 either (an f32 Gather); the table takes the i8 form.
 
 Memory: the builder decodes the memory-mapped bytes in ~1 MB row chunks straight into the buffers
