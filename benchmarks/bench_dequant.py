@@ -27,7 +27,7 @@ from gguf.constants import GGML_QUANT_SIZES
 from gguf2ov.gguf import quants
 
 Q = gguf.GGMLQuantizationType
-TYPES = [Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K]
+TYPES = [Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.MXFP4]
 RESULTS = Path(__file__).resolve().parent / "results" / "dequant.json"
 
 
@@ -36,6 +36,9 @@ def random_tensor(qtype: Q, rows: int, cols: int, rng: np.random.Generator) -> n
         return rng.standard_normal((rows, cols)).astype(np.float16)
     block_size, type_size = GGML_QUANT_SIZES[qtype]
     raw = rng.integers(0, 256, size=(rows, cols // block_size, type_size), dtype=np.uint8)
+    if qtype == Q.MXFP4:  # E8M0 scale bytes of a trained model's range
+        raw[..., 0] = rng.integers(110, 130, raw.shape[:-1])
+        return raw.reshape(rows, -1)
     # Keep every 16-bit word a finite f16 of moderate size so both sides do real arithmetic.
     words = raw.view(np.uint16)
     words &= np.uint16(0xBBFF)

@@ -2,7 +2,8 @@
 `target`.
 
 Each case takes a seed file (`inspect`, `convert` and `check`: a fixture draft,
-fixtures/tiny-dflash/*.gguf; `target`: a target GGUF, see TARGET_SEEDS), applies one mutation
+fixtures/tiny-dflash/*.gguf, and its checkpoint written in MXFP4 by gguf2ov's GGUF writer, as
+`llama-quantize --pure ... MXFP4_MOE` writes it; `target`: a target GGUF, see TARGET_SEEDS), applies one mutation
 (sometimes two) and runs one command on the result, in-process in a forked child with an address-space limit
 (RLIMIT_AS: the child's size at fork + `--memory-mb`) and a per-case timeout. Mutations cover
 what the reader and the maps read:
@@ -13,7 +14,7 @@ what the reader and the maps read:
   keys added, dropped, renamed or duplicated, general.alignment;
 - tensors renamed (layer indices, unknown names, duplicates, control characters), given other
   dimensions, types or offsets, dropped or duplicated, their data written with NaN/Inf (float
-  tensors) or Inf/NaN/huge block scales (quantized tensors);
+  tensors) or Inf/NaN/huge block scales (quantized tensors; MXFP4: E8M0 scale bytes 255 and 254);
 - truncations, and bytes flipped in the header.
 
 A case is classified as
@@ -76,6 +77,7 @@ from gguf2ov.maps.rules import config_get  # noqa: E402
 
 FIXTURES = REPO / "fixtures" / "tiny-dflash"
 SEEDS = ("draft-Q4_K_M.gguf", "draft-legacy-Q4_K_M.gguf")
+MXFP4_SEED = "draft-MXFP4.gguf"  # written from REFERENCE when the fuzzer starts
 REFERENCE = FIXTURES / "draft-ref"
 # `target`'s seeds: the hybrid and MoE fixture targets (Q4_K_M as llama.cpp quantizes: Q4_K, Q5_0, Q6_K,
 # Q8_0), llama.cpp's own qwen35 and qwen35moe F16 files, and a qwen3 Q4_K_M made from the fixture
@@ -103,11 +105,11 @@ EXAMPLES_PER_CLASS = 20
 T_U8, T_I8, T_U16, T_I16, T_U32, T_I32, T_F32, T_BOOL, T_STR, T_ARR, T_U64, T_I64, T_F64 = range(13)
 _FMT = {T_U8: "<B", T_I8: "<b", T_U16: "<H", T_I16: "<h", T_U32: "<I", T_I32: "<i", T_F32: "<f", T_BOOL: "<B",
         T_U64: "<Q", T_I64: "<q", T_F64: "<d"}
-GGML_F32, GGML_F16, GGML_Q4_K, GGML_Q6_K = 0, 1, 12, 14
+GGML_F32, GGML_F16, GGML_Q4_K, GGML_Q6_K, GGML_MXFP4 = 0, 1, 12, 14, 39
 # (block size, bytes per block) of the GGML types the seeds hold or mutations give
 GGML_SIZES = {0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34), 10: (256, 84),
               11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210), 24: (1, 1), 25: (1, 2), 26: (1, 4),
-              27: (1, 8), 28: (1, 8), 30: (1, 2)}
+              27: (1, 8), 28: (1, 8), 30: (1, 2), 39: (32, 17)}
 
 
 @dataclass
@@ -459,6 +461,9 @@ def op_tensor_data(model, rng, map_keys):
         value = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf"), "huge": 3.4e38}[poison]
         for _ in range(rng.randint(1, 5)):
             struct.pack_into("<f", data, t.offset + 4 * rng.randrange(n_elements), value)
+    elif t.gtype == GGML_MXFP4:  # the E8M0 scale byte leading a block: 255 is no finite scale, 254 overflows
+        blk = t.offset + size * rng.randrange(max(1, n_bytes // size))
+        data[blk] = 254 if poison == "huge" else 255
     else:
         half = {"nan": 0x7E00, "inf": 0x7C00, "-inf": 0xFC00, "huge": 0x7BFF}[poison]
         if t.gtype == GGML_F16:
@@ -832,7 +837,7 @@ def case_argv(entry: str, rng: random.Random, mutant_path: Path, out_dir: Path, 
 
 def entry_seeds(entry: str, seeds: dict) -> list[str]:
     """The names of the seed files an entry point mutates."""
-    drafts = [name for name in SEEDS if name in seeds]
+    drafts = [name for name in (*SEEDS, MXFP4_SEED) if name in seeds]
     return sorted(name for name in seeds if name not in drafts) if entry == "target" else sorted(drafts)
 
 
@@ -887,11 +892,23 @@ def load_seeds(entries) -> tuple[dict, dict]:
     """({seed name: bytes}, {arch: the GGUF keys its map reads}) for the entry points: the drafts always
     (the warm-up runs on one), the targets for `target` (the qwen3 one written first, QWEN3_SEED)."""
     seeds = {name: (FIXTURES / name).read_bytes() for name in SEEDS}
+    seeds[MXFP4_SEED] = mxfp4_seed()
     if "target" in entries:
         seeds.update({name: path.read_bytes() for name, path in TARGET_SEEDS.items()})
         seeds[QWEN3_SEED] = qwen3_seed()
     map_keys = {arch: _map_keys(arch) for arch in sorted({_seed_arch(data) for data in seeds.values()})}
     return seeds, map_keys
+
+
+def mxfp4_seed() -> bytes:
+    """REFERENCE written in MXFP4 (every weight, as `llama-quantize --pure ... MXFP4_MOE` writes a dense
+    draft; the same bytes every time)."""
+    from gguf2ov.tools.gguf_writer import write_dflash_gguf
+
+    with tempfile.TemporaryDirectory(prefix="gguf2ov-fuzz-seed-") as tmp:
+        path = Path(tmp) / MXFP4_SEED
+        write_dflash_gguf(REFERENCE, path, mix="MXFP4_MOE", pure=True)
+        return path.read_bytes()
 
 
 def qwen3_seed() -> bytes:

@@ -2,7 +2,11 @@
 
 For each fixture draft, llama.cpp 0c1e570's `convert_hf_to_gguf.py` (bf16, the target's tokenizer
 from fixtures/tiny-dflash/target-hf) and then `llama-quantize ... Q4_K_M`, compared with the
-committed `draft-Q4_K_M.gguf` that `gguf2ov.tools.gguf_writer` wrote:
+committed `draft-Q4_K_M.gguf` that `gguf2ov.tools.gguf_writer` wrote; and `llama-quantize --pure ...
+MXFP4_MOE` (every weight in MXFP4: a dense draft has no experts) compared with the writer's
+`mix="MXFP4_MOE", pure=True`. The same for the MoE fixture target (fixtures/tiny-moe/target-hf, arch
+qwen3moe) under MXFP4_MOE as llama-quantize applies it (experts MXFP4, other weights Q8_0), tensors only
+(a target's metadata is the map's to match, not the writer's). Compared:
 - tensors: each tensor's name, type, shape and data bytes;
 - model metadata: every key outside `general.*`, its GGUF type and value (arrays item by item);
 - listed, not counted as a mismatch: the order of the tensors and of the keys (gguf_writer writes
@@ -29,7 +33,10 @@ from pathlib import Path
 import numpy as np
 from gguf import GGUFReader, GGUFValueType
 
+from gguf2ov.tools.gguf_writer import write_dflash_gguf
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import llamacpp  # noqa: E402
 from llamacpp import COMMIT, source_dir, tool  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,7 +50,8 @@ SHIM = ("import runpy, sys\nsrc = sys.argv[1]; sys.path[:0] = [src, src + '/gguf
         "sys.argv = [src + '/convert_hf_to_gguf.py', *sys.argv[2:]]\nrunpy.run_path(sys.argv[0], run_name='__main__')\n")
 
 
-def llama_cpp_gguf(draft_ref: Path, out: Path) -> Path:
+def llama_cpp_gguf(draft_ref: Path, out: Path) -> dict[str, Path]:
+    """llama.cpp's Q4_K_M and pure MXFP4 GGUFs of the draft checkpoint `draft_ref` (`out` names the Q4_K_M)."""
     src = source_dir()
     pydeps = src.parent / "pydeps"
     if not (pydeps / "sentencepiece").is_dir():
@@ -54,10 +62,29 @@ def llama_cpp_gguf(draft_ref: Path, out: Path) -> Path:
     subprocess.run([sys.executable, "-c", SHIM, str(src), str(draft_ref), "--outtype", "bf16", "--outfile", str(bf16),
                     "--target-model-dir", str(TARGET_HF)], check=True, env=env, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
-    subprocess.run([str(tool("llama-quantize")), str(bf16), str(out), "Q4_K_M"], check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    made = {"Q4_K_M": out, "MXFP4": out.with_name(out.name.replace("Q4_K_M", "MXFP4"))}
+    for mix, flags in (("Q4_K_M", []), ("MXFP4", ["--pure"])):
+        subprocess.run([str(tool("llama-quantize")), *flags, str(bf16), str(made[mix]),
+                        "MXFP4_MOE" if mix == "MXFP4" else mix], check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
     bf16.unlink()
-    return out
+    return made
+
+
+def moe_target_mxfp4(folder: Path) -> dict:
+    """The MoE fixture target under MXFP4_MOE, by llama.cpp and by the writer: its tensors compared."""
+    from gguf2ov.tools.gguf_writer import write_gguf
+
+    hf = REPO / "fixtures" / "tiny-moe" / "target-hf"
+    bf16 = llamacpp.convert(hf, folder / "moe-target.bf16.gguf", "bf16")
+    theirs = llamacpp.quantize(bf16, folder / "moe-target-MXFP4_MOE.gguf", "MXFP4_MOE")
+    bf16.unlink()
+    ours = write_gguf(hf, folder / "moe-target-ours-MXFP4_MOE.gguf", "qwen3moe", mix="MXFP4_MOE",
+                      extra_metadata={"qwen3moe.vocab_size": json.loads((hf / "config.json").read_text())["vocab_size"]})
+    r = compare(Path(ours.path), theirs)
+    r["types"] = ours.type_counts
+    r["match"] = r["tensors_identical"] == r["tensors"] and not r["tensors_differing"]
+    return r
 
 
 def _value(field):
@@ -105,13 +132,19 @@ def main() -> int:
         folder.mkdir(parents=True, exist_ok=True)
         for name, fixture in FIXTURES.items():
             theirs = llama_cpp_gguf(fixture / "draft-ref", folder / f"{name}-Q4_K_M.gguf")
-            r = compare(fixture / "draft-Q4_K_M.gguf", theirs)
-            report["fixtures"][name] = r
-            print(f"{name}: {'MATCH' if r['match'] else 'DIFFER'}: tensors {r['tensors_identical']}/{r['tensors']} "
-                  f"byte-identical (same order: {r['tensor_order_same']}); model metadata: {r['model_keys']} keys, "
-                  f"only ours {r['model_keys_only_ours']}, only llama.cpp's {r['model_keys_only_llama_cpp']}, values "
-                  f"differing {r['model_values_differing']} (same order: {r['model_key_order_same']}); general.* "
-                  f"differing: {sorted(r['general_differing'])}")
+            ours_mxfp4 = folder / f"{name}-ours-MXFP4.gguf"
+            write_dflash_gguf(fixture / "draft-ref", ours_mxfp4, TARGET_HF, mix="MXFP4_MOE", pure=True)
+            for mix, ours in (("Q4_K_M", fixture / "draft-Q4_K_M.gguf"), ("MXFP4", ours_mxfp4)):
+                r = compare(ours, theirs[mix])
+                report["fixtures"][f"{name} {mix}"] = r
+                print(f"{name} {mix}: {'MATCH' if r['match'] else 'DIFFER'}: tensors {r['tensors_identical']}/"
+                      f"{r['tensors']} byte-identical (same order: {r['tensor_order_same']}); model metadata: "
+                      f"{r['model_keys']} keys, only ours {r['model_keys_only_ours']}, only llama.cpp's "
+                      f"{r['model_keys_only_llama_cpp']}, values differing {r['model_values_differing']} (same order: "
+                      f"{r['model_key_order_same']}); general.* differing: {sorted(r['general_differing'])}")
+        r = report["fixtures"]["tiny-moe target MXFP4_MOE"] = moe_target_mxfp4(folder)
+        print(f"tiny-moe target MXFP4_MOE: {'MATCH' if r['match'] else 'DIFFER'}: tensors {r['tensors_identical']}/"
+              f"{r['tensors']} byte-identical ({r['types']}); differing: {r['tensors_differing']}")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=1, default=str) + "\n")
     return 0 if all(r["match"] for r in report["fixtures"].values()) else 1

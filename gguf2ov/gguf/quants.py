@@ -247,6 +247,23 @@ def _dequant_q3_k(blocks: np.ndarray, out: np.ndarray) -> None:
     np.multiply(groups, _scaled(_f16_field(blocks, 108), scales), out=groups)
 
 
+# MXFP4: ggml's `kvalues_mxfp4`, the E2M1 values doubled (code 8 is +0, not E2M1's -0), and
+# `ggml_e8m0_to_fp32_half`: the E8M0 scale 2^(e-127) halved, 2^(e-128), which makes them whole again.
+# Its bits for e < 2 are subnormals ggml writes out: 2^-128 and 2^-127.
+MXFP4_VALUES = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], dtype=np.float32)
+E8M0_HALF = np.where(np.arange(256) < 2, np.uint32(0x00200000) << np.arange(256, dtype=np.uint32),
+                      (np.arange(256, dtype=np.uint32) - np.uint32(1)) << np.uint32(23)).astype(np.uint32).view(np.float32)
+
+
+def _dequant_mxfp4(blocks: np.ndarray, out: np.ndarray) -> None:
+    # byte 0: the E8M0 exponent e; qs byte j: element j in the low nibble, element j+16 in the high one.
+    halves = out.reshape(-1, 2, 16)
+    qs = blocks[:, 1:17]
+    np.take(MXFP4_VALUES, qs & np.uint8(0x0F), out=halves[:, 0], mode="clip")
+    np.take(MXFP4_VALUES, qs >> np.uint8(4), out=halves[:, 1], mode="clip")
+    np.multiply(out, E8M0_HALF[blocks[:, 0]][:, None], out=out)  # d * q in gguf-py; the same product
+
+
 _DEQUANT_KERNELS: dict[QType, Callable[[np.ndarray, np.ndarray], None]] = {
     QType.BF16: _dequant_bf16,
     QType.Q8_0: _dequant_q8_0,
@@ -259,6 +276,7 @@ _DEQUANT_KERNELS: dict[QType, Callable[[np.ndarray, np.ndarray], None]] = {
     QType.Q4_K: _dequant_q4_k,
     QType.Q5_K: _dequant_q5_k,
     QType.Q6_K: _dequant_q6_k,
+    QType.MXFP4: _dequant_mxfp4,
 }
 
 DEQUANTIZE_TYPES: tuple[QType, ...] = (QType.F32, QType.F16, *_DEQUANT_KERNELS)
@@ -557,8 +575,9 @@ _QUANT_KERNELS: dict[QType, Callable[[np.ndarray], np.ndarray]] = {
     QType.Q6_K: _quantize_q6_k,
 }
 
-# gguf-py's quantizers for these reproduce llama.cpp's `quantize_row_*_ref` bit for bit.
-_GGUF_PY_QUANTIZED = (QType.BF16, QType.Q8_0, QType.Q4_0, QType.Q4_1, QType.Q5_0, QType.Q5_1)
+# gguf-py's quantizers for these reproduce llama.cpp's `quantize_row_*_ref` bit for bit (MXFP4: on
+# every block of finite values; a block holding NaN or Inf gets another scale byte).
+_GGUF_PY_QUANTIZED = (QType.BF16, QType.Q8_0, QType.Q4_0, QType.Q4_1, QType.Q5_0, QType.Q5_1, QType.MXFP4)
 
 QUANTIZE_TYPES: tuple[QType, ...] = (QType.F32, QType.F16, *_GGUF_PY_QUANTIZED, *_QUANT_KERNELS)
 

@@ -12,11 +12,12 @@ in the file's own bit widths, and compilation multiplies it out:
 - Q6_K (y = d*sc*(q - 32)): int8 sc per 16, f16 d per 256, zero point 32.
 - Q8_0: int8 codes times f16 d. Q4_0 / Q5_0: f16 d, zero point 8 / 16.
 - Q4_1 / Q5_1 (y = d*q + m): f16 d and m per 32, zero point -m/d.
+- MXFP4 (y = E2M1 code * 2^(e-127)): f4e2m1 codes and an f8e8m0 scale per 32, the file's bytes ("MXFP4" below).
 
 This compact form is a draft's; a target's weights take the folded form (`grid_weight(...,
 folded=True)`, "Run-time memory" below). Bits per weight of the compact form, IR / GGUF
 (`grid_bits`; tests/gguf/test_transcode.py): Q4_K 4.5 / 4.5, Q6_K 6.5625 /
-6.5625, Q8_0 8.5 / 8.5, Q4_0 4.5 / 4.5, Q4_1 5 / 5, Q5_0 6.5 / 5.5, Q5_1 7 / 6, Q5_K 6.5 / 5.5.
+6.5625, Q8_0 8.5 / 8.5, Q4_0 4.5 / 4.5, Q4_1 5 / 5, Q5_0 6.5 / 5.5, Q5_1 7 / 6, Q5_K 6.5 / 5.5, MXFP4 4.25 / 4.25.
 A Q4_K_M file (Q4_K and Q6_K) is carried at 1.00x its tensor bytes plus ~50 bytes of shape
 constants per tensor (the tiny test draft's whole IR .bin: 1.0009x its GGUF tensor bytes; Gemma 3
 270M's 2-D weights: 1.032x, as its Q5_0 fallbacks cost their extra bit). The folded form, f32
@@ -73,6 +74,24 @@ instead of +534 MB as f32). Gemma 3 270M's Q8_0 table keeps its own form: the wh
 1.032x the file's tensor bytes. A Q4_K table costs 6 bits a weight instead of 4.5 (an 8B target's
 151936 x 4096 table: +117 MB, 2.5% of its Q4_K_M file).
 
+MXFP4: its nibbles are E2M1 codes and its scale byte an E8M0 exponent, which are OpenVINO's f4e2m1 and
+f8e8m0: ggml's doubled values (`kvalues_mxfp4`) times its halved scale (`ggml_e8m0_to_fp32_half`) are the
+same products. Code 8 (E2M1's -0, ggml's +0) is stored as code 0, so the IR's weights are gguf-py's bit for
+bit, for every scale byte 0..254 and every code (tests/gguf/test_transcode.py). Byte 255 is no finite E8M0
+scale: NaN in OpenVINO, where ggml makes 0, +-2^127 or +-inf. What the CPU plugin keeps (openvino 2026.4.1,
+measured; benchmarks/bench_mxfp4.py):
+- FullyConnected: the f4e2m1 codes, multiplied in float32 (the default dynamic quantization leaves them
+  alone). The f8e8m0 scales' Convert folds into f32 (1 bit a weight, private, like any scale subgraph); the
+  folded form stores them so (5 bits a weight). A scale byte of 0 (values below 2^-125; ggml writes it only
+  for a block of zeros) runs as zeros.
+- GatherMatmul (experts) compresses u8/i8/u4/i4 codes only (`GatherMatmul::getSupportedCompressedWeightsTypes`;
+  a later version of it in public source lists f4e2m1 too): f4e2m1 experts compile to an f32 GatherMatmul, 32
+  bits a weight (201 M weights: 1553 MiB). So [E, N, K] weights run on ggml's own operands, its doubled values
+  as i8 and its halved scale as f32 (9 bits a weight): folded, the IR stores them (225 MiB at run time);
+  compact, the IR keeps the file's bytes and a Convert chain the plugin folds into the i8 codes when it
+  compiles, and keeps beside GatherMatmul's repacked copy (449 MiB).
+- Gather (an embedding table): no f4e2m1 either (an f32 Gather); the table takes the i8 form.
+
 Memory: the builder decodes the memory-mapped bytes in ~1 MB row chunks straight into the buffers
 of the final Constants (uint8/uint32 bit arithmetic, four codes per word): no float arrays, and
 a 4096x12288 Q4_K tensor takes ~0.25 s. With `postpone`, that happens while OpenVINO writes the
@@ -87,7 +106,7 @@ import numpy as np
 from gguf.constants import GGML_QUANT_SIZES
 
 from ..errors import Gguf2ovError
-from .quants import QType, k_scales_mins
+from .quants import E8M0_HALF, MXFP4_VALUES, QType, k_scales_mins
 
 # Raw bytes decoded per step: bounds a chunk's uint8/uint32 temporaries to ~10 MB.
 _CHUNK_BYTES = 1 << 20
@@ -238,10 +257,42 @@ def _fill_q6_k(b, o):
     o["d"][...] = _f16(b, 208)
 
 
+# MXFP4 ("MXFP4" above): E2M1 code 8 (-0; +0 in ggml's table) as code 0, a byte (both nibbles) at a time
+_POSITIVE_ZEROS = np.array([b & ~(0x08 if b & 0x0F == 0x08 else 0) & ~(0x80 if b & 0xF0 == 0x80 else 0)
+                            for b in range(256)], dtype=np.uint8)
+# f8e8m0 as OpenVINO converts it: 2^(e-127), and 255 NaN (not a finite scale in E8M0; ggml's values are then
+# 0, +-2^127 or +-inf)
+_E8M0 = np.append(np.ldexp(np.float32(1), np.arange(255) - 127).astype(np.float32), np.float32(np.nan))
+_MXFP4_I8 = MXFP4_VALUES.astype(np.int8)
+
+
+def _mxfp4_codes(b, o):
+    _legacy_nibbles(b[:, 1:17], o["codes"])
+    o["codes"][...] = _POSITIVE_ZEROS[o["codes"]]
+
+
+def _fill_mxfp4(b, o):
+    _mxfp4_codes(b, o)
+    o["d"][...] = b[:, 0:1]
+
+
+def _fill_mxfp4_f32(b, o):
+    _mxfp4_codes(b, o)
+    o["d"][...] = _E8M0[b[:, 0:1]]
+
+
+def _fill_mxfp4_i8(b, o):
+    """ggml's own operands: its doubled values as i8 and its halved scale as f32, whose products are gguf-py's."""
+    halves = o["codes"].reshape(-1, 2, 16)
+    halves[:, 0] = _MXFP4_I8[b[:, 1:17] & np.uint8(0x0F)]
+    halves[:, 1] = _MXFP4_I8[b[:, 1:17] >> np.uint8(4)]
+    o["d"][...] = E8M0_HALF[b[:, 0:1]]
+
+
 @dataclass(frozen=True)
 class _Layout:
     group: int                  # elements per scale
-    codes: str                  # OpenVINO type of the codes Constant: u4, u6 (5- and 6-bit codes), i8
+    codes: str                  # OpenVINO type of the codes Constant: u4, u6 (5- and 6-bit codes), i8, f4e2m1
     zero_point: str             # "none", "const", "min" (value = d*q + m), "k" (d*sc*q - dmin*m)
     center: int                 # the constant zero point ("const")
     params: tuple               # (name, OpenVINO type, items per block)
@@ -258,8 +309,13 @@ _LAYOUTS = {
     QType.Q4_K: _Layout(32, "u4", "k", 0, _K_PARAMS, _fill_k(False)),
     QType.Q5_K: _Layout(32, "u6", "k", 0, _K_PARAMS, _fill_k(True)),
     QType.Q6_K: _Layout(16, "u6", "const", 32, (("d", "f16", 1), ("scales", "i8", 16)), _fill_q6_k),
+    QType.MXFP4: _Layout(32, "f4e2m1", "none", 0, (("d", "f8e8m0", 1),), _fill_mxfp4),
 }
-_TYPE_BITS = {"f16": 16, "i8": 8, "u6": 6, "u4": 4}
+# MXFP4's other forms (see "MXFP4" above): the f32 scale of the folded 2-D form, and i8 codes with f32 scales,
+# which a Gather and GatherMatmul keep compressed.
+_MXFP4_F32_SCALE = _Layout(32, "f4e2m1", "none", 0, (("d", "f32", 1),), _fill_mxfp4_f32)
+_MXFP4_I8_CODES = _Layout(32, "i8", "none", 0, (("d", "f32", 1),), _fill_mxfp4_i8)
+_TYPE_BITS = {"f32": 32, "f16": 16, "i8": 8, "f8e8m0": 8, "u6": 6, "u4": 4, "f4e2m1": 4}
 
 
 def has_grid(qtype) -> bool:
@@ -270,15 +326,22 @@ def has_grid(qtype) -> bool:
         return False
 
 
-_TYPE_BYTES = {"f32": 4, "f16": 2, "u8": 1, "i8": 1, "u6": 6 / 8, "u4": 4 / 8}
+_TYPE_BYTES = {"f32": 4, "f16": 2, "u8": 1, "i8": 1, "f8e8m0": 1, "u6": 6 / 8, "u4": 4 / 8, "f4e2m1": 4 / 8}
 
 
-def grid_bytes(qtype, shape, folded: bool = False) -> int:
+def grid_bytes(qtype, shape, folded: bool = False, gather: bool = False) -> int:
     """The bytes a weight of `qtype` and [out, in] `shape` takes in the IR on its own grid (its
     Constants as `grid_weight` makes them; the few shape constants aside)."""
-    layout = _LAYOUTS[QType(qtype)]
-    kinds = _constant_kinds(QType(qtype), layout, shape, folded)
+    layout = _layout(QType(qtype), shape, folded, gather)
+    kinds = _constant_kinds(QType(qtype), layout, shape, folded or gather)
     return int(sum(_TYPE_BYTES[kind] * np.prod(dims, dtype=np.int64) for kind, dims in kinds.values()))
+
+
+def _layout(qtype: QType, shape, folded: bool, gather: bool) -> _Layout:
+    """The file's own layout, or the form MXFP4 takes folded or in a Gather."""
+    if qtype == QType.MXFP4 and (folded or gather):
+        return _MXFP4_I8_CODES if gather or len(shape) == 3 else _MXFP4_F32_SCALE
+    return _LAYOUTS[qtype]
 
 
 def grid_bits(qtype) -> float:
@@ -292,7 +355,7 @@ def grid_bits(qtype) -> float:
 # the builder
 # ---------------------------------------------------------------------------------------------
 
-def grid_weight(raw, qtype, shape, folded: bool = False, postpone=None, check=None):
+def grid_weight(raw, qtype, shape, folded: bool = False, postpone=None, check=None, gather: bool = False):
     """The f32 [out, in] output of a decompression subgraph holding the GGUF tensor's own grid.
 
     `raw` is the tensor's stored bytes as `GgufFile.raw` returns them (torch-order rows, last axis
@@ -314,6 +377,9 @@ def grid_weight(raw, qtype, shape, folded: bool = False, postpone=None, check=No
     `make()` returns only while OpenVINO writes the .bin (ir.weights.WeightForms passes it); the
     tensor is then decoded once, then, not held in memory until the model is saved.
 
+    `gather`: the table of an embedding Gather, in the form the plugin keeps compressed there (the folded
+    one; for MXFP4, i8 codes: see "MXFP4" above).
+
     A 3-D `shape` [E, N, K] is a mixture of experts' weights (ggml ne {K, N, E}, for
     `MatMul(x [E, T, K], W, transpose_b=True)`): the rows are decoded as those of an [E * N, K]
     weight, and every Constant keeps the expert axis (codes [E, N, K / G, G], scale and zero point
@@ -334,7 +400,7 @@ def grid_weight(raw, qtype, shape, folded: bool = False, postpone=None, check=No
     shape = tuple(int(s) for s in shape)
     if len(shape) not in (2, 3):
         raise Gguf2ovError(f"a GGUF grid weight must be 2-D [out, in] or 3-D [experts, out, in], not {shape}")
-    layout = _LAYOUTS[qtype]
+    layout, folded = _layout(qtype, shape, folded, gather), folded or gather
     block = GGML_QUANT_SIZES[qtype][0]
     if shape[-1] % block:
         raise Gguf2ovError(f"{qtype.name} rows of {shape[-1]} elements are not whole {block}-element blocks")
@@ -477,7 +543,8 @@ def _decompression(layout: _Layout, constants: dict, shape, u6: bool):
     groups = n // layout.group
 
     def f32(name):
-        return ops.convert(constants[name], "f32")
+        constant = constants[name]
+        return constant if constant.get_output_element_type(0).get_type_name() == "f32" else ops.convert(constant, "f32")
 
     zero_point = None
     if layout.zero_point in ("none", "const"):
@@ -493,7 +560,19 @@ def _decompression(layout: _Layout, constants: dict, shape, u6: bool):
         scale = _per_group(ops.multiply(f32("d"), f32("scales")), rows, groups)
         minimum = _per_group(ops.multiply(f32("dmin"), f32("mins")), rows, groups)
         zero_point = ops.divide(minimum, scale)
-    return _affine(_codes_f32(constants["codes"], u6), zero_point, scale, shape)
+    codes = _codes_f32(constants["codes"], u6)
+    if layout.codes == "f4e2m1" and len(shape) == 3:
+        codes, scale = _as_i8_codes(codes, scale)
+    return _affine(codes, zero_point, scale, shape)
+
+
+def _as_i8_codes(codes, scale):
+    """f4e2m1 codes and their scale as ggml's operands, doubled codes in i8 and a halved scale, for MXFP4 experts:
+    GatherMatmul takes no f4e2m1 codes (see "MXFP4" above), and the plugin folds this into an i8 Constant."""
+    from openvino import opset13 as ops
+
+    doubled = ops.convert(ops.multiply(codes, ops.constant(np.float32(2))), "i8")
+    return ops.convert(doubled, "f32"), ops.multiply(scale, ops.constant(np.float32(0.5)))
 
 
 def _folded_decompression(layout: _Layout, constants: dict, shape):

@@ -57,7 +57,7 @@ def _grid_bytes(forms, name) -> int:
     grid = _stored_grid(forms, name)
     if grid is None:
         return 4 * _elements(forms, name)
-    return grid_bytes(grid[1], forms.source.expected[name], folded=forms.gather(name) or forms.folded_grid)
+    return grid_bytes(grid[1], forms.source.expected[name], folded=forms.folded_grid, gather=forms.gather(name))
 
 
 def _grid_xml_bytes(forms, name) -> int:
@@ -113,7 +113,7 @@ def _grid_weight(forms, name):
     def check(values, total):
         forms.check_finite(name, values, what="quantization scales", total=total)
 
-    return grid_weight(raw, qtype, forms.source.expected[name], folded=forms.gather(name) or forms.folded_grid,
+    return grid_weight(raw, qtype, forms.source.expected[name], folded=forms.folded_grid, gather=forms.gather(name),
                        postpone=postpone, check=check), None
 
 

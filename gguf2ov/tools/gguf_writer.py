@@ -25,7 +25,7 @@ Q = GGMLQuantizationType
 ARCH = "dflash"
 QUANT_VERSION = 2  # GGML_QNT_VERSION
 # mix -> (default type for 2-D weights, general.file_type as llama.cpp numbers it)
-MIXES = {"Q4_K_M": (Q.Q4_K, 15), "Q8_0": (Q.Q8_0, 7), "F16": (Q.F16, 1), "F32": (Q.F32, 0)}
+MIXES = {"Q4_K_M": (Q.Q4_K, 15), "Q8_0": (Q.Q8_0, 7), "MXFP4_MOE": (Q.MXFP4, 38), "F16": (Q.F16, 1), "F32": (Q.F32, 0)}
 # llama.cpp's fallbacks when a row (ne[0]) is not a whole number of 256-weight super-blocks.
 K_FALLBACK = {Q.Q4_K: Q.Q5_0, Q.Q5_K: Q.Q5_1, Q.Q6_K: Q.Q8_0}
 
@@ -44,9 +44,11 @@ def use_more_bits(i: int, n: int) -> bool:
 
 
 def tensor_type(gguf_name: str, shape: tuple[int, ...], mix: str, n_layers: int,
-                n_expert: int = 1) -> GGMLQuantizationType:
+                n_expert: int = 1, pure: bool = False) -> GGMLQuantizationType:
     """The GGML type llama.cpp's quantizer picks for a tensor under `mix` (no importance matrix).
-    `n_expert`: the model's expert count (`{arch}.expert_count`), which some of its rules read."""
+    `n_expert`: the model's expert count (`{arch}.expert_count`), which some of its rules read.
+    `pure`: `llama-quantize --pure`, the mix's default type for every tensor it quantizes (MXFP4_MOE puts
+    MXFP4 on the experts only, so a dense draft in MXFP4 is written `--pure`)."""
     default, _ = MIXES[mix]
     dims = len(shape) - next((i for i, d in enumerate(shape) if d != 1), len(shape))  # ggml_n_dims: ne {H, 1} is 1-D
     if dims < 2 or not gguf_name.endswith("weight") or "norm" in gguf_name or "ssm_conv1d" in gguf_name or \
@@ -55,7 +57,11 @@ def tensor_type(gguf_name: str, shape: tuple[int, ...], mix: str, n_layers: int,
         # (shared experts' gates too) stay F32, as llama.cpp writes them
         return Q.F32
     qtype = default
-    if mix == "Q4_K_M":
+    if pure:
+        pass
+    elif mix == "MXFP4_MOE":  # the experts (ggml ne[2] > 1) in MXFP4, every other weight and the head in Q8_0
+        qtype = Q.MXFP4 if len(shape) >= 3 and shape[-3] > 1 else Q.Q8_0
+    elif mix == "Q4_K_M":
         layer = re.match(r"blk\.(\d+)\.", gguf_name)
         if gguf_name == "output.weight":
             qtype = Q.Q6_K
@@ -77,22 +83,23 @@ def tensor_type(gguf_name: str, shape: tuple[int, ...], mix: str, n_layers: int,
 
 
 def write_dflash_gguf(checkpoint_dir, out_path, tokenizer_dir=None, mix: str = "Q4_K_M", legacy: bool = False,
-                      progress: bool = False, tokenizer_pre: str = "qwen2") -> GgufWriteResult:
+                      progress: bool = False, tokenizer_pre: str = "qwen2", pure: bool = False) -> GgufWriteResult:
     """Write the HF DFlash draft in `checkpoint_dir` as a GGUF draft at `out_path`.
 
     `legacy=True` writes the first llama.cpp DFlash layout (target layers unshifted, mask token
     under `dflash.mask_token_id`). `tokenizer_dir` is the target's HF tokenizer, written as
     llama.cpp writes a gpt2-style BPE vocabulary (`tokenizer_pre` names its pre-tokenizer).
     """
-    return write_gguf(checkpoint_dir, out_path, ARCH, tokenizer_dir, mix, legacy, progress, tokenizer_pre)
+    return write_gguf(checkpoint_dir, out_path, ARCH, tokenizer_dir, mix, legacy, progress, tokenizer_pre, pure=pure)
 
 
 def write_gguf(checkpoint_dir, out_path, arch: str, tokenizer_dir=None, mix: str = "Q4_K_M", legacy: bool = False,
                progress: bool = False, tokenizer_pre: str = "qwen2", extra_metadata: dict | None = None,
-               maps_dir=None) -> GgufWriteResult:
+               maps_dir=None, pure: bool = False) -> GgufWriteResult:
     """Write the HF checkpoint in `checkpoint_dir` as an `arch` GGUF, its map run backwards.
 
     `extra_metadata`: GGUF keys the map does not write back (a vocabulary size it only reads).
+    `pure`: `llama-quantize --pure` (see `tensor_type`).
     """
     if mix not in MIXES:
         raise Gguf2ovError(f"unknown type mix {mix!r}; choose one of {', '.join(MIXES)}")
@@ -128,7 +135,7 @@ def write_gguf(checkpoint_dir, out_path, arch: str, tokenizer_dir=None, mix: str
         values = np.stack([checkpoint.load(p) for p in parts]) if parts else checkpoint.load(renamed[hf_name])
         values = np.asarray(values, dtype=np.float32)
         gguf_name, values = amap.writer.to_gguf(hf_name, values, config)
-        qtype = tensor_type(gguf_name, values.shape, mix, n_layers, n_expert)
+        qtype = tensor_type(gguf_name, values.shape, mix, n_layers, n_expert, pure)
         _add_tensor(writer, gguf_name, values, qtype)
         counts[qtype.name] = counts.get(qtype.name, 0) + 1
 

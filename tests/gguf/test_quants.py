@@ -10,11 +10,11 @@ from gguf2ov.errors import Gguf2ovError
 from gguf2ov.gguf import quants
 
 Q = gguf.GGMLQuantizationType
-BLOCK_TYPES = [Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K]
+BLOCK_TYPES = [Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.MXFP4]
 # Byte offsets of the f16 fields of each block type (ggml-common.h).
 F16_FIELDS = {
     Q.Q8_0: [0], Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0], Q.Q5_1: [0, 2],
-    Q.Q2_K: [80, 82], Q.Q3_K: [108], Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208], Q.BF16: [],
+    Q.Q2_K: [80, 82], Q.Q3_K: [108], Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208], Q.BF16: [], Q.MXFP4: [],
 }
 
 
@@ -40,6 +40,8 @@ def finite_blocks(qtype, n_blocks, rng):
     if qtype == Q.BF16:
         values = rng.standard_normal(n_blocks).astype(np.float32)
         blocks[:] = (values.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8).reshape(n_blocks, 2)
+    if qtype == Q.MXFP4:  # E8M0 scale bytes 1..250: finite values (255 makes +-inf; 0 subnormals, covered below)
+        blocks[:, 0] = rng.integers(1, 251, n_blocks)
     return blocks
 
 
@@ -69,7 +71,23 @@ def test_dequantize_matches_gguf_py_on_raw_bytes_including_nan_and_inf(qtype):
     assert_same_bits(ours, reference)
 
 
-@pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q8_0, Q.Q5_0, Q.BF16], ids=lambda t: t.name)
+def test_mxfp4_dequantize_is_ggmls_on_every_scale_and_code():
+    """Block e holds the codes 0..15 twice, for every E8M0 byte e: ggml's `dequantize_row_mxfp4` output (its
+    subnormal halved scales for e < 2, +-inf and +-2^127 for e = 255, +0 for code 8) hashes to this
+    (sha256 of its float32 bytes, printed by that C function linked from llama.cpp 0c1e570's build)."""
+    blocks = np.zeros((256, 17), np.uint8)
+    blocks[:, 0] = np.arange(256)
+    codes = np.arange(32) % 16
+    blocks[:, 1:] = codes[:16] | (codes[16:] << 4)
+    with np.errstate(over="ignore"):
+        values = quants.dequantize(blocks, Q.MXFP4)
+    assert hashlib.sha256(values.tobytes()).hexdigest() == \
+        "ee524a21c467ad8308a6f9626064a326c93d12c3bdc42e64aacef3d67cc0c291"
+    assert values[127, 1] == 0.5 and values[127, 7] == 6 and values[127, 15] == -6 and values[128, 5] == 6
+    assert values[0, 1] == np.float32(2.0 ** -128) and not np.signbit(values[:, 8]).any()
+
+
+@pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q8_0, Q.Q5_0, Q.BF16, Q.MXFP4], ids=lambda t: t.name)
 def test_dequantize_keeps_leading_dimensions(qtype):
     block_size, type_size = GGML_QUANT_SIZES[qtype]
     blocks = finite_blocks(qtype, 3 * 4 * 2, np.random.default_rng(7))
@@ -130,18 +148,21 @@ def _reference_input(n_blocks):
 
 
 # sha256 of the bytes llama.cpp's quantize_row_q{4,5,6}_K_ref (ggml-quants.c, compiled without
-# floating-point contraction) writes for _reference_input(64).
+# floating-point contraction) writes for _reference_input(64); MXFP4: quantize_row_mxfp4_ref, as
+# llama.cpp 0c1e570's build (libggml-base) has it.
 LLAMA_CPP_REFERENCE_SHA256 = {
     Q.Q4_K: "ac7e344213aca14d58040a098d001e4e6793b2e269af6f09dca8461fdd19ad50",
     Q.Q5_K: "bd48ff6d63d4d3618b13c6b5ee8ef10b8e46cb50ab50bab90bd0e9c2a2903175",
     Q.Q6_K: "bf6c714054a4934c84eb9cec3310fe97a28eb9e5e571feb5d3abbb9944e62f8e",
+    Q.MXFP4: "a2cffcc4fe5edea1d8813dd4bab921c934f0d3daa93c5b5e01947aa98dd9a5bc",
 }
 
 
 @pytest.mark.parametrize("qtype", list(LLAMA_CPP_REFERENCE_SHA256), ids=lambda t: t.name)
-def test_k_quantize_matches_llama_cpp_reference_bytes(qtype):
+def test_quantize_matches_llama_cpp_reference_bytes(qtype):
     packed = quants.quantize(_reference_input(64), qtype)
-    assert packed.dtype == np.uint8 and packed.shape == (64, GGML_QUANT_SIZES[qtype][1])
+    block, type_size = GGML_QUANT_SIZES[qtype]
+    assert packed.dtype == np.uint8 and packed.shape == (64, 256 // block * type_size)
     assert hashlib.sha256(packed.tobytes()).hexdigest() == LLAMA_CPP_REFERENCE_SHA256[qtype]
 
 
@@ -201,7 +222,7 @@ def test_k_quantize_edge_blocks():
 
 @pytest.mark.parametrize("qtype, max_rel_error", [
     (Q.Q4_K, 0.09), (Q.Q5_K, 0.045), (Q.Q6_K, 0.022), (Q.Q8_0, 0.006),
-    (Q.Q4_0, 0.12), (Q.Q4_1, 0.1), (Q.Q5_0, 0.06), (Q.Q5_1, 0.05), (Q.BF16, 0.003), (Q.F16, 0.001),
+    (Q.Q4_0, 0.12), (Q.Q4_1, 0.1), (Q.Q5_0, 0.06), (Q.Q5_1, 0.05), (Q.BF16, 0.003), (Q.F16, 0.001), (Q.MXFP4, 0.13),
 ], ids=lambda v: getattr(v, "name", str(v)))
 def test_quantize_round_trip_error_is_sane(qtype, max_rel_error):
     x = np.random.default_rng(11).standard_normal((2, 3, 512)).astype(np.float32) * np.float32(0.02)
@@ -231,7 +252,7 @@ def test_k_quantize_is_stable_on_its_own_grid(qtype, min_fraction):
     assert same.mean() >= min_fraction
 
 
-@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.BF16], ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.BF16, Q.MXFP4], ids=lambda t: t.name)
 def test_legacy_quantize_is_gguf_py(qtype):
     x = np.random.default_rng(2).standard_normal((4, 256)).astype(np.float32)
     assert np.array_equal(quants.quantize(x, qtype), gguf.quants.quantize(x, qtype))

@@ -116,6 +116,30 @@ def test_truncated_tensor_data_names_the_tensor(sample):
     assert "truncated" in message and last.gguf_name in message
 
 
+def test_mxfp4_tensors_are_sized_by_their_17_byte_blocks(tmp_path):
+    """MXFP4: 32 values in 17 bytes. The reader's views, sizes and checks use that block, as gguf-py's do."""
+    rng = np.random.default_rng(1)
+    path = tmp_path / "mxfp4.gguf"
+    write_gguf(path, "testarch", {}, {"experts.weight": (rng.standard_normal((3, 4, 96)).astype(np.float32), Q.MXFP4),
+                                      "last.weight": (rng.standard_normal((2, 64)).astype(np.float32), Q.MXFP4)})
+    gguf, reader = open_gguf(path), GGUFReader(path)
+    info = gguf.info("experts.weight")
+    assert info.n_bytes == 3 * 4 * 3 * 17 and gguf.raw("experts.weight").shape == (3, 4, 51)
+    stored = next(t for t in reader.tensors if t.name == "experts.weight")
+    np.testing.assert_array_equal(gguf.load("experts.weight"), gguf_dequantize(stored.data, Q.MXFP4))
+    np.testing.assert_array_equal(gguf.load_rows("experts.weight", 1, 2), gguf.load("experts.weight")[1:2])
+    data = path.read_bytes()
+    path.write_bytes(data[:gguf.info("last.weight").offset + 2 * 2 * 17 - 1])  # one byte short of 4 blocks
+    message = _error(path)
+    assert "last.weight (MXFP4, ne [64, 2]) needs bytes" in message and "truncated" in message
+    # a row that is no whole number of blocks: ne[0] 48 for 32-value blocks
+    header = bytearray(data)
+    at = header.index(b"last.weight") + len(b"last.weight") + 4  # after the name and the dimension count
+    struct.pack_into("<Q", header, at, 48)
+    path.write_bytes(bytes(header))
+    assert "ne[0]=48, not a multiple of the MXFP4 block size 32" in _error(path)
+
+
 def test_truncated_header(sample):
     path, _ = sample
     path.write_bytes(path.read_bytes()[:200])

@@ -11,14 +11,17 @@ from gguf2ov.gguf import quants, transcode
 from gguf2ov.gguf.quants import QType as Q
 from gguf2ov.numerics import compile_exact
 
-TYPES = [Q.Q8_0, Q.Q4_0, Q.Q5_0, Q.Q4_1, Q.Q5_1, Q.Q4_K, Q.Q5_K, Q.Q6_K]
-# Same f32 operations on the same operands as quants.dequantize: bit for bit.
-EXACT = {Q.Q8_0, Q.Q4_0, Q.Q5_0, Q.Q6_K}
+TYPES = [Q.Q8_0, Q.Q4_0, Q.Q5_0, Q.Q4_1, Q.Q5_1, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.MXFP4]
+# Same f32 operations on the same operands as quants.dequantize (MXFP4: the same products): bit for bit.
+EXACT = {Q.Q8_0, Q.Q4_0, Q.Q5_0, Q.Q6_K, Q.MXFP4}
 F16_FIELDS = {Q.Q8_0: [0], Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0], Q.Q5_1: [0, 2],
-              Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208]}
+              Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208], Q.MXFP4: []}
 # IR bits per weight; Q5 codes are stored as u6 (see transcode.py for why).
 IR_BITS = {Q.Q8_0: 8.5, Q.Q4_0: 4.5, Q.Q5_0: 6.5, Q.Q4_1: 5.0, Q.Q5_1: 7.0,
-           Q.Q4_K: 4.5, Q.Q5_K: 6.5, Q.Q6_K: 6.5625}
+           Q.Q4_K: 4.5, Q.Q5_K: 6.5, Q.Q6_K: 6.5625, Q.MXFP4: 4.25}
+# The type the compiled FullyConnected (and GatherMatmul) runs each on, and its embedding Gather
+RUNS_ON = {Q.Q8_0: "i8", Q.Q4_0: "u4", Q.Q4_1: "u4", Q.Q4_K: "u4", Q.MXFP4: "f4e2m1"}
+GATHERS_ON = {**RUNS_ON, Q.MXFP4: "i8"}
 
 
 def gguf_bits(qtype) -> float:
@@ -42,6 +45,11 @@ def valid_blocks(qtype, rows, n, rng):
         blocks[::6, 8] &= 0xF0   # scale of sub-block 4 loses its low bits: 0 where its top bits are 0
     if qtype == Q.Q6_K:
         blocks[::5, 192:194] = 0
+    if qtype == Q.MXFP4:
+        # E8M0 scales 2^-15 .. 2^4, and blocks of zeros with e = 0, as ggml writes them
+        # (test_mxfp4_every_exponent_and_code has the rest)
+        blocks[:, 0] = rng.integers(112, 132, count)
+        blocks[5::17, 0], blocks[5::17, 1:] = 0, 0
     return blocks.reshape(rows, n // block * type_size)
 
 
@@ -150,8 +158,8 @@ def test_compiled_model_runs_the_codes_compressed_and_matches_the_reference():
     assert len(fcs) == len(TYPES)
     for _, precision, weight, inputs in fcs:
         # codes, not folded f32 weights; scales (and zero points) come as extra inputs
-        assert precision in ("u4", "u8", "i8") and weight in ("u4", "u8", "i8") and inputs >= 4
-    assert sorted(p for _, p, *_ in fcs) == sorted(["i8", "u4", "u4", "u4", "u8", "u8", "u8", "u8"])
+        assert precision in ("u4", "u8", "i8", "f4e2m1") and weight == precision and inputs >= 4
+    assert sorted(p for _, p, *_ in fcs) == sorted(["i8", "u4", "u4", "u4", "u8", "u8", "u8", "u8", "f4e2m1"])
 
     xv = rng.standard_normal((2, 3, n)).astype(np.float32)
     result = compiled.create_infer_request().infer({0: xv})
@@ -265,13 +273,13 @@ def test_the_gather_form_holds_the_same_values_and_runs_compressed(qtype, tmp_pa
     def postpone(kind, dims, make):
         return make_postponed_constant(getattr(ov.Type, kind), ov.Shape(dims), make)
 
-    table = transcode.grid_weight(lambda: raw, qtype, (rows, n), folded=True, postpone=postpone)
+    table = transcode.grid_weight(lambda: raw, qtype, (rows, n), gather=True, postpone=postpone)
     ov.save_model(_gather_model(table, rows), str(tmp_path / "g.xml"), compress_to_fp16=False)
     compiled = compile_exact(tmp_path / "g.xml")
     np.testing.assert_array_equal(compiled(np.arange(rows))[0], matmul_form)
     precisions = [op.get_rt_info()["runtimePrecision"].astype(str) for op in compiled.get_runtime_model().get_ordered_ops()
                   if op.get_rt_info()["layerType"].astype(str) == "Gather"]
-    assert precisions == ["i8" if qtype == Q.Q8_0 else "u4" if qtype in (Q.Q4_0, Q.Q4_1, Q.Q4_K) else "u8"]
+    assert precisions == [GATHERS_ON.get(qtype, "u8")]
 
 
 def _weight_ops(output) -> list:
@@ -315,4 +323,124 @@ def test_the_folded_form_leaves_the_plugin_nothing_to_fold(qtype, tmp_path):
     assert np.abs(compiled(inputs)[0] - expected).max() <= 1e-5 * np.abs(expected).max()
     fc = [op.get_rt_info()["runtimePrecision"].astype(str) for op in compiled.get_runtime_model().get_ordered_ops()
           if op.get_rt_info()["layerType"].astype(str) == "FullyConnected"]
-    assert fc == ["i8" if qtype == Q.Q8_0 else "u4" if qtype in (Q.Q4_0, Q.Q4_1, Q.Q4_K) else "u8"]
+    assert fc == [RUNS_ON.get(qtype, "u8")]
+
+
+# --- MXFP4 -----------------------------------------------------------------------------------------------
+
+def _mxfp4_every_scale_and_code(rows: int = 8) -> np.ndarray:
+    """Rows of 32 blocks: block b of row r has E8M0 byte 32r + b (0..254: 255 is no finite scale) and every
+    code 0..15 twice, in a different order per row."""
+    rng = np.random.default_rng(9)
+    blocks = np.zeros((rows * 32, 17), np.uint8)
+    blocks[:, 0] = np.minimum(np.arange(rows * 32), 254)
+    for i in range(len(blocks)):
+        codes = rng.permutation(np.arange(32) % 16).astype(np.uint8)
+        blocks[i, 1:] = codes[:16] | (codes[16:] << 4)
+    return blocks.reshape(rows, -1)
+
+
+@pytest.mark.parametrize("form", ["compact", "folded", "gather", "experts-compact", "experts-folded"])
+def test_mxfp4_every_scale_and_code_is_gguf_pys_bit_for_bit(form):
+    """Every E8M0 scale byte with every E2M1 code, through each MXFP4 form (f4e2m1 codes with f8e8m0 or f32
+    scales; ggml's doubled values as i8 with its halved scales): the weight OpenVINO computes from the IR is
+    gguf-py's dequantization bit for bit, subnormals (scale bytes 0 and 1) and E2M1's -0 (stored as +0) too."""
+    from gguf2ov.ir.irweights import evaluate
+
+    raw = _mxfp4_every_scale_and_code()
+    ref = quants.dequantize(raw, Q.MXFP4)
+    shape = (8, 1024) if not form.startswith("experts") else (2, 4, 1024)
+    weight = transcode.grid_weight(raw.reshape(*shape[:-1], -1), Q.MXFP4, shape, folded=form.endswith("folded"),
+                                   gather=form == "gather")
+    with np.errstate(over="ignore"):
+        values = evaluate(weight).reshape(ref.shape)
+    assert np.array_equal(values.view(np.uint32), ref.view(np.uint32))
+    kinds = {op.get_output_element_type(0).get_type_name() for op in _weight_ops(weight)
+             if op.get_type_name() == "Constant"}
+    codes = {"compact": "f4e2m1", "folded": "f4e2m1", "gather": "i8", "experts-compact": "f4e2m1",
+             "experts-folded": "i8"}[form]
+    assert codes in kinds and ("f8e8m0" in kinds) == form.endswith("compact")
+
+
+def test_mxfp4_runs_compressed_in_float32_arithmetic():
+    """The compiled FullyConnected keeps the f4e2m1 codes and multiplies in float32, with the plugin's default
+    dynamic quantization too (which quantizes the activations of i8/u8 weights, FACTS §12): x @ W^T as numpy
+    computes it in float64 over every scale byte 1..254 but the ones whose products overflow f32. A scale byte
+    of 0 (values below 2^-125: ggml writes it for a block of zeros only) runs as zeros."""
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    from gguf2ov.numerics import core
+
+    raw = _mxfp4_every_scale_and_code()
+    blocks = raw.reshape(-1, 17)
+    blocks[blocks[:, 0] > 200, 0] = 127
+    ref = quants.dequantize(raw, Q.MXFP4).astype(np.float64)
+    x = ops.parameter([-1, 1024], np.float32, name="x")
+    outputs = [ops.matmul(x, transcode.grid_weight(raw, Q.MXFP4, (8, 1024), folded=f), False, True) for f in (0, 1)]
+    model = ov.Model([ops.result(o) for o in outputs], [x])
+    eye = np.eye(1024, dtype=np.float32)
+    for config in ({"DYNAMIC_QUANTIZATION_GROUP_SIZE": 0}, {}):
+        compiled = core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32", **config})
+        fcs = [op.get_rt_info()["runtimePrecision"].astype(str) for op in compiled.get_runtime_model().get_ordered_ops()
+               if op.get_rt_info()["layerType"].astype(str) == "FullyConnected"]
+        assert fcs == ["f4e2m1", "f4e2m1"]
+        for out in compiled(eye).values():  # the identity reads W back: each product by 1 or 0
+            w = out.T
+            assert np.array_equal(w[:, 32:], ref[:, 32:].astype(np.float32))
+            assert not w[0, :32].any()  # scale byte 0
+        xv = np.random.default_rng(3).standard_normal((3, 1024)).astype(np.float32)
+        for out in compiled(xv).values():
+            expected = xv @ ref.T
+            assert np.abs(out - expected).max() <= 1e-6 * np.abs(expected).max()
+
+
+def test_mxfp4_experts_fuse_into_an_i8_gather_matmul(tmp_path):
+    """[E, N, K] MXFP4 experts in gguf2ov's mixture-of-experts block: GatherMatmul (openvino 2026.4.1) keeps
+    u8/i8/u4/i4 codes, not f4e2m1 (the plain form compiles to an f32 GatherMatmul), so the compact form's
+    codes become ggml's doubled values in i8 when compiled and the folded form stores them so: an i8
+    GatherMatmul either way, computing what the block computes on the float32 values."""
+    import types
+
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    from gguf2ov.numerics import compile_exact
+    from gguf2ov.target.layers.kind import REGISTRY
+
+    experts, width = 4, 256
+    rng = np.random.default_rng(12)
+    hf = types.SimpleNamespace(num_experts=experts, num_experts_per_tok=2, moe_intermediate_size=width,
+                               norm_topk_prob=True, shared_expert_intermediate_size=0)
+    config = types.SimpleNamespace(hf=hf, hidden_size=width, num_layers=1, activation="silu")
+    router = rng.standard_normal((experts, width)).astype(np.float32)
+    raws = {name: valid_blocks(Q.MXFP4, experts * width, width, rng).reshape(experts, width, -1)
+            for name in ("gate_proj", "up_proj", "down_proj")}
+    x = rng.standard_normal((1, 5, width)).astype(np.float32)
+
+    def block(form):
+        class Block:
+            def __init__(self):
+                self.config = config
+
+            def weight(self, name):
+                if name.endswith("gate.weight"):
+                    return ops.constant(router).output(0)
+                raw = raws[name.rsplit(".", 1)[1]]
+                if form == "float32":
+                    return ops.constant(quants.dequantize(raw, Q.MXFP4)).output(0)
+                return transcode.grid_weight(raw, Q.MXFP4, (experts, width, width), folded=form == "folded")
+
+        inp = ops.parameter([-1, -1, width], np.float32, name="x")
+        xml = tmp_path / f"{form}.xml"
+        out = REGISTRY["moe"].build(Block(), inp, 0)
+        ov.save_model(ov.Model([ops.result(out)], [inp]), str(xml), compress_to_fp16=False)
+        return xml
+
+    reference = compile_exact(block("float32"))(x)[0]
+    for form in ("compact", "folded"):
+        compiled = compile_exact(block(form))
+        fused = [op.input(1).get_element_type().get_type_name() for op in compiled.get_runtime_model().get_ordered_ops()
+                 if op.get_rt_info()["layerType"].astype(str) == "GatherMatmul"]
+        assert fused == ["i8", "i8", "i8"], form
+        assert np.abs(compiled(x)[0] - reference).max() <= 1e-6 * np.abs(reference).max(), form

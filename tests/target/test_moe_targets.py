@@ -219,8 +219,8 @@ def _write(path, kv: dict, tensors: dict) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("qtype, fused", [(Q.Q4_K, "u4"), (Q.Q6_K, "u8"), (Q.Q8_0, "i8"), (Q.Q5_K, "u8"),
-                                          (Q.Q5_0, "u8"), (Q.Q4_0, "u4"), (Q.Q4_1, "u4")],
-                         ids=["Q4_K", "Q6_K", "Q8_0", "Q5_K", "Q5_0", "Q4_0", "Q4_1"])
+                                          (Q.Q5_0, "u8"), (Q.Q4_0, "u4"), (Q.Q4_1, "u4"), (Q.MXFP4, "i8")],
+                         ids=["Q4_K", "Q6_K", "Q8_0", "Q5_K", "Q5_0", "Q4_0", "Q4_1", "MXFP4"])
 @pytest.mark.parametrize("compact_grid", [False, True], ids=["folded", "compact"])
 def test_every_gguf_grid_fuses_compressed(tmp_path, fixtures_dir, qtype, fused, compact_grid):
     """Experts on the file's own grid, folded (a target's default) or compact: GatherMatmul on the codes

@@ -103,6 +103,38 @@ def test_round_trip_q4_k_m(tmp_path):
     assert AutoConfig.from_pretrained(out).rope_parameters == config["rope_parameters"]
 
 
+def test_mxfp4_moe_mix_is_llama_quants():
+    """MXFP4_MOE: experts (ggml ne[2] > 1) in MXFP4, other weights and the head Q8_0; `--pure` MXFP4 everywhere
+    (byte for byte against llama-quantize: benchmarks/llamacpp_fixtures.py)."""
+    assert tensor_type("blk.0.ffn_gate_exps.weight", (8, 256, 256), "MXFP4_MOE", 5, 8) == Q.MXFP4
+    assert tensor_type("blk.0.ffn_down_exps.weight", (8, 256, 96), "MXFP4_MOE", 5, 8) == Q.MXFP4
+    assert tensor_type("blk.0.attn_v.weight", (64, 256), "MXFP4_MOE", 5, 8) == Q.Q8_0
+    assert tensor_type("output.weight", (1000, 256), "MXFP4_MOE", 5, 8) == Q.Q8_0
+    assert tensor_type("blk.0.ffn_gate_inp.weight", (8, 256), "MXFP4_MOE", 5, 8) == Q.F32
+    assert tensor_type("blk.0.ffn_up.weight", (256, 96), "MXFP4_MOE", 5, pure=True) == Q.MXFP4
+    assert tensor_type("output.weight", (1000, 256), "MXFP4_MOE", 5, pure=True) == Q.MXFP4
+    assert tensor_type("fc.weight", (256, 100), "MXFP4_MOE", 5, pure=True) == Q.F16  # not 32-divisible
+    assert tensor_type("blk.2.attn_v.weight", (64, 256), "Q4_K_M", 5, pure=True) == Q.Q4_K
+
+
+def test_round_trip_mxfp4(tmp_path):
+    """A dense draft written `--pure` MXFP4_MOE: every weight MXFP4, read back as gguf-py dequantizes
+    gguf-py's quantization of the checkpoint's values (what llama-quantize writes)."""
+    import gguf
+
+    _, state = _checkpoint(tmp_path / "ckpt", layers=2)
+    gguf_path = tmp_path / "draft.gguf"
+    result = write_dflash_gguf(tmp_path / "ckpt", gguf_path, mix="MXFP4_MOE", pure=True)
+    read = open_gguf(gguf_path)
+    assert read.metadata["general.file_type"] == 38 and result.type_counts == {"MXFP4": 15, "F32": 10}
+    for hf_name, original in state.items():
+        gguf_name = load_map("dflash").writer.gguf_name_for(hf_name)[0]
+        if read.info(gguf_name).qtype == Q.MXFP4:
+            want = gguf.quants.dequantize(gguf.quants.quantize(original, Q.MXFP4), Q.MXFP4)
+            np.testing.assert_array_equal(read.load(gguf_name), want)
+            assert np.corrcoef(want.ravel(), original.ravel())[0, 1] > 0.98, hf_name
+
+
 def test_legacy_layout_needs_the_offset_flag(tmp_path, capsys):
     _checkpoint(tmp_path / "ckpt", layers=2)
     gguf_path = tmp_path / "old.gguf"
