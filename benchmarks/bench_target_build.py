@@ -205,7 +205,7 @@ def target_estimate(argv: list[str]) -> int:
     from gguf2ov.sources import model_source
 
     ns = build_parser().parse_args(argv)
-    build = a.target_build(ns.weight_format, ns.group_size, ns.sym, ns.ratio, ns.all_layers, ns.compact_grid,
+    build = a.target_build(ns.weight_format, ns.group_size, ns.sym, ns.ratio, ns.all_layers, ns.grid,
                            ns.tokenizer, ns.map)
     return Job(target_spec=build(model_source(ns.source, "target")), options=Options(progress=False)).target_bytes()
 

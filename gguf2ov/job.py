@@ -195,7 +195,7 @@ class Job:
         and refused here if NNCF would refuse it)."""
         from .target.graph import target_forms
 
-        return target_forms(self.target_source, self.target_spec.variant, self.target_spec.compact_grid)
+        return target_forms(self.target_source, self.target_spec.variant, self.target_spec.grid)
 
     @cached_property
     def target_tokenizer(self):

@@ -2,6 +2,7 @@
 Face checkpoint, weight by weight."""
 
 from ..ir.variants import TARGET_GROUP_SIZE
+from ..ir.weights import GRIDS
 from ..job import Job, Options
 from ..sources import model_source
 from . import args as a
@@ -21,9 +22,13 @@ def configure_parser(parser) -> None:
     parser.add_argument("--tokenizer", metavar="DIR",
                         help="the model's Hugging Face tokenizer folder (default: the checkpoint's own, or the "
                              "GGUF's vocabulary)")
-    parser.add_argument("--compact-grid", action="store_true",
-                        help="keep gguf weights in the file's own factorisation: IR 1.00x the GGUF's tensor bytes "
-                             "instead of ~1.38x, but the CPU plugin runs it in ~1.5x the memory")
+    parser.add_argument("--grid", choices=GRIDS, default="split",
+                        help="how gguf weights carry the file's grid: split (a K-quant's minimum apart, the CPU "
+                             "plugin's int8 path; the default), folded (scales and zero points multiplied out, its "
+                             "f32 path) or compact (the file's own factorisation: IR 1.00x the GGUF's tensor bytes, "
+                             "but ~1.5x the memory where it runs)")
+    parser.add_argument("--compact-grid", dest="grid", action="store_const", const="compact",
+                        help="the same as --grid compact")
     a.map_arguments(parser, offset=False)
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
     add_output_arguments(parser, inputs=("source", "map", "tokenizer"), outputs=("output",))
@@ -31,7 +36,7 @@ def configure_parser(parser) -> None:
 
 def main(args) -> int:
     build = a.target_build(args.weight_format, args.group_size, args.sym, args.ratio, args.all_layers,
-                           args.compact_grid, args.tokenizer, args.map)
+                           args.grid, args.tokenizer, args.map)
     job = Job(target_spec=build(model_source(args.source, "target")), options=Options(progress=not args.quiet))
     result = job.build_target(args.output, overwrite=args.overwrite)
     return emit(result, args, title="gguf2ov target")

@@ -273,11 +273,11 @@ def has_grid(qtype) -> bool:
 _TYPE_BYTES = {"f32": 4, "f16": 2, "u8": 1, "i8": 1, "u6": 6 / 8, "u4": 4 / 8}
 
 
-def grid_bytes(qtype, shape, folded: bool = False) -> int:
+def grid_bytes(qtype, shape, folded: bool = False, split: bool = False) -> int:
     """The bytes a weight of `qtype` and [out, in] `shape` takes in the IR on its own grid (its
     Constants as `grid_weight` makes them; the few shape constants aside)."""
     layout = _LAYOUTS[QType(qtype)]
-    kinds = _constant_kinds(QType(qtype), layout, shape, folded)
+    kinds = _constant_kinds(QType(qtype), layout, shape, _form(layout, shape, folded, split))
     return int(sum(_TYPE_BYTES[kind] * np.prod(dims, dtype=np.int64) for kind, dims in kinds.values()))
 
 
@@ -292,7 +292,7 @@ def grid_bits(qtype) -> float:
 # the builder
 # ---------------------------------------------------------------------------------------------
 
-def grid_weight(raw, qtype, shape, folded: bool = False, postpone=None):
+def grid_weight(raw, qtype, shape, folded: bool = False, postpone=None, split: bool = False):
     """The f32 [out, in] output of a decompression subgraph holding the GGUF tensor's own grid.
 
     `raw` is the tensor's stored bytes as `GgufFile.raw` returns them (torch-order rows, last axis
@@ -314,6 +314,15 @@ def grid_weight(raw, qtype, shape, folded: bool = False, postpone=None):
     `make()` returns only while OpenVINO writes the .bin (ir.weights.WeightForms passes it); the
     tensor is then decoded once, then, not held in memory until the model is saved.
 
+    `split` (a target's MatMul weights; implies `folded`): a weight whose type stores a minimum per group
+    (Q4_K, Q5_K: y = d*sc*q - dmin*m) is returned as a `SplitWeight`: its codes times an f32 scale
+    d*sc per group with no zero point, and the offset -dmin*m per group apart (m as u8 codes, -dmin as
+    an f32 scale per block), which the Linear adds as `group_sums(x) @ offset^T` (`graph_ops.linear`). The same values, exactly; what it
+    buys is the CPU plugin's int8 path: a weight with an f32 zero point (the folded form) runs as an
+    f32 decompression, one without takes the dynamic quantization of its activations, faster per
+    token and far cheaper per extra row ("Which forms run fast" below). Other types, 3-D weights and
+    `folded` tables are returned as `folded` makes them.
+
     A 3-D `shape` [E, N, K] is a mixture of experts' weights (ggml ne {K, N, E}, for
     `MatMul(x [E, T, K], W, transpose_b=True)`): the rows are decoded as those of an [E * N, K]
     weight, and every Constant keeps the expert axis (codes [E, N, K / G, G], scale and zero point
@@ -334,23 +343,40 @@ def grid_weight(raw, qtype, shape, folded: bool = False, postpone=None):
     block = GGML_QUANT_SIZES[qtype][0]
     if shape[-1] % block:
         raise Gguf2ovError(f"{qtype.name} rows of {shape[-1]} elements are not whole {block}-element blocks")
-    kinds = _constant_kinds(qtype, layout, shape, folded)
+    form = _form(layout, shape, folded, split)
+    kinds = _constant_kinds(qtype, layout, shape, form)
     if postpone is None:
-        tensors = _decode(raw, qtype, layout, shape, kinds, folded)
+        tensors = _decode(raw, qtype, layout, shape, kinds, form)
         constants = {name: _constant(tensor) for name, tensor in tensors.items()}
     else:
-        constants = _postponed_constants(raw, qtype, layout, shape, kinds, folded, postpone)
-    if folded and _folds(layout):
+        constants = _postponed_constants(raw, qtype, layout, shape, kinds, form, postpone)
+    if form == "split":
+        return _split_decompression(layout, constants, shape)
+    if form == "folded" and _folds(layout):
         return _folded_decompression(layout, constants, shape)
-    return _decompression(layout, constants, shape, u6=layout.codes == "u6" and not folded)
+    return _decompression(layout, constants, shape, u6=layout.codes == "u6" and form == "compact")
 
 
-def _constant_kinds(qtype, layout: _Layout, shape, folded: bool) -> dict[str, tuple[str, list[int]]]:
+def _form(layout: _Layout, shape, folded: bool, split: bool) -> str:
+    """"split" (a 2-D weight with a minimum per group, asked to split), "folded" or "compact"."""
+    if split and layout.zero_point == "k" and len(shape) == 2:
+        return "split"
+    return "folded" if folded or split else "compact"
+
+
+def _constant_kinds(qtype, layout: _Layout, shape, form: str) -> dict[str, tuple[str, list[int]]]:
     """{constant: (OpenVINO type, shape)} of the weight's Constants (the leading axes: rows, or experts and rows)."""
     *rows, n = shape
     groups, blocks_per_row = n // layout.group, n // GGML_QUANT_SIZES[qtype][0]
+    folded = form != "compact"
     codes = "u8" if folded and layout.codes == "u6" else layout.codes
     kinds = {"codes": (codes, [*rows, groups, layout.group])}
+    if form == "split":  # K-quants: f32 d*sc per group; m per group as u8, f32 -dmin per block (8 groups)
+        per_block = GGML_QUANT_SIZES[qtype][0] // layout.group
+        kinds["scale"] = ("f32", [*rows, groups, 1])
+        kinds["mins"] = ("u8", [*rows, blocks_per_row, per_block])
+        kinds["dmin"] = ("f32", [*rows, blocks_per_row, 1])
+        return kinds
     if folded and _folds(layout):
         kinds["scale"] = ("f32", [*rows, groups, 1])
         if layout.zero_point in ("min", "k"):
@@ -368,7 +394,7 @@ def _folds(layout: _Layout) -> bool:
     return layout.zero_point in ("min", "k") or any(name == "scales" for name, _, _ in layout.params)
 
 
-def _decode(raw, qtype, layout: _Layout, shape, kinds: dict, folded: bool) -> dict:
+def _decode(raw, qtype, layout: _Layout, shape, kinds: dict, form: str) -> dict:
     """The weight's Constants' data as ov.Tensors, decoded from the stored bytes chunk by chunk."""
     import openvino as ov
 
@@ -394,11 +420,11 @@ def _decode(raw, qtype, layout: _Layout, shape, kinds: dict, folded: bool) -> di
             chunk = np.ascontiguousarray(data[r0:r1]).reshape(-1, type_size)
             b0, b1 = r0 * blocks_per_row, r1 * blocks_per_row
             out = {k: v[b0:b1] for k, v in views.items()}
-            if folded and _folds(layout):
+            if form != "compact" and _folds(layout):
                 # the file's own parameters for this chunk, as numbers (u6 kept one per byte), then folded
                 params = {name: np.empty((b1 - b0, items), _NUMPY[kind]) for name, kind, items in layout.params}
                 layout.fill(chunk, {"codes": out["codes"], **params})
-                _fold(layout, params, out)
+                (_split if form == "split" else _fold)(layout, params, out)
             else:
                 layout.fill(chunk, out)
     return tensors
@@ -423,13 +449,22 @@ def _fold(layout: _Layout, params: dict, out: dict) -> None:
     out["zero_point"][...] = params["dmin"].astype(f32) * params["mins"].astype(f32) / scale
 
 
+def _split(layout: _Layout, params: dict, out: dict) -> None:
+    """scale d*sc per group and the offset's factors, m and -dmin, from a chunk's parameters. `fill` stored a
+    group whose d*sc is 0 with codes 0 (and sc or d 1): that group's values are -dmin*m whatever its scale."""
+    f32 = np.float32
+    out["scale"][...] = params["d"].astype(f32) * params["scales"].astype(f32)
+    out["mins"][...] = params["mins"]
+    out["dmin"][...] = -params["dmin"].astype(f32)
+
+
 def _constant(tensor):
     import openvino as ov
 
     return ov.op.Constant(tensor, shared_memory=True)
 
 
-def _postponed_constants(raw, qtype, layout, shape, kinds: dict, folded: bool, postpone) -> dict:
+def _postponed_constants(raw, qtype, layout, shape, kinds: dict, form: str, postpone) -> dict:
     """PostponedConstants of the weight: the first one OpenVINO writes decodes the tensor, each
     hands out its own part, and the last one drops what is left."""
     pending: dict = {}
@@ -437,7 +472,7 @@ def _postponed_constants(raw, qtype, layout, shape, kinds: dict, folded: bool, p
     def part(name):
         def make():
             if not pending:
-                pending.update(_decode(raw, qtype, layout, shape, kinds, folded))
+                pending.update(_decode(raw, qtype, layout, shape, kinds, form))
             return pending.pop(name)
         return make
 
@@ -493,6 +528,18 @@ def _folded_decompression(layout: _Layout, constants: dict, shape):
     if zero_point is None and layout.zero_point == "const":
         zero_point = ops.constant(np.float32(layout.center))
     return _affine(_codes_f32(constants["codes"], False), zero_point, constants["scale"], shape)
+
+
+def _split_decompression(layout: _Layout, constants: dict, shape):
+    from openvino import opset13 as ops
+
+    from ..ir.graph_ops import SplitWeight
+
+    *rows, n = shape
+    values = _affine(_codes_f32(constants["codes"], False), None, constants["scale"], shape)
+    offset = ops.multiply(ops.convert(constants["mins"], "f32"), constants["dmin"])
+    offset = ops.reshape(offset, ops.constant(np.array([*rows, n // layout.group], dtype=np.int64)), False)
+    return SplitWeight(values, offset.output(0), layout.group)
 
 
 def _affine(codes, zero_point, scale, shape):

@@ -57,14 +57,15 @@ def _grid_bytes(forms, name) -> int:
     grid = _stored_grid(forms, name)
     if grid is None:
         return 4 * _elements(forms, name)
-    return grid_bytes(grid[1], forms.source.expected[name], folded=forms.gather(name) or forms.folded_grid)
+    return grid_bytes(grid[1], forms.source.expected[name], **forms.grid_form(name))
 
 
 def _grid_xml_bytes(forms, name) -> int:
     if _stored_grid(forms, name) is None:
         return 0
-    # the file's own fields: ~8.5 KB of nodes a weight (Q4_K/Q6_K); folded: ~3.1 KB
-    return 3_150 if forms.gather(name) or forms.folded_grid else 8_550
+    # the file's own fields: ~8.5 KB of nodes a weight (Q4_K/Q6_K); folded: ~3.1 KB; split: ~6 KB
+    form = forms.grid_form(name)
+    return 6_000 if form["split"] else 3_150 if form["folded"] else 8_550
 
 
 def _nncf_xml_bytes(forms, name) -> int:
@@ -109,8 +110,7 @@ def _grid_weight(forms, name):
     if order is not None:
         forms.input_orders[name] = order
     postpone = forms.postponing(name) if forms.streamed else None
-    return grid_weight(raw, qtype, forms.source.expected[name], folded=forms.gather(name) or forms.folded_grid,
-                       postpone=postpone), None
+    return grid_weight(raw, qtype, forms.source.expected[name], postpone=postpone, **forms.grid_form(name)), None
 
 
 def _nncf_weight(forms, name):

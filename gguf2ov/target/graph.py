@@ -262,12 +262,13 @@ def _consumers(model, weights) -> list[str]:
             and op.input_value(1).get_node().get_friendly_name() in constants] if constants else []
 
 
-def target_forms(source, variant, compact_grid: bool = False):
-    """The WeightForms of a target: streamed while the IR is written, `gguf` weights folded (the form
-    the CPU plugin runs without private copies, gguf/transcode.py) unless `compact_grid`."""
+def target_forms(source, variant, grid: str = "split"):
+    """The WeightForms of a target: streamed while the IR is written, `gguf` weights in the `grid` form
+    (ir.weights.GRIDS; by default split, the form the CPU plugin runs fastest without private copies,
+    gguf/transcode.py), the lm_head whole (GenAI grafts its MatMul's weight onto a draft)."""
     from ..ir.weights import WeightForms
 
-    return WeightForms(source, variant, streamed=True, folded_grid=not compact_grid)
+    return WeightForms(source, variant, streamed=True, grid=grid, whole=(LM_HEAD,))
 
 
 def build_target_ir(source, variant, progress: Callable[[str], None] | None = None, forms=None):

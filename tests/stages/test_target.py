@@ -59,18 +59,17 @@ def test_a_gguf_target_states_its_config_and_generation_ids(tmp_path, q4_k_m, fi
         "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 1}
 
 
-@pytest.mark.parametrize("compact_grid", [False, True], ids=["folded", "compact"])
-def test_the_gguf_format_carries_the_files_grid_embedding_included(tmp_path, q4_k_m, fixtures_dir, compact_grid):
-    """Every weight equals the dequantized GGUF to float32 rounding in either form, the tied table is
-    a compressed Gather on the CPU, and the IR costs the file's own bytes (compact) or what the CPU
-    plugin runs it in (folded: scales multiplied out, 6-bit codes as bytes)."""
+@pytest.mark.parametrize("grid", ["split", "folded", "compact"])
+def test_the_gguf_format_carries_the_files_grid_embedding_included(tmp_path, q4_k_m, fixtures_dir, grid):
+    """Every weight equals the dequantized GGUF to float32 rounding in each form, the tied table is a
+    compressed Gather on the CPU, and the IR costs the file's own bytes (compact) or what the CPU plugin
+    runs it in (folded: scales multiplied out, 6-bit codes as bytes; split: the same, a K-quant's
+    minimum apart as u8 codes and an f32 scale per block)."""
     from gguf2ov.gguf.read import open_gguf
     from gguf2ov.ir.irweights import ir_weights
     from gguf2ov.numerics import compile_exact
 
-    result = build_target(q4_k_m, tmp_path / "t", tokenizer_dir=fixtures_dir / "target-hf",
-                           compact_grid=compact_grid, progress=False)
-    grid = "compact" if compact_grid else "folded"
+    result = build_target(q4_k_m, tmp_path / "t", tokenizer_dir=fixtures_dir / "target-hf", grid=grid, progress=False)
     assert result.grid == grid
     assert json.loads((tmp_path / "t" / "gguf2ov.json").read_text())["options"]["grid"] == grid
     source = open_target(q4_k_m)
@@ -80,15 +79,20 @@ def test_the_gguf_format_carries_the_files_grid_embedding_included(tmp_path, q4_
         ref = source.f32("model.embed_tokens.weight" if name == "lm_head.weight" else name)
         assert np.abs(values - ref).max() <= 1e-6 * np.abs(ref).max(), name
     compiled = compile_exact(tmp_path / "t" / "openvino_model.xml")
-    gathers = [op.get_rt_info()["runtimePrecision"].astype(str) for op in compiled.get_runtime_model().get_ordered_ops()
-               if op.get_rt_info()["layerType"].astype(str) == "Gather"
-               and "embed_tokens" in op.get_friendly_name()]
+    ops = compiled.get_runtime_model().get_ordered_ops()
+    gathers = [op.get_rt_info()["runtimePrecision"].astype(str) for op in ops
+               if op.get_rt_info()["layerType"].astype(str) == "Gather" and "embed_tokens" in op.get_friendly_name()]
     assert gathers == ["u4"]
+    # every weight runs compressed, the split minimums' MatMuls too (u8 codes, not folded into f32)
+    fc = {op.get_rt_info()["runtimePrecision"].astype(str) for op in ops
+          if op.get_rt_info()["layerType"].astype(str) == "FullyConnected"}
+    assert fc <= {"u4", "u8"}, fc
     tensor_bytes = sum(t.n_bytes for t in open_gguf(q4_k_m).tensors.values())
     ratio = (tmp_path / "t" / "openvino_model.bin").stat().st_size / tensor_bytes
     # compact: the table's scale and zero point are f32 (a Gather needs them folded): 6 bits a weight
-    # instead of 4.5. Folded: so is every Q4_K weight's, and Q6_K's codes take a byte
-    assert ratio <= 1.03 if compact_grid else 1.2 <= ratio <= 1.45
+    # instead of 4.5. Folded: so is every Q4_K weight's, and Q6_K's codes take a byte. Split: a Q4_K
+    # MatMul weight 5.375 bits instead of folded's 6
+    assert {"compact": ratio <= 1.03, "folded": 1.2 <= ratio <= 1.45, "split": 1.1 <= ratio <= 1.35}[grid], ratio
 
 
 @pytest.mark.parametrize("weight_format", ["fp16", "int4"])
@@ -340,9 +344,11 @@ def test_a_q4_k_m_target_is_accepted_and_computes_the_dequantized_model(tmp_path
     assert abs(ours.overall.accepted_tokens - theirs.overall.accepted_tokens) <= 0.02 * theirs.overall.accepted_tokens
     texts = _greedy_texts(tmp_path / "gguf", fixtures_dir)
     assert texts == _greedy_texts(tmp_path / "deq-target", fixtures_dir)
-    # the compact form is the same model in fewer bytes
+    # the compact and folded forms are the same model in other bytes
     assert main(["target", str(q4_k_m), "-o", str(tmp_path / "compact"), "--compact-grid", *tok]) == 0
     assert _greedy_texts(tmp_path / "compact", fixtures_dir) == texts
+    assert main(["target", str(q4_k_m), "-o", str(tmp_path / "folded"), "--grid", "folded", *tok]) == 0
+    assert _greedy_texts(tmp_path / "folded", fixtures_dir) == texts
 
 
 @pytest.mark.slow
