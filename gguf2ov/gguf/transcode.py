@@ -510,7 +510,7 @@ def _decompression(layout: _Layout, constants: dict, shape, u6: bool):
         if "scales" in constants:  # Q6_K: d per 256 times an int8 scale per 16
             scale = _per_group(ops.multiply(scale, f32("scales")), rows, groups)
         if layout.zero_point == "const":
-            zero_point = ops.constant(np.float32(layout.center))
+            zero_point = _center(layout)
     elif layout.zero_point == "min":
         scale = f32("d")
         zero_point = ops.divide(ops.negative(f32("m")), scale)
@@ -526,8 +526,16 @@ def _folded_decompression(layout: _Layout, constants: dict, shape):
 
     zero_point = constants.get("zero_point")
     if zero_point is None and layout.zero_point == "const":
-        zero_point = ops.constant(np.float32(layout.center))
+        zero_point = _center(layout)
     return _affine(_codes_f32(constants["codes"], False), zero_point, constants["scale"], shape)
+
+
+def _center(layout: _Layout):
+    """A constant zero point (Q4_0 8, Q5_0 16, Q6_K 32) as a u8 scalar: the CPU plugin's int8 path takes a
+    u8 or u4 zero point, not an f32 one (`DnnlFCPrimitive`'s dynamic quantization; the same value)."""
+    from openvino import opset13 as ops
+
+    return ops.convert(ops.constant(np.uint8(layout.center)), "f32")
 
 
 def _split_decompression(layout: _Layout, constants: dict, shape):

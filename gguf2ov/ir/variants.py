@@ -169,6 +169,9 @@ class Format:
     nncf_bits: int | None = None   # NNCF's weight compression at this width
     after_save: Callable | None = None   # (xml path) -> None, once the IR is written
     annotate: Callable | None = None     # (ov.Model, Variant[, ignored MatMuls]) -> None: the rt_info it adds
+    # the plugin properties a target of this format carries in its rt_info (`runtime_options`), which OpenVINO
+    # applies when it compiles the model unless the caller sets them: they reach GenAI's defaults
+    runtime_options: tuple = ()
 
 
 FORMATS = {f.name: f for f in [
@@ -181,7 +184,7 @@ FORMATS = {f.name: f for f in [
     Format("int4", "NNCF int4 per group (int8 where NNCF keeps a backup)", _nncf_weight, _nncf_bytes,
            xml_bytes=_nncf_xml_bytes, tolerance=None, nncf_bits=4, annotate=_nncf_rt_info),
     Format("gguf", "the GGUF's own codes, scales and minimums", _grid_weight, _grid_bytes, xml_bytes=_grid_xml_bytes,
-           tolerance=1e-4, needs_gguf=True),
+           tolerance=1e-4, needs_gguf=True, runtime_options=(("DYNAMIC_QUANTIZATION_GROUP_SIZE", "16"),)),
 ]}
 
 

@@ -331,5 +331,6 @@ def _port(p) -> list[str]:
 
 def _rt_info(model) -> dict[str, str]:
     keys = [("runtime_options", "ACTIVATIONS_SCALE_FACTOR"), ("runtime_options", "KV_CACHE_PRECISION"),
+            ("runtime_options", "DYNAMIC_QUANTIZATION_GROUP_SIZE"),
             ("gguf2ov", "variant"), ("nncf", "weight_compression", "mode"), ("nncf", "weight_compression", "group_size")]
     return {"/".join(k): model.get_rt_info(list(k)).astype(str) for k in keys if model.has_rt_info(list(k))}

@@ -93,6 +93,21 @@ def test_the_gguf_format_carries_the_files_grid_embedding_included(tmp_path, q4_
     # instead of 4.5. Folded: so is every Q4_K weight's, and Q6_K's codes take a byte. Split: a Q4_K
     # MatMul weight 5.375 bits instead of folded's 6
     assert {"compact": ratio <= 1.03, "folded": 1.2 <= ratio <= 1.45, "split": 1.1 <= ratio <= 1.35}[grid], ratio
+    # the activations' group of 16 reaches every pipeline through the model's runtime options, so that the Q6_K
+    # weights' groups of 16 take the plugin's int8 path too (a group of 32 leaves them on its f32 path)
+    from gguf2ov.numerics import DQ_KEY, model_runtime_options, numerics
+
+    options = model_runtime_options(tmp_path / "t" / "openvino_model.xml")
+    assert options[DQ_KEY] == 16 and result.rt_info[f"runtime_options/{DQ_KEY}"] == "16"
+    assert core_compiled(tmp_path / "t").get_property(DQ_KEY) == 16
+    assert numerics("CPU", {}, options)["dynamic_quantization_group_size"] == 16
+    assert numerics("CPU", {DQ_KEY: 0}, options)["dynamic_quantization_group_size"] == 0
+
+
+def core_compiled(folder):
+    from gguf2ov.numerics import core
+
+    return core().compile_model(str(folder / "openvino_model.xml"), "CPU")
 
 
 @pytest.mark.parametrize("weight_format", ["fp16", "int4"])
