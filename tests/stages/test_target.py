@@ -61,9 +61,9 @@ def test_a_gguf_target_states_its_config_and_generation_ids(tmp_path, q4_k_m, fi
 
 @pytest.mark.parametrize("grid", ["split", "folded", "compact"])
 def test_the_gguf_format_carries_the_files_grid_embedding_included(tmp_path, q4_k_m, fixtures_dir, grid):
-    """Every weight equals the dequantized GGUF to float32 rounding in each form, the tied table is a
-    compressed Gather on the CPU, and the IR costs the file's own bytes (compact) or what the CPU plugin
-    runs it in (folded: scales multiplied out, 6-bit codes as bytes; split: the same, a K-quant's
+    """Every weight equals the dequantized GGUF to float32 rounding in each form (and within 1e-3 of its
+    group's step, the bound a default form keeps), the tied table is a compressed Gather on the CPU, and
+    the IR costs the file's own bytes (compact) or what the CPU plugin runs it in (folded: scales multiplied out, 6-bit codes as bytes; split: the same, a K-quant's
     minimum apart as u8 codes and an f32 scale per block)."""
     from gguf2ov.gguf.read import open_gguf
     from gguf2ov.ir.irweights import ir_weights
@@ -75,9 +75,15 @@ def test_the_gguf_format_carries_the_files_grid_embedding_included(tmp_path, q4_
     source = open_target(q4_k_m)
     weights = ir_weights(tmp_path / "t")
     assert set(weights) >= {n for n, s in source.expected.items() if len(s) == 2}
+    from gguf2ov.gguf.quants import step_changes
+
     for name, values in weights.items():
-        ref = source.f32("model.embed_tokens.weight" if name == "lm_head.weight" else name)
+        stored = "model.embed_tokens.weight" if name == "lm_head.weight" else name
+        ref = source.f32(stored)
         assert np.abs(values - ref).max() <= 1e-6 * np.abs(ref).max(), name
+        # the issue's bound for a form that may be the default: within 1e-3 of every weight's group step
+        raw, qtype = source.quantized(stored)
+        assert step_changes(values, raw, qtype).max() <= 1e-3, name
     compiled = compile_exact(tmp_path / "t" / "openvino_model.xml")
     ops = compiled.get_runtime_model().get_ordered_ops()
     gathers = [op.get_rt_info()["runtimePrecision"].astype(str) for op in ops
