@@ -2,6 +2,7 @@
 targets in OpenVINO GenAI with the fixture's DFlash draft attached."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from gguf2ov.errors import Gguf2ovError
 from opened import open_target
 from opened import build_target
 
+REPO = Path(__file__).resolve().parents[2]
 QWEN3_LAYER = ["attn_norm", "ffn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down",
                "attn_q_norm", "attn_k_norm"]
 
@@ -108,6 +110,30 @@ def test_the_gguf_format_carries_the_files_grid_embedding_included(tmp_path, q4_
     assert core_compiled(tmp_path / "t").get_property(DQ_KEY) == 16
     assert numerics("CPU", {}, options)["dynamic_quantization_group_size"] == 16
     assert numerics("CPU", {DQ_KEY: 0}, options)["dynamic_quantization_group_size"] == 0
+
+
+def test_the_split_default_computes_the_files_grid_as_users_run_it(tmp_path, q4_k_m, fixtures_dir):
+    """benchmarks/target_fidelity.py on the fixture's Q4_K_M file: the split form (the default) against the
+    folded form in exact arithmetic, the file's grid. Its weights stay within 1e-3 of their group's step; in
+    exact arithmetic its logits are the grid's; as GenAI runs it with the f32 hint (its runtime options'
+    activation groups of 16, the plugin's int8 path) the logits stay within KLD 1e-4 of the grid (NNCF's
+    int4 of the same file: 2.8e-4) and the greedy text of the fixture prompts is the grid's."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("target_fidelity", REPO / "benchmarks" / "target_fidelity.py")
+    fidelity = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fidelity)
+    tok = fixtures_dir / "target-hf"
+    for grid in ("split", "folded"):
+        build_target(q4_k_m, tmp_path / grid, tokenizer_dir=tok, grid=grid, progress=False)
+    report = tmp_path / "fidelity.json"
+    assert fidelity.main([str(q4_k_m), "--targets", f"folded={tmp_path / 'folded'},split={tmp_path / 'split'}",
+                          "--prompts", str(fixtures_dir / "prompts.txt"), "--sequences", "8", "--json", str(report)]) == 0
+    split = json.loads(report.read_text())["forms"]["split"]
+    assert split["largest_change_in_steps"] <= 1e-3
+    assert split["exact"]["kld_max"] < 1e-8 and split["exact"]["top1_agreement"] == 1.0
+    assert split["f32"]["kld_mean"] <= 1e-4 and split["f32"]["top1_agreement"] >= 0.99, split["f32"]
+    assert split["greedy_identical_f32"] == 5
 
 
 def core_compiled(folder):
