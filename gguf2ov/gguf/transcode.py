@@ -13,8 +13,8 @@ in the file's own bit widths, and compilation multiplies it out:
 - Q8_0: int8 codes times f16 d. Q4_0 / Q5_0: f16 d, zero point 8 / 16.
 - Q4_1 / Q5_1 (y = d*q + m): f16 d and m per 32, zero point -m/d.
 
-This compact form is a draft's; a target's weights take the folded form (`grid_weight(...,
-folded=True)`, "Run-time memory" below). Bits per weight of the compact form, IR / GGUF
+This compact form is a draft's; a target's weights take the split form (`grid_weight(...,
+split=True)`, "Which forms run fast" below), its table the folded one ("Run-time memory" below). Bits per weight of the compact form, IR / GGUF
 (`grid_bits`; tests/gguf/test_transcode.py): Q4_K 4.5 / 4.5, Q6_K 6.5625 /
 6.5625, Q8_0 8.5 / 8.5, Q4_0 4.5 / 4.5, Q4_1 5 / 5, Q5_0 6.5 / 5.5, Q5_1 7 / 6, Q5_K 6.5 / 5.5.
 A Q4_K_M file (Q4_K and Q6_K) is carried at 1.00x its tensor bytes plus ~50 bytes of shape
@@ -72,6 +72,23 @@ per group. Every type then runs as a u4/u8/i8 Gather (a 32768 x 4096 table: +40-
 instead of +534 MB as f32). Gemma 3 270M's Q8_0 table keeps its own form: the whole target IR is
 1.032x the file's tensor bytes. A Q4_K table costs 6 bits a weight instead of 4.5 (an 8B target's
 151936 x 4096 table: +117 MB, 2.5% of its Q4_K_M file).
+
+Which forms run fast (openvino 2026.4.1, a 2-core AMD EPYC with AVX512_VNNI and AVX512_BF16; CPU
+time of one thread, the machine shared). The plugin runs a compressed FullyConnected one of two ways:
+it decompresses the weight to f32 per call, or, with dynamic quantization of f32 activations
+(`DYNAMIC_QUANTIZATION_GROUP_SIZE`), multiplies in int8. The int8 path takes a weight only if its zero
+point is u8, u4 or absent and its group is at least the activations' group: the folded form's f32
+zero point never takes it, a Q6_K's groups of 16 only with an activation group of 16. In cache (two
+MLP blocks, 1024 x 2048), against the folded Q4_K at one row: codes times d*sc with no zero point
+0.71-0.79, the split form (the minimum apart) 0.79-0.89, NNCF's u4 with a u4 zero point per 32
+0.76-0.86; at eight rows (a verify of K = 7) the folded form costs 2.2x its one-row time and the
+split form half of that. So a target's K-quant Linears are split, a constant zero point (Q6_K's 32)
+is a u8 scalar, and the target's rt_info carries `runtime_options` DYNAMIC_QUANTIZATION_GROUP_SIZE
+16, which OpenVINO applies when GenAI compiles it (its Q6_K weights, the tied head's too, take the
+int8 path; measured on a 1.7B geometry, the head's verify at K = 7 fell from 177 to 79 ms). The
+int8 path quantizes activations, not weights: the weights stay the file's grid, and what it changes
+in the logits is stated beside the other forms' (benchmarks/target_fidelity.py, README's "The GGUF
+grid variant").
 
 Memory: the builder decodes the memory-mapped bytes in ~1 MB row chunks straight into the buffers
 of the final Constants (uint8/uint32 bit arithmetic, four codes per word): no float arrays, and
@@ -236,6 +253,20 @@ def _fill_q6_k(b, o):
         _u6_quads(low, high, out[:, :, q])
     o["scales"][...] = b[:, 192:208].view(np.int8)
     o["d"][...] = _f16(b, 208)
+
+
+@dataclass(frozen=True)
+class SplitWeight:
+    """A weight W [out, in] = values + offset repeated over each `group` inputs: a K-quant's codes times
+    their scale (`values`), and its offset per group apart (`offset` [out, in / group], the negated
+    minimum), which the Linear adds as group_sums(x) @ offset^T (`grid_weight(..., split=True)`; ir.graph_ops.linear).
+
+    Added, not subtracted: the CPU plugin turns a Subtract of a MatMul into an Add of the MatMul times -1,
+    and that Multiply in the weight's subgraph makes it fold the minimum's u8 codes into f32 weights."""
+
+    values: object
+    offset: object
+    group: int
 
 
 @dataclass(frozen=True)
@@ -540,8 +571,6 @@ def _center(layout: _Layout):
 
 def _split_decompression(layout: _Layout, constants: dict, shape):
     from openvino import opset13 as ops
-
-    from ..ir.graph_ops import SplitWeight
 
     *rows, n = shape
     values = _affine(_codes_f32(constants["codes"], False), None, constants["scale"], shape)

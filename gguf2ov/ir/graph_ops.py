@@ -7,7 +7,6 @@ those of every Qwen3/Llama-style decoder: RMSNorm, Linear, RoPE tables and their
 stateful K/V cache reordered by `beam_idx`, and the grouped-query head repeat.
 """
 
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -58,20 +57,6 @@ def rms_norm(x, weight: np.ndarray, eps: float, scope: str):
     return named(o.multiply(const(weight), normed), p + "mul/Multiply_1")
 
 
-@dataclass(frozen=True)
-class SplitWeight:
-    """A weight W [out, in] = values + offset repeated over each `group` inputs: a K-quant's codes times
-    their scale (`values`), and its offset per group apart (`offset` [out, in / group], the negated
-    minimum), which the Linear adds as group_sums(x) @ offset^T (gguf/transcode.py, `split`).
-
-    Added, not subtracted: the CPU plugin turns a Subtract of a MatMul into an Add of the MatMul times -1,
-    and that Multiply in the weight's subgraph makes it fold the minimum's u8 codes into f32 weights."""
-
-    values: object
-    offset: object
-    group: int
-
-
 def group_sums(x, groups: int, group: int):
     """x [..., groups * group] summed over each `group` consecutive inputs: [..., groups]."""
     o = ops()
@@ -85,6 +70,8 @@ def linear(x, weight, scope: str, bias: np.ndarray | None = None):
     """x @ weight^T (+ bias), named as optimum names a Linear's nodes. A `SplitWeight` adds the MatMul of
     its offset on the group sums of x."""
     o = ops()
+    from ..gguf.transcode import SplitWeight
+
     split = isinstance(weight, SplitWeight)
     y = named(o.matmul(x, weight.values if split else weight, False, True), f"__module.{scope}/aten::linear/MatMul")
     if split:

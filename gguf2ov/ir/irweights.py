@@ -77,7 +77,7 @@ def matmul_weights(model_or_path) -> dict[str, np.ndarray]:
 
 def ir_weights(model_or_path, kinds=("MatMul", "Gather")) -> dict[str, np.ndarray]:
     """{parameter name: float32 array} for every Linear (MatMul) and Embedding (Gather) of the IR; a
-    Linear whose offset is split off (graph_ops.SplitWeight) with its offset added back."""
+    Linear whose offset is split off (gguf.transcode.SplitWeight) with its offset added back."""
     import openvino as ov
 
     model = read_model(model_or_path)
@@ -102,7 +102,7 @@ def ir_weights(model_or_path, kinds=("MatMul", "Gather")) -> dict[str, np.ndarra
 
 def _with_offset(matmul, weight):
     """The weight a Linear multiplies by: `weight`, plus the offset a split weight's second MatMul (on the
-    group sums of the same input, graph_ops.SplitWeight) adds to its output, repeated over each group."""
+    group sums of the same input, gguf.transcode.SplitWeight) adds to its output, repeated over each group."""
     from openvino import opset13 as ops
 
     if matmul.get_type_name() != "MatMul":

@@ -328,7 +328,8 @@ def test_the_split_form_is_the_grid_and_takes_the_int8_path(qtype, tmp_path):
     import openvino as ov
     from openvino import opset13 as ops
 
-    from gguf2ov.ir.graph_ops import SplitWeight, linear
+    from gguf2ov.gguf.transcode import SplitWeight
+    from gguf2ov.ir.graph_ops import linear
     from gguf2ov.ir.irweights import evaluate, matmul_weights
 
     rows, n = 24, 1024
