@@ -312,8 +312,9 @@ def markdown(report: dict) -> str:
         row("smallest memory limit of a 16-token generation, GiB",
             [str(m.get("llama.cpp", {}).get("smallest_limit_gib"))] + [str(m.get(f"GenAI {f}", {}).get("smallest_limit_gib")) for f in forms])
     loads = [x for r in rounds for v in r.values() if isinstance(v, dict) for x in [v.get("load_before")] if x is not None]
-    lines += ["", f"Load average (1 min) before the measurements: median {statistics.median(loads):.2f}, range "
-                  f"{min(loads):.2f}-{max(loads):.2f} (2 cores).", ""]
+    if loads:
+        lines += ["", f"Load average (1 min) before the measurements: median {statistics.median(loads):.2f}, range "
+                      f"{min(loads):.2f}-{max(loads):.2f} (2 cores).", ""]
     return "\n".join(lines)
 
 
