@@ -52,8 +52,9 @@ The compact form's folded scale subgraph (and a Q6_K's u8 codes) stay referenced
 repacked weights: a weight runs at ~1.9x (Q4_K) and ~3x (Q6_K) its stored size, where the folded
 form runs at its stored size and its file pages can be dropped once repacked. An 8B Q4_K_M target
 in LLMPipeline needs a 9.75 GiB memory limit in the compact form and 6.5 GiB in the folded one
-(benchmarks/bench_target_build.py). So a target is built folded (IR ~1.38x its GGUF's tensor
-bytes; `gguf2ov target --compact-grid` keeps the compact form) and a draft compact, where the IR's
+(benchmarks/bench_target_build.py). So a target is built folded or split (nothing to fold either:
+IR ~1.38x its GGUF's tensor bytes folded, ~1.27x split; `gguf2ov target --grid compact` keeps the
+compact form) and a draft compact, where the IR's
 size is the figure users compare (a folded 8B draft, 803 MB against 591, saved 0.34 GiB of the
 pair's 9.3 GiB in GenAI).
 
