@@ -205,7 +205,7 @@ def target_estimate(argv: list[str]) -> int:
     from gguf2ov.sources import model_source
 
     ns = build_parser().parse_args(argv)
-    build = a.target_build(ns.weight_format, ns.group_size, ns.sym, ns.ratio, ns.all_layers, ns.compact_grid,
+    build = a.target_build(ns.weight_format, ns.group_size, ns.sym, ns.ratio, ns.all_layers, ns.grid,
                            ns.tokenizer, ns.map)
     return Job(target_spec=build(model_source(ns.source, "target")), options=Options(progress=False)).target_bytes()
 
@@ -341,9 +341,9 @@ def genai_speed(model: str, hint: str | None) -> dict:
             "tpot_ms": round(m.get_tpot().mean, 2), "tokens_per_s_runs": [round(r.get_throughput().mean, 2) for r in runs]}
 
 
-def verify_cost(model: str, ks=VERIFY_KS, prompt_tokens: int = 32, rounds: int = 5) -> dict:
+def verify_cost(model: str, ks=VERIFY_KS, prompt_tokens: int = 32, rounds: int = 5, properties=None) -> dict:
     """Run in a fresh process: what a DFlash verify of K proposals costs the target against a decode step.
-    The stateful target, compiled for CPU with default properties; after the same prompt each time (the
+    The stateful target, compiled for CPU with `properties` (default: none); after the same prompt each time (the
     state reset, the prompt run again, not timed), the time of one forward of K + 1 tokens against one
     of a single token; a warm-up round, then `rounds` rounds over every K (as accept's probes: a busy core
     slows all of them alike), the median of each."""
@@ -355,7 +355,7 @@ def verify_cost(model: str, ks=VERIFY_KS, prompt_tokens: int = 32, rounds: int =
 
     vocab = json.loads((Path(model) / "config.json").read_text())["vocab_size"]
     start = time.perf_counter()
-    request = ov.Core().compile_model(str(Path(model) / "openvino_model.xml"), "CPU").create_infer_request()
+    request = ov.Core().compile_model(str(Path(model) / "openvino_model.xml"), "CPU", properties or {}).create_infer_request()
     load = time.perf_counter() - start
     rng = np.random.default_rng(0)
 

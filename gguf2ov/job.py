@@ -213,7 +213,7 @@ class Job:
         from .target.graph import target_forms
 
         build = self.target_spec
-        return target_forms(self.target_source, build.variant, build.compact_grid, build.allow_nonfinite)
+        return target_forms(self.target_source, build.variant, build.grid, build.allow_nonfinite)
 
     @cached_property
     def target_tokenizer(self):

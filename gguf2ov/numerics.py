@@ -92,17 +92,36 @@ def _type_name(value):
     return value.get_type_name() if hasattr(value, "get_type_name") else value
 
 
-def numerics(device: str = "CPU", properties: dict | None = None) -> dict:
+def numerics(device: str = "CPU", properties: dict | None = None, model_options: dict | None = None) -> dict:
     """What a run's figures were measured under: the device, its name, the inference precision and
-    the dynamic-quantization group size in force (the property passed, else the plugin's default).
-    Two reports are comparable when these agree."""
-    properties = properties or {}
+    the dynamic-quantization group size in force (the property passed, else the model's own
+    `runtime_options`, `model_options`, else the plugin's default). Two reports are comparable when
+    these agree."""
+    properties = {**(model_options or {}), **(properties or {})}
     info = plugin_default(device)
     group = properties.get(DQ_KEY, info["dynamic_quantization_default"])
     return {**info, "inference_precision": properties.get("INFERENCE_PRECISION_HINT", "device default"),
             "dynamic_quantization_group_size": group,
             "kv_cache_precision": _type_name(properties.get(KV_KEY, info["kv_cache_precision_default"])),
             "activations": "float" if not group else f"int8 per group of {group} (dynamic quantization)"}
+
+
+def model_runtime_options(xml_path) -> dict:
+    """The plugin properties an IR carries in its rt_info (`runtime_options`), which OpenVINO applies when
+    it compiles the model and nothing overrides them: {name: value as written}."""
+    import re
+    from pathlib import Path
+
+    if not Path(xml_path).is_file():
+        return {}
+    text = Path(xml_path).read_text(encoding="utf-8", errors="replace")
+    block = re.search(r"<runtime_options>(.*?)</runtime_options>", text[text.rfind("<rt_info>"):], re.S)
+    if block is None:
+        return {}
+    options = dict(re.findall(r'<(\w+) value="([^"]*)"\s*/>', block.group(1)))
+    if DQ_KEY in options:
+        options[DQ_KEY] = int(options[DQ_KEY])
+    return options
 
 
 def rounds_unlike_exact(info: dict) -> bool:

@@ -51,12 +51,13 @@ class TargetFolder:
 @dataclass(frozen=True)
 class TargetBuild:
     """A target to build (`gguf2ov target`, `run`'s target stage) from a GGUF or a checkpoint:
-    `variant` is its weight format; `tokenizer_dir` a tokenizer to use instead of the source's own;
-    `allow_nonfinite`: NaN or Inf weights are written (counted) instead of refused."""
+    `variant` is its weight format; `grid` how `gguf` weights carry the file's grid (ir.weights.GRIDS);
+    `tokenizer_dir` a tokenizer to use instead of the source's own; `allow_nonfinite`: NaN or Inf weights
+    are written (counted) instead of refused."""
 
     source: GgufSpec | CheckpointSpec
     variant: object  # ir.variants.Variant
-    compact_grid: bool = False
+    grid: str = "split"
     tokenizer_dir: Path | None = None
     map_path: Path | None = None
     allow_nonfinite: bool = False

@@ -19,11 +19,11 @@ def open_target(path, map_path=None):
 
 
 def build_target(source, out_dir, weight_format=None, group_size=None, sym=False, ratio=None, all_layers=False,
-                 compact_grid=False, tokenizer_dir=None, map_path=None, overwrite=False, progress=False):
+                 grid="split", tokenizer_dir=None, map_path=None, overwrite=False, progress=False):
     """`gguf2ov target SOURCE -o OUT_DIR` with its flags, as the command runs it (through the job)."""
     from gguf2ov.cli.args import target_build
 
-    build = target_build(weight_format, group_size, sym, ratio, all_layers, compact_grid, tokenizer_dir, map_path)
+    build = target_build(weight_format, group_size, sym, ratio, all_layers, grid, tokenizer_dir, map_path)
     job = Job(target_spec=build(model_source(source, "target")), options=Options(progress=progress))
     return job.build_target(out_dir, overwrite=overwrite)
 

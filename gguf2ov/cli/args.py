@@ -69,7 +69,7 @@ def variant_from_args(args, default_group_size: int):
 
 
 def target_build(weight_format: str | None = None, group_size: int | None = None, sym: bool = False,
-                 ratio: float | None = None, all_layers: bool = False, compact_grid: bool = False,
+                 ratio: float | None = None, all_layers: bool = False, grid: str = "split",
                  tokenizer_dir=None, map_path=None, allow_nonfinite: bool = False):
     """How a command builds a target from the model a target argument names: `build(source)` makes its
     `sources.TargetBuild` (the weight format defaults to `gguf` for a GGUF, `fp32` for a checkpoint)."""
@@ -82,7 +82,7 @@ def target_build(weight_format: str | None = None, group_size: int | None = None
         require_source_for(variant, source.kind)
         if map_path is not None and source.kind != "gguf":
             raise Gguf2ovError("--map applies to a GGUF source only", hint="a checkpoint folder is read by its config.json")
-        return TargetBuild(source, variant, compact_grid, Path(tokenizer_dir) if tokenizer_dir else None,
+        return TargetBuild(source, variant, grid, Path(tokenizer_dir) if tokenizer_dir else None,
                            Path(map_path) if map_path else None, allow_nonfinite)
 
     return build

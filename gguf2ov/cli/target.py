@@ -6,6 +6,7 @@ import sys
 from ..errors import printable
 from ..finite import nonfinite_warnings
 from ..ir.variants import TARGET_GROUP_SIZE
+from ..ir.weights import GRIDS
 from ..job import Job, Options
 from ..sources import model_source
 from . import args as a
@@ -25,9 +26,13 @@ def configure_parser(parser) -> None:
     parser.add_argument("--tokenizer", metavar="DIR",
                         help="the model's Hugging Face tokenizer folder (default: the checkpoint's own, or the "
                              "GGUF's vocabulary)")
-    parser.add_argument("--compact-grid", action="store_true",
-                        help="keep gguf weights in the file's own factorisation: IR 1.00x the GGUF's tensor bytes "
-                             "instead of ~1.38x, but the CPU plugin runs it in ~1.5x the memory")
+    parser.add_argument("--grid", choices=GRIDS, default="split",
+                        help="how gguf weights carry the file's grid: split (a K-quant's minimum apart, the CPU "
+                             "plugin's int8 path; the default), folded (scales and zero points multiplied out, its "
+                             "f32 path) or compact (the file's own factorisation: IR 1.00x the GGUF's tensor bytes, "
+                             "but ~1.5x the memory where it runs)")
+    parser.add_argument("--compact-grid", dest="grid", action="store_const", const="compact",
+                        help="the same as --grid compact")
     a.map_arguments(parser, offset=False)
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
     parser.add_argument("--allow-nonfinite", action="store_true",
@@ -37,7 +42,7 @@ def configure_parser(parser) -> None:
 
 def main(args) -> int:
     build = a.target_build(args.weight_format, args.group_size, args.sym, args.ratio, args.all_layers,
-                           args.compact_grid, args.tokenizer, args.map, args.allow_nonfinite)
+                           args.grid, args.tokenizer, args.map, args.allow_nonfinite)
     job = Job(target_spec=build(model_source(args.source, "target")), options=Options(progress=not args.quiet))
     result = job.build_target(args.output, overwrite=args.overwrite)
     code = emit(result, args, title="gguf2ov target")

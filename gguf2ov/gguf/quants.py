@@ -313,6 +313,37 @@ def dequantize(data: np.ndarray, qtype: QType) -> np.ndarray:
     return out.reshape(*raw.shape[:-1], raw.shape[-1] // type_size * block_size)
 
 
+_GROUP_SCALES = {  # (elements per scale, f16 d's byte, the small scales' bytes and type, or None)
+    QType.Q8_0: (32, 0, None), QType.Q4_0: (32, 0, None), QType.Q5_0: (32, 0, None), QType.Q4_1: (32, 0, None),
+    QType.Q5_1: (32, 0, None), QType.Q4_K: (32, 0, "k"), QType.Q5_K: (32, 0, "k"), QType.Q6_K: (16, 208, "i8"),
+}
+
+
+def group_scales(data: np.ndarray, qtype: QType) -> tuple[np.ndarray, int]:
+    """(each group's step |d*sc| (or |d|), shaped like the tensor with its last axis in groups; the elements
+    per group): the unit a weight's code counts in, which bounds how far another form may move it."""
+    group, d_at, small = _GROUP_SCALES[_known_type(qtype)]
+    block_size, type_size = GGML_QUANT_SIZES[qtype]
+    raw = np.asarray(data).view(np.uint8)
+    blocks = raw.reshape(-1, type_size)
+    d = _f16_field(blocks, d_at)
+    if small == "k":
+        d = d * k_scales_mins(blocks[:, 4:16])[0].astype(np.float32)
+    elif small == "i8":
+        d = d * blocks[:, 192:208].view(np.int8).astype(np.float32)
+    return np.abs(d).reshape(*raw.shape[:-1], raw.shape[-1] // type_size * block_size // group), group
+
+
+def step_changes(values: np.ndarray, data: np.ndarray, qtype: QType) -> np.ndarray:
+    """Each group's largest |values - the file's dequantized values| in its own steps (`group_scales`); a
+    group whose step is 0 (one constant) against float32's rounding of that constant."""
+    ref = dequantize(data, qtype)
+    scales, group = group_scales(data, qtype)
+    change = np.abs(np.asarray(values, np.float32) - ref).reshape(*scales.shape, group).max(-1)
+    floor = np.finfo(np.float32).eps * np.abs(ref).reshape(*scales.shape, group).max(-1)
+    return change / np.maximum(scales, np.maximum(floor, np.finfo(np.float32).tiny))
+
+
 def _known_type(qtype) -> QType:
     try:
         return QType(qtype)

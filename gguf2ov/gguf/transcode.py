@@ -14,8 +14,8 @@ in the file's own bit widths, and compilation multiplies it out:
 - Q4_1 / Q5_1 (y = d*q + m): f16 d and m per 32, zero point -m/d.
 - MXFP4 (y = E2M1 code * 2^(e-127)): f4e2m1 codes and an f8e8m0 scale per 32, the file's bytes ("MXFP4" below).
 
-This compact form is a draft's; a target's weights take the folded form (`grid_weight(...,
-folded=True)`, "Run-time memory" below). Bits per weight of the compact form, IR / GGUF
+This compact form is a draft's; a target's weights take the split form (`grid_weight(...,
+split=True)`, "Which forms run fast" below), its table the folded one ("Run-time memory" below). Bits per weight of the compact form, IR / GGUF
 (`grid_bits`; tests/gguf/test_transcode.py): Q4_K 4.5 / 4.5, Q6_K 6.5625 /
 6.5625, Q8_0 8.5 / 8.5, Q4_0 4.5 / 4.5, Q4_1 5 / 5, Q5_0 6.5 / 5.5, Q5_1 7 / 6, Q5_K 6.5 / 5.5, MXFP4 4.25 / 4.25.
 A Q4_K_M file (Q4_K and Q6_K) is carried at 1.00x its tensor bytes plus ~50 bytes of shape
@@ -53,8 +53,9 @@ The compact form's folded scale subgraph (and a Q6_K's u8 codes) stay referenced
 repacked weights: a weight runs at ~1.9x (Q4_K) and ~3x (Q6_K) its stored size, where the folded
 form runs at its stored size and its file pages can be dropped once repacked. An 8B Q4_K_M target
 in LLMPipeline needs a 9.75 GiB memory limit in the compact form and 6.5 GiB in the folded one
-(benchmarks/bench_target_build.py). So a target is built folded (IR ~1.38x its GGUF's tensor
-bytes; `gguf2ov target --compact-grid` keeps the compact form) and a draft compact, where the IR's
+(benchmarks/bench_target_build.py). So a target is built folded or split (nothing to fold either:
+IR ~1.38x its GGUF's tensor bytes folded, ~1.27x split; `gguf2ov target --grid compact` keeps the
+compact form) and a draft compact, where the IR's
 size is the figure users compare (a folded 8B draft, 803 MB against 591, saved 0.34 GiB of the
 pair's 9.3 GiB in GenAI).
 
@@ -91,6 +92,23 @@ measured; benchmarks/bench_mxfp4.py):
   compact, the IR keeps the file's bytes and a Convert chain the plugin folds into the i8 codes when it
   compiles, and keeps beside GatherMatmul's repacked copy (449 MiB).
 - Gather (an embedding table): no f4e2m1 either (an f32 Gather); the table takes the i8 form.
+
+Which forms run fast (openvino 2026.4.1, a 2-core AMD EPYC with AVX512_VNNI and AVX512_BF16; CPU
+time of one thread, the machine shared). The plugin runs a compressed FullyConnected one of two ways:
+it decompresses the weight to f32 per call, or, with dynamic quantization of f32 activations
+(`DYNAMIC_QUANTIZATION_GROUP_SIZE`), multiplies in int8. The int8 path takes a weight only if its zero
+point is u8, u4 or absent and its group is at least the activations' group: the folded form's f32
+zero point never takes it, a Q6_K's groups of 16 only with an activation group of 16. In cache (two
+MLP blocks, 1024 x 2048), against the folded Q4_K at one row: codes times d*sc with no zero point
+0.71-0.79, the split form (the minimum apart) 0.79-0.89, NNCF's u4 with a u4 zero point per 32
+0.76-0.86; at eight rows (a verify of K = 7) the folded form costs 2.2x its one-row time and the
+split form half of that. So a target's K-quant Linears are split, a constant zero point (Q6_K's 32)
+is a u8 scalar, and the target's rt_info carries `runtime_options` DYNAMIC_QUANTIZATION_GROUP_SIZE
+16, which OpenVINO applies when GenAI compiles it (its Q6_K weights, the tied head's too, take the
+int8 path; measured on a 1.7B geometry, the head's verify at K = 7 fell from 177 to 79 ms). The
+int8 path quantizes activations, not weights: the weights stay the file's grid, and what it changes
+in the logits is stated beside the other forms' (benchmarks/target_fidelity.py, README's "The GGUF
+grid variant").
 
 Memory: the builder decodes the memory-mapped bytes in ~1 MB row chunks straight into the buffers
 of the final Constants (uint8/uint32 bit arithmetic, four codes per word): no float arrays, and
@@ -290,6 +308,20 @@ def _fill_mxfp4_i8(b, o):
 
 
 @dataclass(frozen=True)
+class SplitWeight:
+    """A weight W [out, in] = values + offset repeated over each `group` inputs: a K-quant's codes times
+    their scale (`values`), and its offset per group apart (`offset` [out, in / group], the negated
+    minimum), which the Linear adds as group_sums(x) @ offset^T (`grid_weight(..., split=True)`; ir.graph_ops.linear).
+
+    Added, not subtracted: the CPU plugin turns a Subtract of a MatMul into an Add of the MatMul times -1,
+    and that Multiply in the weight's subgraph makes it fold the minimum's u8 codes into f32 weights."""
+
+    values: object
+    offset: object
+    group: int
+
+
+@dataclass(frozen=True)
 class _Layout:
     group: int                  # elements per scale
     codes: str                  # OpenVINO type of the codes Constant: u4, u6 (5- and 6-bit codes), i8, f4e2m1
@@ -329,11 +361,11 @@ def has_grid(qtype) -> bool:
 _TYPE_BYTES = {"f32": 4, "f16": 2, "u8": 1, "i8": 1, "f8e8m0": 1, "u6": 6 / 8, "u4": 4 / 8, "f4e2m1": 4 / 8}
 
 
-def grid_bytes(qtype, shape, folded: bool = False, gather: bool = False) -> int:
+def grid_bytes(qtype, shape, folded: bool = False, split: bool = False, gather: bool = False) -> int:
     """The bytes a weight of `qtype` and [out, in] `shape` takes in the IR on its own grid (its
     Constants as `grid_weight` makes them; the few shape constants aside)."""
-    layout = _layout(QType(qtype), shape, folded, gather)
-    kinds = _constant_kinds(QType(qtype), layout, shape, folded or gather)
+    layout = _layout(QType(qtype), shape, folded or split, gather)
+    kinds = _constant_kinds(QType(qtype), layout, shape, _form(layout, shape, folded or gather, split))
     return int(sum(_TYPE_BYTES[kind] * np.prod(dims, dtype=np.int64) for kind, dims in kinds.values()))
 
 
@@ -355,7 +387,8 @@ def grid_bits(qtype) -> float:
 # the builder
 # ---------------------------------------------------------------------------------------------
 
-def grid_weight(raw, qtype, shape, folded: bool = False, postpone=None, check=None, gather: bool = False):
+def grid_weight(raw, qtype, shape, folded: bool = False, postpone=None, check=None, gather: bool = False,
+                split: bool = False):
     """The f32 [out, in] output of a decompression subgraph holding the GGUF tensor's own grid.
 
     `raw` is the tensor's stored bytes as `GgufFile.raw` returns them (torch-order rows, last axis
@@ -380,6 +413,15 @@ def grid_weight(raw, qtype, shape, folded: bool = False, postpone=None, check=No
     `gather`: the table of an embedding Gather, in the form the plugin keeps compressed there (the folded
     one; for MXFP4, i8 codes: see "MXFP4" above).
 
+    `split` (a target's MatMul weights; implies `folded`): a weight whose type stores a minimum per group
+    (Q4_K, Q5_K: y = d*sc*q - dmin*m) is returned as a `SplitWeight`: its codes times an f32 scale
+    d*sc per group with no zero point, and the offset -dmin*m per group apart (m as u8 codes, -dmin as
+    an f32 scale per block), which the Linear adds as `group_sums(x) @ offset^T` (`graph_ops.linear`). The same values, exactly; what it
+    buys is the CPU plugin's int8 path: a weight with an f32 zero point (the folded form) runs as an
+    f32 decompression, one without takes the dynamic quantization of its activations, faster per
+    token and far cheaper per extra row ("Which forms run fast" below). Other types, 3-D weights and
+    `folded` tables are returned as `folded` makes them.
+
     A 3-D `shape` [E, N, K] is a mixture of experts' weights (ggml ne {K, N, E}, for
     `MatMul(x [E, T, K], W, transpose_b=True)`): the rows are decoded as those of an [E * N, K]
     weight, and every Constant keeps the expert axis (codes [E, N, K / G, G], scale and zero point
@@ -400,27 +442,44 @@ def grid_weight(raw, qtype, shape, folded: bool = False, postpone=None, check=No
     shape = tuple(int(s) for s in shape)
     if len(shape) not in (2, 3):
         raise Gguf2ovError(f"a GGUF grid weight must be 2-D [out, in] or 3-D [experts, out, in], not {shape}")
-    layout, folded = _layout(qtype, shape, folded, gather), folded or gather
+    layout, folded = _layout(qtype, shape, folded or split, gather), folded or gather
     block = GGML_QUANT_SIZES[qtype][0]
     if shape[-1] % block:
         raise Gguf2ovError(f"{qtype.name} rows of {shape[-1]} elements are not whole {block}-element blocks")
-    kinds = _constant_kinds(qtype, layout, shape, folded)
+    form = _form(layout, shape, folded, split)
+    kinds = _constant_kinds(qtype, layout, shape, form)
     if postpone is None:
-        tensors = _decode(raw, qtype, layout, shape, kinds, folded, check)
+        tensors = _decode(raw, qtype, layout, shape, kinds, form, check)
         constants = {name: _constant(tensor) for name, tensor in tensors.items()}
     else:
-        constants = _postponed_constants(raw, qtype, layout, shape, kinds, folded, postpone, check)
-    if folded and _folds(layout):
+        constants = _postponed_constants(raw, qtype, layout, shape, kinds, form, postpone, check)
+    if form == "split":
+        return _split_decompression(layout, constants, shape)
+    if form == "folded" and _folds(layout):
         return _folded_decompression(layout, constants, shape)
-    return _decompression(layout, constants, shape, u6=layout.codes == "u6" and not folded)
+    return _decompression(layout, constants, shape, u6=layout.codes == "u6" and form == "compact")
 
 
-def _constant_kinds(qtype, layout: _Layout, shape, folded: bool) -> dict[str, tuple[str, list[int]]]:
+def _form(layout: _Layout, shape, folded: bool, split: bool) -> str:
+    """"split" (a 2-D weight with a minimum per group, asked to split), "folded" or "compact"."""
+    if split and layout.zero_point == "k" and len(shape) == 2:
+        return "split"
+    return "folded" if folded or split else "compact"
+
+
+def _constant_kinds(qtype, layout: _Layout, shape, form: str) -> dict[str, tuple[str, list[int]]]:
     """{constant: (OpenVINO type, shape)} of the weight's Constants (the leading axes: rows, or experts and rows)."""
     *rows, n = shape
     groups, blocks_per_row = n // layout.group, n // GGML_QUANT_SIZES[qtype][0]
+    folded = form != "compact"
     codes = "u8" if folded and layout.codes == "u6" else layout.codes
     kinds = {"codes": (codes, [*rows, groups, layout.group])}
+    if form == "split":  # K-quants: f32 d*sc per group; m per group as u8, f32 -dmin per block (8 groups)
+        per_block = GGML_QUANT_SIZES[qtype][0] // layout.group
+        kinds["scale"] = ("f32", [*rows, groups, 1])
+        kinds["mins"] = ("u8", [*rows, blocks_per_row, per_block])
+        kinds["dmin"] = ("f32", [*rows, blocks_per_row, 1])
+        return kinds
     if folded and _folds(layout):
         kinds["scale"] = ("f32", [*rows, groups, 1])
         if layout.zero_point in ("min", "k"):
@@ -438,7 +497,7 @@ def _folds(layout: _Layout) -> bool:
     return layout.zero_point in ("min", "k") or any(name == "scales" for name, _, _ in layout.params)
 
 
-def _decode(raw, qtype, layout: _Layout, shape, kinds: dict, folded: bool, check=None) -> dict:
+def _decode(raw, qtype, layout: _Layout, shape, kinds: dict, form: str, check=None) -> dict:
     """The weight's Constants' data as ov.Tensors, decoded from the stored bytes chunk by chunk, each
     chunk of a float Constant shown to `check(values, total)`."""
     import openvino as ov
@@ -467,11 +526,11 @@ def _decode(raw, qtype, layout: _Layout, shape, kinds: dict, folded: bool, check
             chunk = np.ascontiguousarray(data[r0:r1]).reshape(-1, type_size)
             b0, b1 = r0 * blocks_per_row, r1 * blocks_per_row
             out = {k: v[b0:b1] for k, v in views.items()}
-            if folded and _folds(layout):
+            if form != "compact" and _folds(layout):
                 # the file's own parameters for this chunk, as numbers (u6 kept one per byte), then folded
                 params = {name: np.empty((b1 - b0, items), _NUMPY[kind]) for name, kind, items in layout.params}
                 layout.fill(chunk, {"codes": out["codes"], **params})
-                _fold(layout, params, out)
+                (_split if form == "split" else _fold)(layout, params, out)
             else:
                 layout.fill(chunk, out)
             if check is not None:
@@ -499,13 +558,22 @@ def _fold(layout: _Layout, params: dict, out: dict) -> None:
     out["zero_point"][...] = params["dmin"].astype(f32) * params["mins"].astype(f32) / scale
 
 
+def _split(layout: _Layout, params: dict, out: dict) -> None:
+    """scale d*sc per group and the offset's factors, m and -dmin, from a chunk's parameters. `fill` stored a
+    group whose d*sc is 0 with codes 0 (and sc or d 1): that group's values are -dmin*m whatever its scale."""
+    f32 = np.float32
+    out["scale"][...] = params["d"].astype(f32) * params["scales"].astype(f32)
+    out["mins"][...] = params["mins"]
+    out["dmin"][...] = -params["dmin"].astype(f32)
+
+
 def _constant(tensor):
     import openvino as ov
 
     return ov.op.Constant(tensor, shared_memory=True)
 
 
-def _postponed_constants(raw, qtype, layout, shape, kinds: dict, folded: bool, postpone, check=None) -> dict:
+def _postponed_constants(raw, qtype, layout, shape, kinds: dict, form: str, postpone, check=None) -> dict:
     """PostponedConstants of the weight: the first one OpenVINO writes decodes the tensor, each
     hands out its own part, and the last one drops what is left."""
     pending: dict = {}
@@ -513,7 +581,7 @@ def _postponed_constants(raw, qtype, layout, shape, kinds: dict, folded: bool, p
     def part(name):
         def make():
             if not pending:
-                pending.update(_decode(raw, qtype, layout, shape, kinds, folded, check))
+                pending.update(_decode(raw, qtype, layout, shape, kinds, form, check))
             return pending.pop(name)
         return make
 
@@ -552,7 +620,7 @@ def _decompression(layout: _Layout, constants: dict, shape, u6: bool):
         if "scales" in constants:  # Q6_K: d per 256 times an int8 scale per 16
             scale = _per_group(ops.multiply(scale, f32("scales")), rows, groups)
         if layout.zero_point == "const":
-            zero_point = ops.constant(np.float32(layout.center))
+            zero_point = _center(layout)
     elif layout.zero_point == "min":
         scale = f32("d")
         zero_point = ops.divide(ops.negative(f32("m")), scale)
@@ -580,8 +648,26 @@ def _folded_decompression(layout: _Layout, constants: dict, shape):
 
     zero_point = constants.get("zero_point")
     if zero_point is None and layout.zero_point == "const":
-        zero_point = ops.constant(np.float32(layout.center))
+        zero_point = _center(layout)
     return _affine(_codes_f32(constants["codes"], False), zero_point, constants["scale"], shape)
+
+
+def _center(layout: _Layout):
+    """A constant zero point (Q4_0 8, Q5_0 16, Q6_K 32) as a u8 scalar: the CPU plugin's int8 path takes a
+    u8 or u4 zero point, not an f32 one (`DnnlFCPrimitive`'s dynamic quantization; the same value)."""
+    from openvino import opset13 as ops
+
+    return ops.convert(ops.constant(np.uint8(layout.center)), "f32")
+
+
+def _split_decompression(layout: _Layout, constants: dict, shape):
+    from openvino import opset13 as ops
+
+    *rows, n = shape
+    values = _affine(_codes_f32(constants["codes"], False), None, constants["scale"], shape)
+    offset = ops.multiply(ops.convert(constants["mins"], "f32"), constants["dmin"])
+    offset = ops.reshape(offset, ops.constant(np.array([*rows, n // layout.group], dtype=np.int64)), False)
+    return SplitWeight(values, offset.output(0), layout.group)
 
 
 def _affine(codes, zero_point, scale, shape):

@@ -7,6 +7,7 @@ those of every Qwen3/Llama-style decoder: RMSNorm, Linear, RoPE tables and their
 stateful K/V cache reordered by `beam_idx`, and the grouped-query head repeat.
 """
 
+
 import numpy as np
 
 F32_MIN = float(np.finfo(np.float32).min)
@@ -56,10 +57,27 @@ def rms_norm(x, weight: np.ndarray, eps: float, scope: str):
     return named(o.multiply(const(weight), normed), p + "mul/Multiply_1")
 
 
-def linear(x, weight, scope: str, bias: np.ndarray | None = None):
-    """x @ weight^T (+ bias), named as optimum names a Linear's nodes."""
+def group_sums(x, groups: int, group: int):
+    """x [..., groups * group] summed over each `group` consecutive inputs: [..., groups]."""
     o = ops()
-    y = named(o.matmul(x, weight, False, True), f"__module.{scope}/aten::linear/MatMul")
+    x = x if hasattr(x, "get_partial_shape") else x.output(0)
+    rank = x.get_partial_shape().rank.get_length()
+    grouped = o.reshape(x, const([0] * (rank - 1) + [groups, group], np.int64), True)
+    return o.reduce_sum(grouped, const([-1], np.int64), False)
+
+
+def linear(x, weight, scope: str, bias: np.ndarray | None = None):
+    """x @ weight^T (+ bias), named as optimum names a Linear's nodes. A `SplitWeight` adds the MatMul of
+    its offset on the group sums of x."""
+    o = ops()
+    from ..gguf.transcode import SplitWeight
+
+    split = isinstance(weight, SplitWeight)
+    y = named(o.matmul(x, weight.values if split else weight, False, True), f"__module.{scope}/aten::linear/MatMul")
+    if split:
+        sums = group_sums(x, weight.offset.get_partial_shape()[1].get_length(), weight.group)
+        offset = named(o.matmul(sums, weight.offset, False, True), f"__module.{scope}/offset/MatMul")
+        y = named(o.add(y, offset), f"__module.{scope}/offset/Add")
     if bias is None:
         return y
     return named(o.add(y, const(bias)), f"__module.{scope}/aten::linear/Add")

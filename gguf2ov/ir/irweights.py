@@ -76,7 +76,8 @@ def matmul_weights(model_or_path) -> dict[str, np.ndarray]:
 
 
 def ir_weights(model_or_path, kinds=("MatMul", "Gather")) -> dict[str, np.ndarray]:
-    """{parameter name: float32 array} for every Linear (MatMul) and Embedding (Gather) of the IR."""
+    """{parameter name: float32 array} for every Linear (MatMul) and Embedding (Gather) of the IR; a
+    Linear whose offset is split off (gguf.transcode.SplitWeight) with its offset added back."""
     import openvino as ov
 
     model = read_model(model_or_path)
@@ -89,7 +90,7 @@ def ir_weights(model_or_path, kinds=("MatMul", "Gather")) -> dict[str, np.ndarra
         if name is None or name in names or not _is_constant_subgraph(weight):
             continue
         names.append(name)
-        outputs.append(weight)
+        outputs.append(_with_offset(op, weight))
     if not outputs:
         return {}
     # A parameterless model of just the weight subgraphs; OpenVINO folds and evaluates it.
@@ -97,6 +98,32 @@ def ir_weights(model_or_path, kinds=("MatMul", "Gather")) -> dict[str, np.ndarra
     compiled = compile_exact(sub)  # the weights' own values, whatever the CPU
     result = compiled.create_infer_request().infer({})
     return {name: np.asarray(result[compiled.output(i)], dtype=np.float32) for i, name in enumerate(names)}
+
+
+def _with_offset(matmul, weight):
+    """The weight a Linear multiplies by: `weight`, plus the offset a split weight's second MatMul (on the
+    group sums of the same input, gguf.transcode.SplitWeight) adds to its output, repeated over each group."""
+    from openvino import opset13 as ops
+
+    if matmul.get_type_name() != "MatMul":
+        return weight
+    for target in matmul.output(0).get_target_inputs():
+        add = target.get_node()
+        if add.get_type_name() != "Add" or target.get_index() != 0:
+            continue
+        second = add.input_value(1).get_node()
+        if second.get_type_name() != "MatMul" or not _is_constant_subgraph(second.input_value(1)):
+            continue
+        sums = second.input_value(0).get_node()
+        if sums.get_type_name() != "ReduceSum" or sums.input_value(0).get_node().input_value(0) != matmul.input_value(0):
+            continue
+        offset = second.input_value(1)
+        rows, groups = (d.get_length() for d in offset.get_partial_shape())
+        columns = weight.get_partial_shape()[1].get_length()
+        spread = ops.broadcast(ops.unsqueeze(offset, ops.constant(np.int64(-1))),
+                               ops.constant(np.array([rows, groups, columns // groups], np.int64)))
+        return ops.add(weight, ops.reshape(spread, ops.constant(np.array([rows, columns], np.int64)), False)).output(0)
+    return weight
 
 
 # --- what the IR's weights are stored as ------------------------------------------------------------

@@ -57,14 +57,15 @@ def _grid_bytes(forms, name) -> int:
     grid = _stored_grid(forms, name)
     if grid is None:
         return 4 * _elements(forms, name)
-    return grid_bytes(grid[1], forms.source.expected[name], folded=forms.folded_grid, gather=forms.gather(name))
+    return grid_bytes(grid[1], forms.source.expected[name], **forms.grid_form(name))
 
 
 def _grid_xml_bytes(forms, name) -> int:
     if _stored_grid(forms, name) is None:
         return 0
-    # the file's own fields: ~8.5 KB of nodes a weight (Q4_K/Q6_K); folded: ~3.1 KB
-    return 3_150 if forms.gather(name) or forms.folded_grid else 8_550
+    # the file's own fields: ~8.5 KB of nodes a weight (Q4_K/Q6_K); folded: ~3.1 KB; split: ~6 KB
+    form = forms.grid_form(name)
+    return 6_000 if form["split"] else 3_150 if form["folded"] else 8_550
 
 
 def _nncf_xml_bytes(forms, name) -> int:
@@ -113,8 +114,8 @@ def _grid_weight(forms, name):
     def check(values, total):
         forms.check_finite(name, values, what="quantization scales", total=total)
 
-    return grid_weight(raw, qtype, forms.source.expected[name], folded=forms.folded_grid, gather=forms.gather(name),
-                       postpone=postpone, check=check), None
+    return grid_weight(raw, qtype, forms.source.expected[name], postpone=postpone, check=check,
+                       **forms.grid_form(name)), None
 
 
 def _nncf_weight(forms, name):
@@ -182,6 +183,9 @@ class Format:
     nncf_bits: int | None = None   # NNCF's weight compression at this width
     after_save: Callable | None = None   # (xml path) -> None, once the IR is written
     annotate: Callable | None = None     # (ov.Model, Variant[, ignored MatMuls]) -> None: the rt_info it adds
+    # the plugin properties a target of this format carries in its rt_info (`runtime_options`), which OpenVINO
+    # applies when it compiles the model unless the caller sets them: they reach GenAI's defaults
+    runtime_options: tuple = ()
 
 
 FORMATS = {f.name: f for f in [
@@ -194,7 +198,7 @@ FORMATS = {f.name: f for f in [
     Format("int4", "NNCF int4 per group (int8 where NNCF keeps a backup)", _nncf_weight, _nncf_bytes,
            xml_bytes=_nncf_xml_bytes, tolerance=None, nncf_bits=4, annotate=_nncf_rt_info),
     Format("gguf", "the GGUF's own codes, scales and minimums", _grid_weight, _grid_bytes, xml_bytes=_grid_xml_bytes,
-           tolerance=1e-4, needs_gguf=True),
+           tolerance=1e-4, needs_gguf=True, runtime_options=(("DYNAMIC_QUANTIZATION_GROUP_SIZE", "16"),)),
 ]}
 
 

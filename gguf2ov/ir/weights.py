@@ -16,6 +16,9 @@ from ..errors import Gguf2ovError
 from .postponed import PostponedConstants
 from .variants import Variant, require_source_for
 
+# How `gguf` weights carry the file's grid (WeightForms.grid; gguf/transcode.py).
+GRIDS = ("split", "folded", "compact")
+
 
 class WeightSource(Protocol):
     """What the weights of a graph are read from: an opened draft (draft.source.DraftSource) or target
@@ -53,10 +56,12 @@ class WeightForms:
     so `drift` can measure it while it streams; `values` is the source's float32 tensor when making
     the weight already read it (NNCF), else None.
 
-    `folded_grid`: `gguf` weights take the form the CPU plugin runs from without private copies
-    (scales multiplied out, 5/6-bit codes as u8: gguf/transcode.py, "Run-time memory"), a target's
-    default; otherwise the file's own factorisation, 1.00x its tensor bytes (an embedding table
-    is folded either way).
+    `grid` (GRIDS), how `gguf` weights carry the file's grid (gguf/transcode.py): "compact", the file's
+    own factorisation, 1.00x its tensor bytes (a draft's); "folded", the form the CPU plugin runs from
+    without private copies (scales multiplied out, 5/6-bit codes as u8: "Run-time memory"); "split", a
+    target's default, folded with a K-quant's minimum apart, which takes the plugin's int8 path ("Which
+    forms run fast"). An embedding table is folded in every grid, and so is a weight in `whole` (the
+    lm_head: GenAI grafts its MatMul's weight onto the draft, which a split weight's two MatMuls are not).
 
     Every value the IR stores is checked where it is made, chunk by chunk (`check_finite`): the
     source's float32 values, the float16 constants made of them, NNCF's float16 scales, and the
@@ -68,7 +73,8 @@ class WeightForms:
     variant: Variant
     observe: Callable[[str, object, np.ndarray], None] | None = None
     streamed: bool = False
-    folded_grid: bool = False
+    grid: str = "compact"
+    whole: tuple[str, ...] = ()
     transcoded: list = field(default_factory=list)
     plan: dict = field(default_factory=dict)
     input_orders: dict = field(default_factory=dict)  # weight -> the order its grid takes its inputs in
@@ -172,6 +178,14 @@ class WeightForms:
         """The order the weight made for `name` takes its inputs in (x[..., order]), when it keeps the
         file's column order (a GGUF grid whose map op moves columns); None: the inputs as they are."""
         return self.input_orders.get(name)
+
+    def grid_form(self, name: str) -> dict:
+        """The `grid_weight` flags of weight `name` (`folded`, `split`, `gather`)."""
+        if self.grid not in GRIDS:
+            raise Gguf2ovError(f"unknown grid form {self.grid!r}", hint=f"use {', '.join(GRIDS)}")
+        table = self.gather(name)
+        return {"folded": self.grid != "compact", "gather": table,
+                "split": self.grid == "split" and not table and name not in self.whole}
 
     def gather(self, name: str) -> bool:
         """Whether `name` is an embedding table (read by a Gather, not multiplied by a MatMul)."""

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..errors import Gguf2ovError, library_message
 from ..names import IR_XML
-from ..numerics import EXACT, describe_numerics, numerics, rounds_unlike_exact
+from ..numerics import EXACT, describe_numerics, model_runtime_options, numerics, rounds_unlike_exact
 from ..progress import progress as progress_bar
 from ..progress import step
 from ..report import Table
@@ -434,7 +434,7 @@ def run_acceptance(target_dir, draft_dir, prompts, settings: GenerationSettings 
             text_draft=s.text,
         ))
 
-    in_force = numerics(gen.device, props)
+    in_force = numerics(gen.device, props, model_runtime_options(_model_xml(target_dir)))
     if gen.precision == "f32" and rounds_unlike_exact(in_force):
         per_prompt = _recheck_exactly(per_prompt, prompts, target_dir, draft_dir, gen, props, progress)
     overall = _total(per_prompt, base, spec)
@@ -479,6 +479,14 @@ def run_acceptance(target_dir, draft_dir, prompts, settings: GenerationSettings 
         draft_lengths=lengths,
         best_num_assistant_tokens=best,
     )
+
+
+def _model_xml(target_dir: Path) -> Path:
+    """The IR of a target folder whose rt_info holds its runtime options: a VLM's language model."""
+    from ..names import VLM_LANGUAGE_MODEL
+    from ..runtime.genai import target_kind
+
+    return Path(target_dir) / (VLM_LANGUAGE_MODEL if target_kind(target_dir) == "vlm" else IR_XML)
 
 
 def _recheck_exactly(per_prompt, prompts, target_dir, draft_dir, settings: GenerationSettings, props,

@@ -56,7 +56,7 @@ class TargetExportResult:
     files: dict[str, int]
     checks: list[Finding]
     transcoded: int = 0
-    grid: str | None = None  # "folded" | "compact", when weights carry the GGUF's grid
+    grid: str | None = None  # "split" | "folded" | "compact", when weights carry the GGUF's grid
     nncf_backup: list[str] = field(default_factory=list)
     nncf_backup_why: dict[str, str] = field(default_factory=dict)  # weight -> why NNCF keeps it in int8
     nonfinite: dict[str, int] = field(default_factory=dict)  # weight -> NaN/Inf values written (--allow-nonfinite)
@@ -113,7 +113,7 @@ def export_target(forms, out_dir, tokenizer_from, overwrite: bool = False, progr
     require_space(out_dir, target_folder_bytes(forms, tokenizer_from), f"the {variant.name} target",
                   hint="write to another folder (-o)" + (", or keep the file's own factorisation (--compact-grid: "
                                                          "~0.74x the folded IR)" if forms.transcoded and
-                                                         forms.folded_grid else ""))
+                                                         forms.grid != "compact" else ""))
 
     start = time.perf_counter()
     with atomic_dir(out_dir, overwrite=overwrite) as tmp:
@@ -200,7 +200,7 @@ def _grid_form(forms) -> str | None:
     """How the GGUF's grid is carried, when any weight carries it."""
     if not forms.transcoded:
         return None
-    return "folded" if forms.folded_grid else "compact"
+    return forms.grid
 
 
 def write_target(folder: Path, target, variant, tokenizer_from, progress: bool = True, forms=None):
@@ -339,5 +339,6 @@ def _port(p) -> list[str]:
 
 def _rt_info(model) -> dict[str, str]:
     keys = [("runtime_options", "ACTIVATIONS_SCALE_FACTOR"), ("runtime_options", "KV_CACHE_PRECISION"),
+            ("runtime_options", "DYNAMIC_QUANTIZATION_GROUP_SIZE"),
             ("gguf2ov", "variant"), ("nncf", "weight_compression", "mode"), ("nncf", "weight_compression", "group_size")]
     return {"/".join(k): model.get_rt_info(list(k)).astype(str) for k in keys if model.has_rt_info(list(k))}

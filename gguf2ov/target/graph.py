@@ -232,6 +232,8 @@ def set_target_rt_info(model, locators: dict, variant, kept=()) -> None:
     model.set_rt_info("8.0", ["runtime_options", "ACTIVATIONS_SCALE_FACTOR"])
     if variant.format.compressed is False:
         model.set_rt_info("f16", ["runtime_options", "KV_CACHE_PRECISION"])
+    for key, value in variant.format.runtime_options:
+        model.set_rt_info(value, ["runtime_options", key])
     model.set_rt_info(variant.name, list(VARIANT_RT_INFO))
     if variant.format.annotate is not None:
         if ignored := _consumers(model, kept):
@@ -247,13 +249,14 @@ def _consumers(model, weights) -> list[str]:
             and op.input_value(1).get_node().get_friendly_name() in constants] if constants else []
 
 
-def target_forms(source, variant, compact_grid: bool = False, allow_nonfinite: bool = False):
-    """The WeightForms of a target: streamed while the IR is written, `gguf` weights folded (the form
-    the CPU plugin runs without private copies, gguf/transcode.py) unless `compact_grid`; NaN and Inf
+def target_forms(source, variant, grid: str = "split", allow_nonfinite: bool = False):
+    """The WeightForms of a target: streamed while the IR is written, `gguf` weights in the `grid` form
+    (ir.weights.GRIDS; by default split, the form the CPU plugin runs fastest without private copies,
+    gguf/transcode.py), the lm_head whole (GenAI grafts its MatMul's weight onto a draft); NaN and Inf
     weights refused unless `allow_nonfinite`."""
     from ..ir.weights import WeightForms
 
-    return WeightForms(source, variant, streamed=True, folded_grid=not compact_grid, allow_nonfinite=allow_nonfinite)
+    return WeightForms(source, variant, streamed=True, grid=grid, whole=(LM_HEAD,), allow_nonfinite=allow_nonfinite)
 
 
 def build_target_ir(source, variant, progress: Callable[[str], None] | None = None, forms=None):

@@ -56,7 +56,7 @@ def write_probe(folder, source, forms) -> tuple["ProbeSource", list[int]]:
 
     layers = distinct_layers(source, forms)
     probe = ProbeSource(source, forms, layers)
-    probe_forms = WeightForms(probe, forms.variant, streamed=True, folded_grid=forms.folded_grid,
+    probe_forms = WeightForms(probe, forms.variant, streamed=True, grid=forms.grid, whole=forms.whole,
                               allow_nonfinite=forms.allow_nonfinite)
     if forms.plan:  # NNCF: each weight compressed as its target counterpart is
         probe_forms.plan = {name: forms.plan[probe.counterpart[name]] for name in probe_forms.plan}

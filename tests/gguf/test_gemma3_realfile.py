@@ -99,7 +99,7 @@ def test_the_real_file_becomes_a_target_that_generates_transformers_tokens(gemma
     assert all(c.status == "pass" for c in checks), checks
     ratio = (tmp_path / "openvino_model.bin").stat().st_size / tensor_bytes
     write_target(tmp_path / "compact", source, parse_variant("gguf"), None, progress=False,
-                 forms=target_forms(source, parse_variant("gguf"), compact_grid=True))
+                 forms=target_forms(source, parse_variant("gguf"), grid="compact"))
     compact = (tmp_path / "compact" / "openvino_model.bin").stat().st_size / tensor_bytes
     assert compact < 1.04  # its Q5_0 fallbacks cost their extra bit
     assert compact < ratio < 1.6

@@ -266,3 +266,21 @@ def test_quantize_errors():
     assert "IQ4_NL" in str(caught.value) and "Q6_K" in caught.value.hint
     with pytest.raises(Gguf2ovError, match="unknown GGML type"):
         quants.quantize(np.zeros(256, np.float32), 999)
+
+
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q4_K, Q.Q5_K, Q.Q6_K], ids=lambda t: t.name)
+def test_group_scales_are_the_step_between_a_groups_values(qtype):
+    """Within a group every dequantized value is a whole number of its group's step from any other, and the
+    values span at most the codes' range in steps: the unit a requantized form's change is measured in."""
+    rng = np.random.default_rng(200 + int(qtype))
+    rows, n = 3, 2 * GGML_QUANT_SIZES[qtype][0]
+    data = finite_blocks(qtype, rows * n // GGML_QUANT_SIZES[qtype][0], rng).reshape(rows, -1)
+    scales, group = quants.group_scales(data, qtype)
+    assert scales.shape == (rows, n // group) and (scales >= 0).all()
+    values = quants.dequantize(data, qtype).reshape(rows, n // group, group)
+    live = scales > 0
+    steps = (values - values[..., :1])[live] / scales[live][:, None]
+    assert np.abs(steps - np.round(steps)).max() < 1e-3
+    bits = {Q.Q8_0: 8, Q.Q4_0: 4, Q.Q4_1: 4, Q.Q5_0: 5, Q.Q5_1: 5, Q.Q4_K: 4, Q.Q5_K: 5, Q.Q6_K: 6}[qtype]
+    assert np.abs(steps).max() <= 2 ** bits - 1
+    assert np.abs(steps).max() >= 2 ** (bits - 1)  # random codes fill the range: the step is not too small either

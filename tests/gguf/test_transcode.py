@@ -444,3 +444,47 @@ def test_mxfp4_experts_fuse_into_an_i8_gather_matmul(tmp_path):
                  if op.get_rt_info()["layerType"].astype(str) == "GatherMatmul"]
         assert fused == ["i8", "i8", "i8"], form
         assert np.abs(compiled(x)[0] - reference).max() <= 1e-6 * np.abs(reference).max(), form
+
+
+@pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q5_K], ids=lambda q: q.name)
+def test_the_split_form_is_the_grid_and_takes_the_int8_path(qtype, tmp_path):
+    """A K-quant weight split for a target's Linear: its codes times d*sc, plus -dmin*m per group through
+    the group sums of the input, is the file's grid to float32 rounding; saved and compiled, both
+    MatMuls run compressed (the codes and the minimums' u8 codes), the main one with no zero point, so
+    that the plugin's dynamic quantization of the activations applies to it (the folded form's f32 zero
+    point keeps it on the f32 path)."""
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    from gguf2ov.gguf.transcode import SplitWeight
+    from gguf2ov.ir.graph_ops import linear
+    from gguf2ov.ir.irweights import evaluate, matmul_weights
+
+    rows, n = 24, 1024
+    raw = valid_blocks(qtype, rows, n, np.random.default_rng(7)).reshape(rows, -1)
+    split = transcode.grid_weight(raw, qtype, (rows, n), split=True)
+    assert isinstance(split, SplitWeight) and split.group == 32
+    ref = quants.dequantize(raw, qtype)
+    values = evaluate(split.values) + np.repeat(evaluate(split.offset), split.group, axis=1)
+    assert np.abs(values - ref).max() <= 1e-6 * np.abs(ref).max()
+    assert transcode.grid_bytes(qtype, (rows, n), split=True) * 8 / (rows * n) == (4 if qtype == Q.Q4_K else 8) + 1.375
+
+    x = ops.parameter([-1, -1, n], ov.Type.f32, name="x")
+    model = ov.Model([ops.result(linear(x, split, "model.layers.0.mlp.up_proj"))], [x])
+    ov.save_model(model, str(tmp_path / "m.xml"), compress_to_fp16=False)
+    read_back = matmul_weights(tmp_path / "m.xml")["model.layers.0.mlp.up_proj.weight"]
+    assert np.abs(read_back - ref).max() <= 1e-6 * np.abs(ref).max()
+    inputs = np.random.default_rng(8).standard_normal((1, 3, n)).astype(np.float32)
+    expected = inputs @ ref.astype(np.float64).T
+    compiled = compile_exact(tmp_path / "m.xml")
+    assert np.abs(compiled(inputs)[0] - expected).max() <= 1e-5 * np.abs(expected).max()
+    fc = sorted(op.get_rt_info()["runtimePrecision"].astype(str) for op in compiled.get_runtime_model().get_ordered_ops()
+                if op.get_rt_info()["layerType"].astype(str) == "FullyConnected")
+    assert fc == sorted(["u4" if qtype == Q.Q4_K else "u8", "u8"])
+    from gguf2ov.numerics import core
+
+    quantized = core().compile_model(str(tmp_path / "m.xml"), "CPU", {"INFERENCE_PRECISION_HINT": "f32",
+                                                                      "DYNAMIC_QUANTIZATION_GROUP_SIZE": 32})
+    rounded = np.abs(quantized(inputs)[0] - expected).max() / np.abs(expected).max()
+    if core().get_property("CPU", "DYNAMIC_QUANTIZATION_GROUP_SIZE"):  # a CPU with VNNI or AMX: the int8 path
+        assert 1e-4 < rounded < 2e-2, rounded

@@ -329,14 +329,14 @@ def _write_with_writer(hf, path, mix):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("compact_grid", [False, True], ids=["folded", "compact"])
+@pytest.mark.parametrize("grid", ["split", "compact"])
 def test_the_gguf_grid_keeps_the_expert_axis_and_computes_the_files_model(tmp_path, grouped, fixtures_dir,
-                                                                         compact_grid):
+                                                                         grid):
     """A Q8_0 file's grid carried by every weight: the experts' [E, N, K/32, 32] codes stay compressed on
     the fused GatherMatmul (i8), the Gated DeltaNet projections keep theirs, the routers are the file's
     F32. The target computes transformers' model on the file's dequantized values."""
     path = _write_with_writer(grouped, tmp_path / "q.gguf", "Q8_0")
-    result = build_target(path, tmp_path / "t", tokenizer_dir=fixtures_dir / "target-hf", compact_grid=compact_grid)
+    result = build_target(path, tmp_path / "t", tokenizer_dir=fixtures_dir / "target-hf", grid=grid)
     assert all(c.status == "pass" for c in result.checks), [(c.name, c.reason) for c in result.checks]
     assert "(fused weights: 24 i8)" in {c.name: c for c in result.checks}["target-compiled"].reason
     from gguf2ov.gguf.read import open_gguf

@@ -242,15 +242,15 @@ def test_every_nncf_and_float_format_from_the_checkpoint(tmp_path, grouped, fixt
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("compact_grid", [False, True], ids=["folded", "compact"])
-def test_the_gguf_grid_computes_the_files_model(tmp_path, grouped, fixtures_dir, compact_grid):
+@pytest.mark.parametrize("grid", ["split", "compact"])
+def test_the_gguf_grid_computes_the_files_model(tmp_path, grouped, fixtures_dir, grid):
     """A Q8_0 file's grid carried by every weight, ssm_out's too: its blocks span the tiled value heads
     along its columns, so the grid keeps the file's order and the product takes its inputs in that
     order. The target computes the dequantized model transformers runs from the same weights."""
     import openvino as ov
 
     path = _write_qwen35(grouped, tmp_path / "q.gguf", mix="Q8_0")
-    result = build_target(path, tmp_path / "t", tokenizer_dir=fixtures_dir / "target-hf", compact_grid=compact_grid)
+    result = build_target(path, tmp_path / "t", tokenizer_dir=fixtures_dir / "target-hf", grid=grid)
     assert all(c.status == "pass" for c in result.checks)
     source = open_target(path)
     assert result.transcoded == sum(len(shape) == 2 for shape in source.expected.values())

@@ -221,15 +221,16 @@ def _write(path, kv: dict, tensors: dict) -> None:
 @pytest.mark.parametrize("qtype, fused", [(Q.Q4_K, "u4"), (Q.Q6_K, "u8"), (Q.Q8_0, "i8"), (Q.Q5_K, "u8"),
                                           (Q.Q5_0, "u8"), (Q.Q4_0, "u4"), (Q.Q4_1, "u4"), (Q.MXFP4, "i8")],
                          ids=["Q4_K", "Q6_K", "Q8_0", "Q5_K", "Q5_0", "Q4_0", "Q4_1", "MXFP4"])
-@pytest.mark.parametrize("compact_grid", [False, True], ids=["folded", "compact"])
-def test_every_gguf_grid_fuses_compressed(tmp_path, fixtures_dir, qtype, fused, compact_grid):
-    """Experts on the file's own grid, folded (a target's default) or compact: GatherMatmul on the codes
+@pytest.mark.parametrize("grid", ["split", "compact"])
+def test_every_gguf_grid_fuses_compressed(tmp_path, fixtures_dir, qtype, fused, grid):
+    """Experts on the file's own grid, folded (as a target's default grid keeps experts) or compact:
+    GatherMatmul on the codes
     (5- and 6-bit codes as u8), stateful and paged, and the values the file holds."""
     from gguf2ov.gguf.quants import dequantize, quantize
 
     path = tmp_path / "experts.gguf"
     made = _expert_gguf(path, dict.fromkeys(("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"), qtype))
-    result = build_target(path, tmp_path / "t", compact_grid=compact_grid, tokenizer_dir=fixtures_dir / "target-hf")
+    result = build_target(path, tmp_path / "t", grid=grid, tokenizer_dir=fixtures_dir / "target-hf")
     assert result.transcoded >= 6 and {c.name: c.status for c in result.checks}["target-compiled"] == "pass"
     for paged in (False, True):
         kinds, weights = tb.runtime_kinds(tmp_path / "t" / "openvino_model.xml", paged, {"INFERENCE_PRECISION_HINT": "f32"})
