@@ -126,3 +126,22 @@ def test_verify_against_the_original_of_a_gguf_says_which_source_the_ir_came_fro
     assert "gguf2ov check" in match["reason"] and "random" not in match["reason"]
     # against the file it came from, the same IR passes
     assert cli.main(["verify", str(draft), "--checkpoint", f"{fixture}/draft-Q4_K_M.gguf", "--quiet"]) == 0
+
+
+def test_a_models_own_runtime_options_are_the_numerics_in_force(tmp_path):
+    """A target that carries the plugin's activation group in its rt_info (`runtime_options`, as optimum-intel
+    writes some) runs with it unless a property overrides it, and the report's numerics say so."""
+    import openvino as ov
+
+    from gguf2ov.numerics import model_runtime_options
+
+    x = ops.parameter([1, 4], np.float32, name="x")
+    model = ov.Model([ops.result(ops.relu(x))], [x])
+    model.set_rt_info("16", ["runtime_options", DQ_KEY])
+    ov.save_model(model, str(tmp_path / "m.xml"))
+    options = model_runtime_options(tmp_path / "m.xml")
+    assert options == {DQ_KEY: 16}
+    assert ov.Core().compile_model(str(tmp_path / "m.xml"), "CPU").get_property(DQ_KEY) == 16  # OpenVINO applies it
+    assert numerics("CPU", {}, options)["dynamic_quantization_group_size"] == 16
+    assert numerics("CPU", {DQ_KEY: 0}, options)["dynamic_quantization_group_size"] == 0
+    assert model_runtime_options(tmp_path / "absent.xml") == {}

@@ -198,7 +198,7 @@ FORMATS = {f.name: f for f in [
     Format("int4", "NNCF int4 per group (int8 where NNCF keeps a backup)", _nncf_weight, _nncf_bytes,
            xml_bytes=_nncf_xml_bytes, tolerance=None, nncf_bits=4, annotate=_nncf_rt_info),
     Format("gguf", "the GGUF's own codes, scales and minimums", _grid_weight, _grid_bytes, xml_bytes=_grid_xml_bytes,
-           tolerance=1e-4, needs_gguf=True, runtime_options=(("DYNAMIC_QUANTIZATION_GROUP_SIZE", "16"),)),
+           tolerance=1e-4, needs_gguf=True),
 ]}
 
 
