@@ -70,6 +70,16 @@ def evaluate(output) -> np.ndarray:
     return np.array(folded.get_data(), dtype=np.float32)
 
 
+def copy_weight(output):
+    """A copy of the constant subgraph behind `output` (a weight through its decompression) whose
+    Constants share the stored bytes (a memory-mapped IR's stay mapped): a model that holds it
+    writes the weight as stored when it is saved, and nothing is copied before. OpenVINO's clone
+    makes the new nodes; its Constants share the original's data."""
+    import openvino as ov
+
+    return ov.Model([ov.opset13.result(output)], [], "weight").clone().get_results()[0].input_value(0)
+
+
 def matmul_weights(model_or_path) -> dict[str, np.ndarray]:
     """{parameter name: float32 [out, in] array} for every Linear of the IR."""
     return ir_weights(model_or_path, kinds=("MatMul",))

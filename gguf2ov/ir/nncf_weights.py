@@ -351,7 +351,7 @@ def streamed_compression(rows_of, shape, spec: WeightSpec, postpone, name: str =
     chunks = row_chunks(rows, width, elements)
     first = min(rows, PROBE_ROWS)
     out = compress_weight(rows_of(0, first), spec, name, gather)
-    constants = _constants(out)
+    constants = subgraph_constants(out)
     held = {i: (c.get_output_element_type(0), [rows, *list(c.get_output_shape(0))[1:]])
             for i, c in enumerate(constants) if _rows_of(c) == first}
     pending: dict = {}
@@ -359,7 +359,7 @@ def streamed_compression(rows_of, shape, spec: WeightSpec, postpone, name: str =
     def fill():
         buffers = {i: ov.Tensor(kind, ov.Shape(dims)) for i, (kind, dims) in held.items()}
         for r0, r1 in chunks:
-            parts = _constants(compress_weight(rows_of(r0, r1), spec, name, gather))
+            parts = subgraph_constants(compress_weight(rows_of(r0, r1), spec, name, gather))
             for i, buffer in buffers.items():
                 kind, dims = held[i]
                 data = _bytes(parts[i].get_tensor_view())
@@ -384,7 +384,7 @@ def streamed_compression(rows_of, shape, spec: WeightSpec, postpone, name: str =
     return out
 
 
-def _constants(output) -> list:
+def subgraph_constants(output) -> list:
     """The Constants of a weight's subgraph, each once, in a fixed depth-first order."""
     return [node for node in _subgraph(output) if node.get_type_name() == "Constant"]
 
