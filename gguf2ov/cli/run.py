@@ -22,6 +22,7 @@ def configure_parser(p) -> None:
     p.add_argument("--reference", help="reference HF checkpoint of the draft, for the correlation check")
     p.add_argument("--requant", default=DEFAULT_REQUANT, help=f"the requantized draft to accept (default {DEFAULT_REQUANT})")
     p.add_argument("--variants", help="comma-separated drift variants (default: the drift command's list)")
+    a.draft_head_argument(p)
     a.prompt_arguments(p)
     a.acceptance_arguments(p)
     a.map_arguments(p)
