@@ -212,7 +212,7 @@ def agreement(pieces: OwnPieces, target, rows: int = 64, seed: int = 0) -> dict:
     relative difference, and for the head its top-1 agreement; where a piece's shape differs from
     the target's, the two shapes. Compiles both heads once (the CPU plugin repacks each: about its
     stored size)."""
-    from ..runtime.target import gather_rows, matmul_rows
+    from ..ir.irweights import gather_rows, matmul_rows
 
     out = {}
     if pieces.table is not None and target.kind != "vlm":
