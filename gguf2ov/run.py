@@ -179,7 +179,7 @@ def _run_stages(job, stages: "_Stages", out: Path, reference_dir, requant: str, 
         if job.ambiguous():
             # a GGUF that cannot tell how its target layer ids were written: measured against the target
             stages.run("layer-offset", lambda: job.offset_decision, lambda r: (True, " ".join(r.summary())))
-        head = stages.run("draft-head", lambda: job.head, lambda r: (True, f"{r.form}: {r.reason}"))
+        head = stages.run("draft-head", lambda: job.head, lambda r: (True, r.summary().removeprefix("draft head: ")))
         stages.run("convert", lambda: convert(job.mapped, out / "checkpoint", offset_decision=job.offset_decision,
                                               progress=o.progress),
                    lambda r: (True, f"{r.n_tensors} tensors, target layer ids {r.target_layer_ids_written}"))
