@@ -3,8 +3,8 @@
 GenAI 2026.4.1 copies the target's table and head into a draft that takes `inputs_embeds` and
 returns `last_hidden_state`; a draft that takes `input_ids` and returns `logits` is attached as it
 is. What a user would notice: the pair gives the target's text and, with the head as the target
-stores it, the same acceptance as GenAI's graft; and the head GenAI runs is the draft's own (a
-wrong one is not replaced by the target's: its proposals are rejected, the text stays the target's).
+stores it, the same acceptance as GenAI's graft; and the table and head GenAI runs are the draft's own
+(a wrong one is not replaced by the target's: its proposals are rejected, the text stays the target's).
 """
 
 import shutil
@@ -31,28 +31,39 @@ def _export(fixtures_dir, path, head, target=None, draft="draft-Q4_K_M.gguf"):
 @pytest.fixture(scope="module")
 def drafts(fixtures_dir, tmp_path_factory):
     """The fixture draft as `gguf`, exported plain (auto keeps GenAI's graft on this tiny target), with
-    its own head as stored and requantized, and a copy of the stored one whose head scores every token
-    with the next token's row (a head from another model, as far as GenAI can tell)."""
+    its own head as stored and requantized, and two copies of the stored one from another model, as far
+    as GenAI can tell: one whose head scores every token with the next token's row, one whose table is
+    noise (a table shifted by a row is not enough: this draft's proposals rest mostly on the target's
+    hidden states, and accepted 92 of the stored table's 94)."""
     root = tmp_path_factory.mktemp("draft-heads")
     made = {name: Path(_export(fixtures_dir, root / name, head).out_dir)
             for name, head in (("plain", "auto"), ("stored", "stored"), ("int4", "int4_asym_g32"))}
-    made["wrong"] = root / "wrong"
-    made["wrong"].mkdir()
-    for name in ("config.json", "gguf2ov.json"):
-        shutil.copy(made["stored"] / name, made["wrong"] / name)
-    _save_with_head(made["stored"] / "openvino_model.xml", made["wrong"] / "openvino_model.xml",
-                    lambda w: np.roll(w, 1, axis=0))
+    for name, piece, change in (("wrong", "head", lambda w: np.roll(w, 1, axis=0)), ("wrong_table", "table", _noise)):
+        made[name] = root / name
+        made[name].mkdir()
+        for file in ("config.json", "gguf2ov.json"):
+            shutil.copy(made["stored"] / file, made[name] / file)
+        _save_with(made["stored"] / "openvino_model.xml", made[name] / "openvino_model.xml", piece, change)
     return made
 
 
-def _save_with_head(xml, out, change):
-    """The draft IR `xml` saved to `out` with its own head's weight replaced by `change(weight)` in float32."""
+def _noise(weight):
+    return np.random.default_rng(0).standard_normal(weight.shape).astype(np.float32) * 3 * np.abs(weight).max()
+
+
+def _save_with(xml, out, piece, change):
+    """The draft IR `xml` saved to `out` with its own `piece` (`head`: the head's weight, `table`: the
+    embedding table) replaced by `change(weight)` in float32."""
     import openvino as ov
     from openvino import opset13 as ops
 
     model = ov.Core().read_model(str(xml))
-    head = own_pieces(model).head
-    head.input(1).replace_source_output(ops.constant(change(evaluate(head.input_value(1)))).output(0))
+    pieces = own_pieces(model)
+    if piece == "head":
+        port = pieces.head.input(1)
+    else:  # the Gather that reads the table
+        port = next(t for t in pieces.table.get_target_inputs() if t.get_node().get_type_name() == "Gather")
+    port.replace_source_output(ops.constant(change(evaluate(port.get_source_output()))).output(0))
     ov.save_model(model, str(out), compress_to_fp16=False)
 
 
@@ -151,12 +162,14 @@ def _generate(target, draft, prompts, tokens=40):
 @pytest.mark.slow
 def test_genai_attaches_an_own_head_without_grafting(drafts, fixtures_dir):
     """In LLMPipeline: the draft with its own table and head as stored gives the target's text and accepts
-    the same tokens as GenAI's graft of the plain draft; with its head wrong, GenAI still runs the draft's
-    own (no graft replaces it): the proposals are rejected and the text stays the target's."""
+    the same tokens as GenAI's graft of the plain draft; with its head or its table wrong, GenAI still
+    runs the draft's own (no graft of the target's replaces either): the proposals are rejected and the
+    text stays the target's."""
     target = fixtures_dir / "target"
     prompts = (fixtures_dir / "prompts.txt").read_text().splitlines()[:3]
     alone = [g.text for g in _generate(target, None, prompts)]
-    runs = {name: _generate(target, drafts[name], prompts) for name in ("plain", "stored", "int4", "wrong")}
+    runs = {name: _generate(target, drafts[name], prompts)
+            for name in ("plain", "stored", "int4", "wrong", "wrong_table")}
     for name, gens in runs.items():
         assert [g.text for g in gens] == alone, name
     accepted = {name: sum(g.accepted for g in gens) for name, gens in runs.items()}
@@ -164,6 +177,7 @@ def test_genai_attaches_an_own_head_without_grafting(drafts, fixtures_dir):
     assert [g.emitted_per_step for g in runs["stored"]] == [g.emitted_per_step for g in runs["plain"]]
     assert abs(accepted["int4"] - accepted["plain"]) <= 0.05 * accepted["plain"], accepted
     assert accepted["wrong"] < 0.1 * accepted["plain"], accepted
+    assert accepted["wrong_table"] < 0.5 * accepted["plain"], accepted  # measured: 11 of 94
 
 
 @pytest.mark.slow
