@@ -54,6 +54,32 @@ def fixture_draft_as(fixtures_dir, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def unpacked(tmp_path_factory):
+    """A copy of a fixture folder (tiny-hybrid, tiny-moe) whose target/ is optimum's export as it wrote it
+    (the committed XML is gzipped, fixtures/target_fixtures.pack_reference): `unpacked(name)`, made once
+    per session."""
+    import gzip
+    import shutil
+
+    made = {}
+
+    def unpack(name: str) -> Path:
+        if name not in made:
+            source = REPO / "fixtures" / name
+            if not source.exists():
+                pytest.fail(f"fixture missing at {source}: run python fixtures/make_fixtures.py --{name.removeprefix('tiny-')}")
+            out = tmp_path_factory.mktemp(name) / name
+            shutil.copytree(source, out)
+            packed = out / "target" / "openvino_model.xml.gz"
+            packed.with_suffix("").write_bytes(gzip.decompress(packed.read_bytes()))
+            packed.unlink()
+            made[name] = out
+        return made[name]
+
+    return unpack
+
+
+@pytest.fixture(scope="session")
 def fixture_draft(fixture_draft_as) -> Path:
     """The folder of the fixture draft exported in fp32, as `gguf2ov export` writes it by default."""
     return Path(fixture_draft_as("fp32").out_dir)

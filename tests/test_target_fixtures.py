@@ -40,28 +40,6 @@ def _dir(name: str) -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
-def unpacked(tmp_path_factory):
-    """A copy of a fixture folder whose target/ is optimum's export as it wrote it (the committed XML is
-    gzipped, fixtures/target_fixtures.pack_reference): `unpacked(name)`, made once per session."""
-    import gzip
-    import shutil
-
-    made = {}
-
-    def unpack(name: str) -> Path:
-        if name not in made:
-            out = tmp_path_factory.mktemp(name) / name
-            shutil.copytree(_dir(name), out)
-            packed = out / "target" / "openvino_model.xml.gz"
-            packed.with_suffix("").write_bytes(gzip.decompress(packed.read_bytes()))
-            packed.unlink()
-            made[name] = out
-        return made[name]
-
-    return unpack
-
-
 def _json(name: str, file: str) -> dict:
     return json.loads((_dir(name) / file).read_text())
 

@@ -470,9 +470,11 @@ def _target_checks(d: _Draft, target: TargetIR) -> list[Finding]:
 
 # The draft's own copy of the target's weights as stored reads what the target's does: 0 measured.
 STORED_HEAD_TOLERANCE = 1e-6
-# A requantized head that proposes another token than the target's on more rows than this was not made
-# from this target (the rows point at tokens across the vocabulary: int4 g32 of the fixture head agrees on 98%).
-HEAD_TOP1_FLOOR = 0.5
+# A requantized head whose logits lie further than this from the target's (relative to their largest) was
+# not made from this target: int4 of the fixture heads is 0.015-0.032 off, a head shifted by one token 1.27-1.40.
+# The top-1 agreement is reported, not judged: on a narrow target (hidden 32) a token's own row barely points
+# at it, and int4 of the right head agrees on 31% of those rows.
+REQUANTIZED_HEAD_TOLERANCE = 0.25
 
 
 def _head_match(own, target: TargetIR) -> Finding:
@@ -499,9 +501,9 @@ def _head_match(own, target: TargetIR) -> Finding:
     if stored_off:
         return Finding("head-match", "target", "fail", f"the draft's own {' and '.join(stored_off)}, stored as the "
                        f"target's, differ from this target's ({'; '.join(figures)}): it was made from another target")
-    if a.get("head_top1_agreement", 1.0) < HEAD_TOP1_FLOOR:
-        return Finding("head-match", "target", "fail", f"the draft's own lm_head picks another token than the "
-                       f"target's on most rows ({'; '.join(figures)}): it was made from another target")
+    if a.get("head_max_rel_diff", 0.0) > REQUANTIZED_HEAD_TOLERANCE:
+        return Finding("head-match", "target", "fail", f"the draft's own lm_head scores tokens unlike the "
+                       f"target's ({'; '.join(figures)}): it was made from another target")
     return Finding("head-match", "target", "pass", "; ".join(figures))
 
 
