@@ -95,6 +95,7 @@ PROMPT = "The history of the printing press begins"
 KEEP_ENV_CACHE = False
 WAIT_IDLE = 1800  # s to wait, before each try, for other work on the cores to end (`--wait-idle`)
 RUN_PROBES = [8.0]  # GiB: the limits a run case is tried under (`--run-probes`)
+PROBE_TIMEOUT = [3600.0]  # s: how long a try without bisection may take (`--probe-timeout`)
 USE_MOE_PROBE = 14.0  # GiB: the one limit use-30b is tried under
 PROMPTS = [PROMPT, "Water boils at a lower temperature on a mountain because"]
 # The optimum-cli that exports what the project's transformers cannot (`--optimum-env`, `--optimum-pythonpath`)
@@ -282,7 +283,7 @@ def measure(name: str, say=print) -> dict:
     else:  # the probes only (a run costs tens of minutes): wall time and peak RSS come from under the limit
         tries = []
         for p in c["probes"]:
-            tries.append(memlimit.run_limited(c["argv"], p, 3600, WORK / "logs" / f"{name}-{p:g}GiB", env=env,
+            tries.append(memlimit.run_limited(c["argv"], p, PROBE_TIMEOUT[0], WORK / "logs" / f"{name}-{p:g}GiB", env=env,
                                               evict_paths=evict, output=c["output"], trace_period=1.0,
                                               wait_idle=WAIT_IDLE))
             if name.startswith("run-"):
@@ -608,6 +609,9 @@ def main(argv=None) -> int:
     p.add_argument("--genai-speed", metavar="MODEL", help=argparse.SUPPRESS)
     p.add_argument("--hint", help=argparse.SUPPRESS)
     p.add_argument("--run-probes", default="8", help="GiB limits a run case is tried under, comma-separated (default 8)")
+    p.add_argument("--probe-timeout", type=float, default=PROBE_TIMEOUT[0],
+                   help=f"seconds a try without bisection may take (default {PROBE_TIMEOUT[0]:g}; a run beside other work "
+                        "takes longer)")
     p.add_argument("--wait-idle", type=float, default=WAIT_IDLE,
                    help=f"seconds to wait, before each try, for the cores to be idle (default {WAIT_IDLE:g}; 0: no wait)")
     p.add_argument("--optimum-env", type=Path, default=OPTIMUM["env"],
@@ -636,6 +640,7 @@ def main(argv=None) -> int:
     KEEP_ENV_CACHE, WAIT_IDLE = args.keep_env_cache, args.wait_idle
     OPTIMUM.update(env=args.optimum_env, pythonpath=args.optimum_pythonpath)
     RUN_PROBES[:] = [float(x) for x in args.run_probes.split(",")]
+    PROBE_TIMEOUT[0] = args.probe_timeout
     path = RESULTS / "target-build.json"
     report = json.loads(path.read_text()) if path.is_file() else {"cases": {}}
     say = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731

@@ -35,11 +35,12 @@ class Options:
     prompts: tuple | None = None  # Prompts; None: each stage's own
     generation: GenerationSettings = GenerationSettings()
     progress: bool = True
+    draft_head: str = "auto"  # how a draft exported for the target holds its embedding and lm_head (draft/head.py)
 
     def record(self) -> dict:
         """The options as provenance keeps them."""
         return {"map": str(self.map_path) if self.map_path else None, "target_layer_offset": self.target_layer_offset,
-                **self.generation.record()}
+                **self.generation.record(), "draft_head": self.draft_head}
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,7 @@ class Job:
             prompts=tuple(prompts) if prompts else None,
             generation=generation,
             progress=not quiet,
+            draft_head=getattr(args, "draft_head", "auto"),
         )
         return cls.of(getattr(args, source) if source else None, getattr(args, "target", None), options, build)
 
@@ -252,6 +254,29 @@ class Job:
         self._built["out_dir"] = Path(out_dir)
         return result
 
+    @cached_property
+    def head(self):
+        """How a draft exported for the target holds its embedding and lm_head (draft.head.HeadChoice),
+        chosen once; None without a target."""
+        from .draft.head import choose_head
+
+        return choose_head(self.target, self.options.draft_head) if self.target_spec is not None else None
+
+    def planned_head(self):
+        """`head` before the target exists, for the disk check of a run that builds it: decided from what
+        the build will store (draft.head.decide)."""
+        if not self.builds_target:
+            return self.head
+        from .draft.head import decide
+        from .target.config import EMBEDDING, LM_HEAD
+
+        forms = self.target_forms
+        tied = forms.source.last_matmul_shared
+        table = forms.variant.format.stored_bytes(forms, EMBEDDING)
+        head = table if tied else forms.variant.format.stored_bytes(forms, LM_HEAD)
+        return decide(self.options.draft_head, table, head, forms.source.expected[LM_HEAD if not tied else EMBEDDING],
+                      tied)
+
     def release_target(self) -> None:
         """Free the target's compiled model and weights, before GenAI compiles it again: the CPU
         plugin holds the mapped IR and its repacked weights, ~2.2x the IR, per compiled copy."""
@@ -330,11 +355,12 @@ class Job:
 
     def export(self, out_dir, variant=None, overwrite: bool = False):
         """`export`: the draft as `variant` (an ir.variants.Variant; None: fp32), verified against the source (with
-        a target: against it too, tap scan included) before it is put in place."""
+        a target: against it too, tap scan included) before it is put in place; with a target, holding the
+        target's embedding and lm_head as `head` chose."""
         from .stages.export import export_draft
 
         return export_draft(self.draft, out_dir, variant, validate=self.validator(tap_scan=self.target is not None),
-                            overwrite=overwrite, progress=self.options.progress)
+                            overwrite=overwrite, progress=self.options.progress, head=self.head)
 
     def convert(self, out_dir, dtype: str = "bf16", overwrite: bool = False, before_commit=None, **options):
         """`convert`: the GGUF as a Hugging Face checkpoint (an ambiguous offset settled on the target)."""

@@ -3,6 +3,9 @@
 The job (`job.Job`) opens the GGUF and the target once; the stages of `run`, in order:
 - layer-offset: only for a GGUF that cannot tell how its target layer ids were written (and no
   --target-layer-offset): the offset is measured against the target (the tap scan);
+- draft-head: whether the accepted drafts bring the target's embedding and lm_head themselves (GenAI
+  then attaches them without copying the target's) or leave them to GenAI's graft, and why
+  (draft/head.py; `--draft-head`);
 - convert: the HF checkpoint, OUT/checkpoint;
 - check: against the reference weights (skipped without --reference);
 - drift: fp32, the drift variants, the GGUF's own grid and the requantized draft (--requant,
@@ -125,7 +128,7 @@ def run(job, out_dir, reference_dir=None, requant: str | None = None, variants=N
         job.require_target_build(out_dir / "target")
     else:
         job.target.require_attach_points()  # a folder GenAI cannot attach to fails before any work
-    require_space(out_dir, run_bytes(job, names), f"the run ({'the target, ' if job.builds_target else ''}the "
+    require_space(out_dir, run_bytes(job, names, (LOSSLESS, requant)), f"the run ({'the target, ' if job.builds_target else ''}the "
                   f"checkpoint, {len(names)} draft variants and the reports)",
                   hint="write to another folder (-o), or build fewer draft variants (--variants)"
                        + (", or the target with --target-format int4" if job.builds_target else ""))
@@ -155,9 +158,9 @@ def run(job, out_dir, reference_dir=None, requant: str | None = None, variants=N
 REPORT_BYTES = 400_000  # report.md, report.json and drift's reports and plot
 
 
-def run_bytes(job, names: list[str]) -> int:
-    """What `run` writes, stage by stage: the target it builds, the checkpoint, every draft variant and
-    the reports. Tensor shapes do not depend on a target layer offset, so an ambiguous GGUF is read
+def run_bytes(job, names: list[str], accepted=()) -> int:
+    """What `run` writes, stage by stage: the target it builds, the checkpoint, every draft variant (the
+    `accepted` ones with the head the job plans for them) and the reports. Tensor shapes do not depend on a target layer offset, so an ambiguous GGUF is read
     with the map's default here (the layer-offset stage settles it later)."""
     from .ir.variants import parse_variant
     from .hf.write import checkpoint_bytes
@@ -167,7 +170,8 @@ def run_bytes(job, names: list[str]) -> int:
 
     mapped = open_mapped(job.gguf, job.options.map_path, job.shape_offset, allow_ambiguous=True)
     total = checkpoint_bytes(checkpoint_specs(mapped, "bf16")) + REPORT_BYTES
-    total += drift_bytes(job.shaped_draft, [parse_variant(n) for n in names])
+    heads = dict.fromkeys(accepted, job.planned_head())
+    total += drift_bytes(job.shaped_draft, [parse_variant(n) for n in names], heads)
     return total + (job.target_bytes() if job.builds_target else 0)
 
 
@@ -187,6 +191,7 @@ def _run_stages(job, stages: "_Stages", out: Path, reference_dir, requant: str, 
         if job.ambiguous():
             # a GGUF that cannot tell how its target layer ids were written: measured against the target
             stages.run("layer-offset", lambda: job.offset_decision, lambda r: (True, " ".join(r.summary())))
+        head = stages.run("draft-head", lambda: job.head, lambda r: (True, r.summary().removeprefix("draft head: ")))
         stages.run("convert", lambda: convert(job.mapped, out / "checkpoint", offset_decision=job.offset_decision,
                                               progress=o.progress),
                    lambda r: (True, f"{r.n_tensors} tensors, target layer ids {r.target_layer_ids_written}"))
@@ -196,9 +201,10 @@ def _run_stages(job, stages: "_Stages", out: Path, reference_dir, requant: str, 
                        lambda r: (r.passed, "; ".join(r.summary()[:2])))
         else:
             stages.skip("check", "no --reference given")
+        heads = {name: head for name in (LOSSLESS, requant)}  # the drafts GenAI runs
         d = stages.run("drift", lambda: drift(job.draft, out / "drafts", variants=names, target=job.target,
                                               prompts=job.prompts(), verify=job.verify, progress=o.progress,
-                                              optional=optional),
+                                              optional=optional, heads=heads),
                        lambda r: (all(v.verified for v in r.variants), _drift_reason(r, requant)))
         drafts = {v.name: v for v in d.variants}
         accepted = list(dict.fromkeys((LOSSLESS, requant)))

@@ -55,8 +55,10 @@ def test_run_on_an_optimum_folder_passes_for_both_drafts(fixtures_dir, optimum_t
     assert code == 0, report["stages"]
     assert report["verdict"] == "PASS"
     stages = {s["name"]: s["status"] for s in report["stages"]}
-    assert stages == {"convert": "pass", "check": "pass", "drift": "pass", "verify:gguf": "pass",
+    assert stages == {"draft-head": "pass", "convert": "pass", "check": "pass", "drift": "pass", "verify:gguf": "pass",
                       "verify:int4_asym_g16": "pass", "accept:gguf": "pass", "accept:int4_asym_g16": "pass"}
+    # the fixture target's table and head are KiB: the plain draft is kept, and the report says why
+    assert "graft" in report["stages"][0]["reason"] and "plain draft is kept" in report["stages"][0]["reason"]
     for name in ("accept:gguf", "accept:int4_asym_g16"):
         acc = report["results"][name]
         assert acc["verdict"] == "PASS" and acc["identical"] and acc["speedup"] > 1
@@ -88,7 +90,7 @@ def test_run_on_an_optimum_folder_passes_for_both_drafts(fixtures_dir, optimum_t
     # the output contract (tests/contract.py): --json and --markdown hold what the run writes beside its outputs
     assert code == verdict_code(data["verdict"])
     assert code == 0 or f"verdict: {data['verdict']}" in stdout
-    assert [s["name"] for s in data["stages"]][:3] == ["convert", "check", "drift"]
+    assert [s["name"] for s in data["stages"]][:4] == ["draft-head", "convert", "check", "drift"]
     assert json_path.read_text() == (out / "report.json").read_text()
     assert md_path.read_text() == md
     assert md_out.startswith("## gguf2ov run") and "| stage | status | time | peak RSS | result |" in md_out
@@ -125,7 +127,7 @@ def test_run_builds_its_target_from_a_checkpoint_and_settles_an_ambiguous_file(f
                      "--max-new-tokens", "40", "-o", str(out), "--quiet"])
     report = json.loads((out / "report.json").read_text())
     stages = {s["name"]: s for s in report["stages"]}
-    assert list(stages)[:3] == ["target", "layer-offset", "convert"], list(stages)
+    assert list(stages)[:4] == ["target", "layer-offset", "draft-head", "convert"], list(stages)
     assert stages["target"]["status"] == "pass" and "target-hf (checkpoint, qwen3) as fp32 into target/" in \
         stages["target"]["reason"]
     assert json.loads((out / "target" / "gguf2ov.json").read_text())["options"]["variant"] == "fp32"
@@ -258,7 +260,7 @@ def test_a_failing_stage_stops_the_run_with_its_name(fixtures_dir, tmp_path, cap
     assert code == 1
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     assert report["verdict"] == "FAILED at verify:gguf"
-    assert [s["name"] for s in report["stages"]] == ["convert", "check", "drift", "verify:gguf"]
+    assert [s["name"] for s in report["stages"]] == ["draft-head", "convert", "check", "drift", "verify:gguf"]
     assert "layer-fit" in report["stages"][-1]["reason"]
     scan = report["results"]["verify:gguf"]["taps"]
     assert scan["verdict"] == "misfit" and scan["best_ids"] == [1, 2]

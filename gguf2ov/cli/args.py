@@ -98,6 +98,15 @@ def acceptance_arguments(parser, device_help: str = "device of every GenAI run")
     parser.add_argument("--repeats", type=int, default=1, help="timed runs per prompt (median is reported)")
 
 
+def draft_head_argument(parser) -> None:
+    parser.add_argument("--draft-head", default="auto", metavar="FORM",
+                        help="how the draft holds the target's token embedding and lm_head: graft (GenAI copies the "
+                             "target's when it attaches the draft), stored (the draft's own copy, as the target "
+                             "stores them), int4_asym_g32 or another int4/int8 name (its own lm_head requantized, the "
+                             "embedding as stored); auto (default): its own int4_asym_g32 head where GenAI's graft "
+                             "would hold 64 MiB or more of the pair's memory, else graft")
+
+
 def min_corr_argument(parser) -> None:
     parser.add_argument("--min-corr", type=float, default=0.99, metavar="R",
                         help="the Pearson correlation every tensor must reach (default 0.99)")

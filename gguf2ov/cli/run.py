@@ -24,6 +24,7 @@ def configure_parser(p) -> None:
                                      "draft cannot take it)")
     p.add_argument("--variants", help="comma-separated drift variants (default: the drift command's list, less those "
                                       "this draft cannot take, which the report names)")
+    a.draft_head_argument(p)
     a.prompt_arguments(p)
     a.acceptance_arguments(p)
     a.map_arguments(p)

@@ -252,12 +252,13 @@ def set_dflash_rt_info(ov_model, draft: DraftConfig) -> None:
     ov_model.set_rt_info(",".join(map(str, draft.target_layer_ids)), ["dflash", "target_layer_ids"])
 
 
-def build_draft_ir(draft, variant, progress: bool = True, observe=None):
-    """The draft `ov.Model` of `variant` (not yet saved) from `draft`, a draft.source.DraftSource.
-    Returns (model, weight forms)."""
+def build_draft_ir(draft, variant, progress: bool = True, observe=None, folded_grid: bool = False):
+    """The draft `ov.Model` of `variant` (not yet saved) from `draft`, a draft.source.DraftSource;
+    `folded_grid`: a `gguf` variant's grid in the form the CPU plugin runs without private copies
+    (gguf/transcode.py). Returns (model, weight forms)."""
     from ..ir.weights import WeightForms
 
-    forms = WeightForms(draft, variant, observe=observe)
+    forms = WeightForms(draft, variant, observe=observe, folded_grid=folded_grid)
     model = build_draft_model(draft.config, forms.weight, forms.vector,
                               progress=(lambda m: step(f"{variant.name}: {m}", progress)) if progress else None)
     set_dflash_rt_info(model, draft.config)
@@ -290,21 +291,31 @@ XML_BASE_BYTES, XML_LAYER_BYTES, XML_DFLASH2_LAYER_BYTES = 25_400, 79_200, 55_30
 SMALL_FILES_BYTES = 8_000
 
 
-def draft_ir_bytes(draft, variant: Variant) -> int:
-    """The bytes a draft folder of `variant` takes on disk, within a few percent (measured)."""
+def draft_ir_bytes(draft, variant: Variant, head=None) -> int:
+    """The bytes a draft folder of `variant` takes on disk, within a few percent (measured); `head` (a
+    draft.head.HeadChoice) adds what its own embedding and lm_head take."""
     from ..ir.weights import WeightForms
 
     c = draft.config
     layer = XML_LAYER_BYTES + (XML_DFLASH2_LAYER_BYTES if c.is_dflash2 else 0)
-    return WeightForms(draft, variant).stored_bytes() + XML_BASE_BYTES + layer * c.num_layers + SMALL_FILES_BYTES
+    own = head.added_bytes if head is not None else 0
+    weights = WeightForms(draft, variant, folded_grid=head is not None and head.folded_grid).stored_bytes()
+    return weights + XML_BASE_BYTES + layer * c.num_layers + SMALL_FILES_BYTES + own
 
 
-def write_draft_ir(draft, folder, variant: Variant, progress: bool = True, observe=None, options: dict | None = None):
+def write_draft_ir(draft, folder, variant: Variant, progress: bool = True, observe=None, options: dict | None = None,
+                   head=None):
     """Build the IR of `variant` from `draft` (a draft.source.DraftSource) and save it in `folder`
     with the draft's config.json and the provenance (`options` added to what the draft and variant
-    record). Returns (describe_ir of the model, the WeightForms that made its weights)."""
+    record); `head` (a draft.head.OwnHead) gives it the target's embedding and lm_head of its own, and
+    its grid the folded form (a draft with its own head is exported for the pair's memory).
+    Returns (describe_ir of the model, the WeightForms that made its weights)."""
     step(f"building the {variant.name} draft from {draft.describe()}", progress)
-    ov_model, forms = build_draft_ir(draft, variant, progress, observe)
+    ov_model, forms = build_draft_ir(draft, variant, progress, observe, folded_grid=head is not None)
+    if head is not None:
+        step(f"{variant.name}: the target's embedding and lm_head as the draft's own ({head.form.name})", progress)
+        head.attach(ov_model, forms.postponing("lm_head"))
+        options = {**(options or {}), **head.record()}
     step(f"saving the {variant.name} IR", progress)
     save_ir(ov_model, folder, forms)
     info = describe_ir(ov_model)

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..names import IR_XML
 from ..numerics import compile_exact
+from ..work import count
 
 # optimum's PyTorch frontend names a Linear's MatMul "__module.<path>/aten::linear/MatMul" and an
 # Embedding's lookup "__module.<path>/aten::embedding/Gather"
@@ -68,6 +69,61 @@ def evaluate(output) -> np.ndarray:
     if folded.get_type_name() != "Constant":
         raise ValueError(f"the weight subgraph did not fold to a constant ({folded.get_type_name()})")
     return np.array(folded.get_data(), dtype=np.float32)
+
+
+def copy_weight(output):
+    """A copy of the constant subgraph behind `output` (a weight through its decompression) whose
+    Constants share the stored bytes (a memory-mapped IR's stay mapped): a model that holds it
+    writes the weight as stored when it is saved, and nothing is copied before. OpenVINO's clone
+    makes the new nodes; its Constants share the original's data."""
+    import openvino as ov
+
+    return ov.Model([ov.opset13.result(output)], [], "weight").clone().get_results()[0].input_value(0)
+
+
+# Rows per head sub-model call: bounds the [rows, vocab] float32 logits (152k-token vocabulary:
+# 64 rows are 39 MB).
+HEAD_ROWS = 64
+
+
+def gather_rows(weight):
+    """rows(ids) -> [len(ids), ...] float32 rows of a constant weight subgraph (an embedding table, a
+    head's [vocab, hidden] weight) through its decompression as stored, read only where asked:
+    Gather(the weight, ids), compiled once (an int4 table stays int4)."""
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    ids = ops.parameter([-1], np.int64, name="ids")
+    rows = ops.convert(ops.gather(weight, ids, ops.constant(np.int64(0))), "f32")
+    count("target sub-model compiles")
+    # exact: the draft's inputs and the copies of the target's weights it holds, as on every CPU
+    request = compile_exact(ov.Model([ops.result(rows)], [ids], "weight_rows")).create_infer_request()
+    return lambda ids: request.infer({0: np.asarray(ids, dtype=np.int64)})[0].astype(np.float32, copy=False)
+
+
+def matmul_rows(matmul):
+    """logits(rows [n, H]) -> [n, vocab] float32: a head's MatMul alone, on its weight as stored,
+    compiled once and run `HEAD_ROWS` rows at a time."""
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    weight = matmul.input_value(1)
+    hidden_shape = matmul.input_value(0).get_partial_shape()
+    hidden = hidden_shape[hidden_shape.rank.get_length() - 1].get_length()
+    out_shape = matmul.get_output_partial_shape(0)
+    vocab = out_shape[out_shape.rank.get_length() - 1].get_length()
+    rows = ops.parameter([-1, hidden], np.float32, name="rows")
+    logits = ops.matmul(rows, weight, matmul.get_transpose_a(), matmul.get_transpose_b())
+    count("target sub-model compiles")
+    # exact: drift and the tap scan compare these logits across variants and machines
+    request = compile_exact(ov.Model([ops.result(logits)], [rows], "head")).create_infer_request()
+
+    def run(x):
+        x = np.asarray(x, dtype=np.float32).reshape(-1, hidden)
+        parts = [request.infer({0: x[i:i + HEAD_ROWS]})[0].copy() for i in range(0, len(x), HEAD_ROWS)]
+        return np.concatenate(parts) if parts else np.zeros((0, vocab), np.float32)
+
+    return run
 
 
 def matmul_weights(model_or_path) -> dict[str, np.ndarray]:

@@ -358,7 +358,7 @@ def streamed_compression(rows_of, shape, spec: WeightSpec, postpone, name: str =
     chunks = row_chunks(rows, width, elements)
     first = min(rows, PROBE_ROWS)
     out = compress_weight((probe_rows_of or rows_of)(0, first), spec, name, gather)
-    constants = _constants(out)
+    constants = subgraph_constants(out)
     held = {i: (c.get_output_element_type(0), [rows, *list(c.get_output_shape(0))[1:]])
             for i, c in enumerate(constants) if _rows_of(c) == first}
     pending: dict = {}
@@ -368,7 +368,7 @@ def streamed_compression(rows_of, shape, spec: WeightSpec, postpone, name: str =
         floats = [i for i, (kind, _) in held.items() if kind.is_real()]
         float_total = sum(buffers[i].get_size() for i in floats)
         for r0, r1 in chunks:
-            parts = _constants(compress_weight(rows_of(r0, r1), spec, name, gather))
+            parts = subgraph_constants(compress_weight(rows_of(r0, r1), spec, name, gather))
             for i, buffer in buffers.items():
                 kind, dims = held[i]
                 if check is not None and i in floats:
@@ -397,10 +397,10 @@ def streamed_compression(rows_of, shape, spec: WeightSpec, postpone, name: str =
 
 def float_constants(output) -> list[np.ndarray]:
     """The data of the float Constants of a weight's subgraph (NNCF's scales)."""
-    return [c.get_data() for c in _constants(output) if c.get_output_element_type(0).is_real()]
+    return [c.get_data() for c in subgraph_constants(output) if c.get_output_element_type(0).is_real()]
 
 
-def _constants(output) -> list:
+def subgraph_constants(output) -> list:
     """The Constants of a weight's subgraph, each once, in a fixed depth-first order."""
     return [node for node in _subgraph(output) if node.get_type_name() == "Constant"]
 

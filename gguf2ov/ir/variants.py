@@ -74,10 +74,13 @@ def _nncf_xml_bytes(forms, name) -> int:
 
 
 def _nncf_bytes(forms, name) -> int:
-    """NNCF's constants for one weight: codes, an f16 scale per group (or output channel) and, asymmetric,
-    a zero point per group of the codes' width."""
-    spec, shape = forms.plan[name], forms.source.expected[name]
-    n, rows = _elements(forms, name), int(shape[0])
+    return nncf_bytes(forms.plan[name], forms.source.expected[name])
+
+
+def nncf_bytes(spec, shape) -> int:
+    """NNCF's constants for one weight (an nncf_weights.WeightSpec): codes, an f16 scale per group (or
+    output channel) and, asymmetric, a zero point per group of the codes' width."""
+    n, rows = int(np.prod(shape, dtype=np.int64)), int(shape[0])
     groups = rows if spec.group_size == -1 else n // spec.group_size
     zero_points = 0 if spec.sym else groups * spec.bits / 8
     return int(n * spec.bits / 8 + 2 * groups + zero_points)

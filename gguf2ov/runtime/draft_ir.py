@@ -47,15 +47,21 @@ def run_draft(xml_path, calls: list[dict], chained: bool = True, segmented: bool
     """
     import openvino as ov
 
+    from ..draft.head import plain_draft
+
     core = ov.Core()
-    layers = _layer_count(core.read_model(str(xml_path))) if segmented else None
+
+    def read():  # a draft with its own embedding and head runs as exported: the checks bring the target's
+        return plain_draft(core.read_model(str(xml_path)))
+
+    layers = _layer_count(read()) if segmented else None
     if layers is None:
-        return _run_whole(core.read_model(str(xml_path)), calls, chained)
-    context = _run_segment(_cut(core.read_model(str(xml_path)), None, layers), calls, {}, chained=False)[0]
+        return _run_whole(read(), calls, chained)
+    context = _run_segment(_cut(read(), None, layers), calls, {}, chained=False)[0]
     hidden = [c["inputs_embeds"] for c in calls]
     cache: list[list[int]] = [[] for _ in calls]
     for i in range(layers):
-        sub = _cut(core.read_model(str(xml_path)), i, layers)
+        sub = _cut(read(), i, layers)
         extra = [{SEGMENT_INPUT: h, SEGMENT_CONTEXT: c} for h, c in zip(hidden, context)]
         hidden, lengths = _run_segment(sub, calls, extra, chained)
         cache = [sorted(set(a) | set(b)) for a, b in zip(cache, lengths)]

@@ -33,12 +33,9 @@ from ..names import (DETOKENIZER_IR, IR_XML, LOCATORS_KEY, TOKENIZER_IR, VLM_LAN
                      VLM_TEXT_EMBEDDINGS)
 from ..numerics import compile_exact, compile_plain, core
 from ..work import count
+from ..ir.irweights import gather_rows, matmul_rows
 from ..target.ir import embedding_lookup, logits_matmul, read_locators
 from .genai import target_kind
-
-# Rows per head sub-model call: bounds the [rows, vocab] float32 logits (152k-token vocabulary:
-# 64 rows are 39 MB).
-HEAD_ROWS = 64
 
 # --- what a target folder must hold -----------------------------------------------------------------
 
@@ -162,7 +159,7 @@ class TargetIR:
         return logits_matmul(self.model, self.model_path)
 
     # everything that holds the IR's mapping or a compiled copy of its weights
-    _HOLDING_THE_IR = ("_request", "_embed_request", "_head_request", "_id_models", "embedding", "head",
+    _HOLDING_THE_IR = ("_request", "_rows_requests", "_head_request", "_id_models", "embedding", "head",
                        "_embedding_model", "model")
 
     def release(self) -> None:
@@ -203,40 +200,23 @@ class TargetIR:
         ids = np.asarray(ids, dtype=np.int64)
         if self.kind == "vlm":
             return self._run_ids_model(VLM_TEXT_EMBEDDINGS, ids)
-        return self._embed_request.infer({0: ids})[0].astype(np.float32, copy=False)
+        return self.rows(self.embedding.input_value(0))(ids)
 
-    @cached_property
-    def _embed_request(self):
-        """Gather(the embedding table as stored, ids): reads only the rows asked for."""
-        import openvino as ov
-        from openvino import opset13 as ops
-
-        table = self.embedding.input_value(0)
-        ids = ops.parameter([-1], np.int64, name="ids")
-        rows = ops.convert(ops.gather(table, ids, ops.constant(np.int64(0))), "f32")
-        count("target sub-model compiles")
-        # exact: the draft's inputs, as on every CPU
-        return compile_exact(ov.Model([ops.result(rows)], [ids], "target_embedding")).create_infer_request()
+    def rows(self, weight):
+        """rows(ids) -> [len(ids), ...] float32: rows of one of the target's weights (its embedding table,
+        its head's [vocab, hidden] weight), compiled once (`gather_rows`)."""
+        requests = self.__dict__.setdefault("_rows_requests", {})
+        key = weight.get_node().get_name()
+        if key not in requests:
+            requests[key] = gather_rows(weight)
+        return requests[key]
 
     def head_logits(self, rows: np.ndarray) -> np.ndarray:
         """The target's lm_head on the draft's rows [n, H] -> [n, vocab] float32, as GenAI grafts it
         (the head's MatMul alone: the draft applies its own final norm)."""
-        rows = np.asarray(rows, dtype=np.float32).reshape(-1, self.hidden_size)
-        request = self._head_request
-        return np.concatenate([request.infer({0: rows[i:i + HEAD_ROWS]})[0].copy()
-                               for i in range(0, len(rows), HEAD_ROWS)] or [np.zeros((0, self.vocab_size), np.float32)])
-
-    @cached_property
-    def _head_request(self):
-        import openvino as ov
-        from openvino import opset13 as ops
-
-        head = self.head
-        rows = ops.parameter([-1, self.hidden_size], np.float32, name="rows")
-        logits = ops.matmul(rows, head.input_value(1), head.get_transpose_a(), head.get_transpose_b())
-        count("target sub-model compiles")
-        # exact: drift and the tap scan compare these logits across variants and machines
-        return compile_exact(ov.Model([ops.result(logits)], [rows], "target_head")).create_infer_request()
+        if "_head_request" not in self.__dict__:
+            self._head_request = matmul_rows(self.head)
+        return self._head_request(rows)
 
     def _run_ids_model(self, filename: str, ids: np.ndarray) -> np.ndarray:
         """The single output of one of the VLM's token-id models for `ids` (batch dimension dropped)."""

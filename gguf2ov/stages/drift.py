@@ -308,15 +308,22 @@ def plan_variants(draft, variants=None, optional=()) -> VariantPlan:
 REPORT_BYTES = 200_000
 
 
-def drift_bytes(draft, variants) -> int:
-    """The bytes `drift` writes: every variant's folder and the reports."""
+def drift_bytes(draft, variants, heads=None) -> int:
+    """The bytes `drift` writes: every variant's folder (with the own heads `heads` gives) and the reports."""
     from ..draft.graph import draft_ir_bytes
 
-    return sum(draft_ir_bytes(draft, v) for v in variants) + REPORT_BYTES
+    heads = heads or {}
+    return sum(draft_ir_bytes(draft, v, heads.get(v.name)) for v in variants) + REPORT_BYTES
+
+
+def _own(heads: dict, name: str):
+    """The draft.head.OwnHead a variant takes (None: GenAI's graft)."""
+    choice = heads.get(name)
+    return choice.own if choice is not None else None
 
 
 def drift(draft, out_dir, variants=None, target=None, prompts=None, verify=None, accept=None,
-          overwrite: bool = False, progress: bool = True, optional=()) -> DriftResult:
+          overwrite: bool = False, progress: bool = True, optional=(), heads=None) -> DriftResult:
     """Build every variant of `draft` (a draft.source.DraftSource, opened once: every variant streams
     from it) under `out_dir`, and measure its drift.
 
@@ -325,7 +332,8 @@ def drift(draft, out_dir, variants=None, target=None, prompts=None, verify=None,
 
     `target` (a runtime.target.TargetIR): contexts from its hidden states, proposals through its
     lm_head. `verify(folder) -> VerifyResult` checks each variant (the job's: against the source and
-    the target); `accept(folder) -> AcceptResult` runs each on the target in GenAI. The target's
+    the target); `accept(folder) -> AcceptResult` runs each on the target in GenAI. `heads` ({variant
+    name: draft.head.HeadChoice}) gives those variants the target's embedding and lm_head of their own. The target's
     compiled model is released once its blocks are made, before any draft is compiled: the CPU
     plugin holds ~2.2x the target IR while it is compiled (a later use compiles it again).
     """
@@ -340,7 +348,8 @@ def drift(draft, out_dir, variants=None, target=None, prompts=None, verify=None,
     out_dir = Path(out_dir)
     plan = plan_variants(draft, variants, optional)  # a bad name or a variant that cannot apply: before any work
     parsed = plan.build
-    require_space(out_dir, drift_bytes(draft, parsed), f"{len(parsed)} draft variants",
+    heads = heads or {}
+    require_space(out_dir, drift_bytes(draft, parsed, heads), f"{len(parsed)} draft variants",
                   hint="write to another folder (-o), or build fewer variants (--variants)")
     if target is not None:
         target.require_attach_points()  # before minutes of export, not after
@@ -358,7 +367,7 @@ def drift(draft, out_dir, variants=None, target=None, prompts=None, verify=None,
             vdir = tmp / variant.name
             step(f"building variant {variant.name}", progress)
             meter = WeightMeter(draft)
-            write_draft_ir(draft, vdir, variant, progress, observe=meter)
+            write_draft_ir(draft, vdir, variant, progress, observe=meter, head=_own(heads, variant.name))
             step(f"measuring {variant.name}", progress)
             outputs = draft_outputs(vdir, blocks)
             baseline_out = baseline_out or outputs

@@ -52,6 +52,7 @@ class ExportResult:
     # DFlash 2: what GenAI cannot run and the IR therefore leaves out
     left_out: list[str] = field(default_factory=list)
     offset_decision: OffsetDecision | None = None  # when a target settled an ambiguous offset
+    head: object | None = None  # the draft_head.HeadChoice that gave the draft its own embedding and head, or kept GenAI's graft
 
     def tables(self) -> list[Table]:
         io_rows = [["input", *row] for row in self.inputs] + [["output", *row] for row in self.outputs]
@@ -85,6 +86,8 @@ class ExportResult:
                          + SELECTOR_LEFT_OUT)
         if self.offset_decision is not None:
             lines += self.offset_decision.summary()
+        if self.head is not None:
+            lines.append(self.head.summary())
         if self.verify is not None:
             lines += self.verify.summary()
         return lines
@@ -94,9 +97,10 @@ class ExportResult:
 
 
 def export_draft(draft, out_dir, variant=None, validate=None, overwrite: bool = False, progress: bool = True,
-                 observe=None) -> ExportResult:
+                 observe=None, head=None) -> ExportResult:
     """Export `draft` (a draft.source.DraftSource, opened once by the caller) as one variant (an
-    ir.variants.Variant; None: fp32) into `out_dir`, put in place only when complete.
+    ir.variants.Variant; None: fp32) into `out_dir`, put in place only when complete. `head` (a
+    draft.head.HeadChoice) gives it the target's embedding and lm_head of its own, or says why not.
 
     `validate(folder) -> VerifyResult` runs on the written folder before it is put in place (the
     job's verify against the source and the target): if it raises, nothing is written.
@@ -104,10 +108,11 @@ def export_draft(draft, out_dir, variant=None, validate=None, overwrite: bool = 
     """
     out_dir, variant = Path(out_dir), variant or parse_variant("fp32")
     require_source_for(variant, draft.kind)
-    require_space(out_dir, draft_ir_bytes(draft, variant), f"the {variant.name} draft")
+    own = head.own if head is not None else None
+    require_space(out_dir, draft_ir_bytes(draft, variant, head), f"the {variant.name} draft")
     start = time.perf_counter()
     with atomic_dir(out_dir, overwrite=overwrite, inputs=(draft.path,)) as tmp:
-        info, forms = write_draft_ir(draft, tmp, variant, progress, observe)
+        info, forms = write_draft_ir(draft, tmp, variant, progress, observe, head=own)
         verified = None
         if validate is not None:
             step("verifying the exported draft against the source, layer by layer", progress)
@@ -123,5 +128,5 @@ def export_draft(draft, out_dir, variant=None, validate=None, overwrite: bool = 
         seconds=time.perf_counter() - start, dflash_version=2 if config.is_dflash2 else 1,
         causal_layers=[i for i, causal in enumerate(config.causal_layers) if causal],
         left_out=[k for k in draft.ignored if k.startswith(SELECTOR_PREFIX)],
-        verify=relocated(verified, tmp, out_dir), offset_decision=draft.offset_decision,
+        verify=relocated(verified, tmp, out_dir), offset_decision=draft.offset_decision, head=head,
     )
