@@ -252,13 +252,13 @@ def set_dflash_rt_info(ov_model, draft: DraftConfig) -> None:
     ov_model.set_rt_info(",".join(map(str, draft.target_layer_ids)), ["dflash", "target_layer_ids"])
 
 
-def build_draft_ir(draft, variant, progress: bool = True, observe=None, folded_grid: bool = False):
+def build_draft_ir(draft, variant, progress: bool = True, observe=None, grid: str = "compact"):
     """The draft `ov.Model` of `variant` (not yet saved) from `draft`, a draft.source.DraftSource;
-    `folded_grid`: a `gguf` variant's grid in the form the CPU plugin runs without private copies
-    (gguf/transcode.py). Returns (model, weight forms)."""
+    `grid` (ir.weights.GRIDS): "folded" gives a `gguf` variant's grid the form the CPU plugin runs
+    without private copies (gguf/transcode.py). Returns (model, weight forms)."""
     from ..ir.weights import WeightForms
 
-    forms = WeightForms(draft, variant, observe=observe, folded_grid=folded_grid)
+    forms = WeightForms(draft, variant, observe=observe, grid=grid)
     model = build_draft_model(draft.config, forms.weight, forms.vector,
                               progress=(lambda m: step(f"{variant.name}: {m}", progress)) if progress else None)
     set_dflash_rt_info(model, draft.config)
@@ -299,7 +299,8 @@ def draft_ir_bytes(draft, variant: Variant, head=None) -> int:
     c = draft.config
     layer = XML_LAYER_BYTES + (XML_DFLASH2_LAYER_BYTES if c.is_dflash2 else 0)
     own = head.added_bytes if head is not None else 0
-    weights = WeightForms(draft, variant, folded_grid=head is not None and head.folded_grid).stored_bytes()
+    grid = "folded" if head is not None and head.folded_grid else "compact"
+    weights = WeightForms(draft, variant, grid=grid).stored_bytes()
     return weights + XML_BASE_BYTES + layer * c.num_layers + SMALL_FILES_BYTES + own
 
 
@@ -311,7 +312,7 @@ def write_draft_ir(draft, folder, variant: Variant, progress: bool = True, obser
     its grid the folded form (a draft with its own head is exported for the pair's memory).
     Returns (describe_ir of the model, the WeightForms that made its weights)."""
     step(f"building the {variant.name} draft from {draft.describe()}", progress)
-    ov_model, forms = build_draft_ir(draft, variant, progress, observe, folded_grid=head is not None)
+    ov_model, forms = build_draft_ir(draft, variant, progress, observe, grid="compact" if head is None else "folded")
     if head is not None:
         step(f"{variant.name}: the target's embedding and lm_head as the draft's own ({head.form.name})", progress)
         head.attach(ov_model, forms.postponing("lm_head"))
