@@ -268,7 +268,7 @@ class Job:
         if not self.builds_target:
             return self.head
         from .draft.head import decide
-        from .target.config import EMBEDDING, LM_HEAD
+        from .target.decoder import EMBEDDING, LM_HEAD
 
         forms = self.target_forms
         tied = forms.source.last_matmul_shared

@@ -57,7 +57,7 @@ class TargetBuild:
 
     source: GgufSpec | CheckpointSpec
     variant: object  # ir.variants.Variant
-    grid: str = "split"
+    grid: str = "folded"
     tokenizer_dir: Path | None = None
     map_path: Path | None = None
     allow_nonfinite: bool = False

@@ -69,7 +69,7 @@ def variant_from_args(args, default_group_size: int):
 
 
 def target_build(weight_format: str | None = None, group_size: int | None = None, sym: bool = False,
-                 ratio: float | None = None, all_layers: bool = False, grid: str = "split",
+                 ratio: float | None = None, all_layers: bool = False, grid: str = "folded",
                  tokenizer_dir=None, map_path=None, allow_nonfinite: bool = False):
     """How a command builds a target from the model a target argument names: `build(source)` makes its
     `sources.TargetBuild` (the weight format defaults to `gguf` for a GGUF, `fp32` for a checkpoint)."""

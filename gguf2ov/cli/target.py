@@ -26,10 +26,10 @@ def configure_parser(parser) -> None:
     parser.add_argument("--tokenizer", metavar="DIR",
                         help="the model's Hugging Face tokenizer folder (default: the checkpoint's own, or the "
                              "GGUF's vocabulary)")
-    parser.add_argument("--grid", choices=GRIDS, default="split",
-                        help="how gguf weights carry the file's grid: split (a K-quant's minimum apart, the CPU "
-                             "plugin's int8 path; the default), folded (scales and zero points multiplied out, its "
-                             "f32 path) or compact (the file's own factorisation: IR 1.00x the GGUF's tensor bytes, "
+    parser.add_argument("--grid", choices=GRIDS, default="folded",
+                        help="how gguf weights carry the file's grid: folded (scales and zero points multiplied out, "
+                             "the CPU plugin's f32 path; the default), split (a K-quant's minimum apart: its int8 "
+                             "path, a cheaper verify, but a pair's text may part from the target's alone) or compact (the file's own factorisation: IR 1.00x the GGUF's tensor bytes, "
                              "but ~1.5x the memory where it runs)")
     parser.add_argument("--compact-grid", dest="grid", action="store_const", const="compact",
                         help="the same as --grid compact")

@@ -102,13 +102,13 @@ zero point never takes it, a Q6_K's groups of 16 only with an activation group o
 MLP blocks, 1024 x 2048), against the folded Q4_K at one row: codes times d*sc with no zero point
 0.71-0.79, the split form (the minimum apart) 0.79-0.89, NNCF's u4 with a u4 zero point per 32
 0.76-0.86; at eight rows (a verify of K = 7) the folded form costs 2.2x its one-row time and the
-split form half of that. So a target's K-quant Linears are split, and a constant zero point (Q6_K's
-32) is a u8 scalar. The target carries no activation group of its own: an rt_info `runtime_options`
-DYNAMIC_QUANTIZATION_GROUP_SIZE 16 (which OpenVINO applies when GenAI compiles it) would put Q6_K's
-weights, the tied head's too, on the int8 path (a 1.7B geometry's head at a verify of K = 7: 177 ->
-79 ms; the widened fixture pair +33% tokens/s), but it makes the pair's greedy text part from the
-target's alone on the fixture prompts (the plugin's group of 32 does not, measured). The
-int8 path quantizes activations, not weights: the weights stay the file's grid, and what it changes
+split form half of that. A constant zero point (Q6_K's 32) is a u8 scalar. But the int8 path is
+not the f32 path's arithmetic for one row and for several, so a pair's greedy text can part from the
+target's alone where a target takes it: the split form with the plugin's own activation group (32)
+on the fixture's Q4_K_M pair (406 of 599 drafted accepted, identical only in exact arithmetic), and
+an activation group of 16 in the target's `runtime_options` (which would take Q6_K's groups of 16,
+the tied head's too) on the widened pair. So a target's default stays folded, off the int8 path, and
+carries no activation group of its own; `--grid split` is there for its cheaper verify. The int8 path quantizes activations, not weights: the weights stay the file's grid, and what it changes
 in the logits is stated beside the other forms' (benchmarks/target_fidelity.py, README's "The GGUF
 grid variant").
 

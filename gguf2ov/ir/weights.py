@@ -58,8 +58,8 @@ class WeightForms:
 
     `grid` (GRIDS), how `gguf` weights carry the file's grid (gguf/transcode.py): "compact", the file's
     own factorisation, 1.00x its tensor bytes (a draft's); "folded", the form the CPU plugin runs from
-    without private copies (scales multiplied out, 5/6-bit codes as u8: "Run-time memory"); "split", a
-    target's default, folded with a K-quant's minimum apart, which takes the plugin's int8 path ("Which
+    without private copies (scales multiplied out, 5/6-bit codes as u8: "Run-time memory"), a target's
+    default; "split", folded with a K-quant's minimum apart, which takes the plugin's int8 path ("Which
     forms run fast"). An embedding table is folded in every grid, and so is a weight in `whole` (the
     lm_head: GenAI grafts its MatMul's weight onto the draft, which a split weight's two MatMuls are not).
 

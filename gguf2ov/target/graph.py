@@ -249,10 +249,10 @@ def _consumers(model, weights) -> list[str]:
             and op.input_value(1).get_node().get_friendly_name() in constants] if constants else []
 
 
-def target_forms(source, variant, grid: str = "split", allow_nonfinite: bool = False):
+def target_forms(source, variant, grid: str = "folded", allow_nonfinite: bool = False):
     """The WeightForms of a target: streamed while the IR is written, `gguf` weights in the `grid` form
-    (ir.weights.GRIDS; by default split, the form the CPU plugin runs fastest without private copies,
-    gguf/transcode.py), the lm_head whole (GenAI grafts its MatMul's weight onto a draft); NaN and Inf
+    (ir.weights.GRIDS; by default folded, the form the CPU plugin runs without private copies and whose
+    greedy text a draft keeps, gguf/transcode.py), the lm_head whole (GenAI grafts its MatMul's weight onto a draft); NaN and Inf
     weights refused unless `allow_nonfinite`."""
     from ..ir.weights import WeightForms
 

@@ -109,8 +109,8 @@ def test_the_gguf_format_carries_the_files_grid_embedding_included(tmp_path, q4_
     assert f"runtime_options/{DQ_KEY}" not in result.rt_info
 
 
-def test_the_split_default_computes_the_files_grid_as_users_run_it(tmp_path, q4_k_m, fixtures_dir):
-    """benchmarks/target_fidelity.py on the fixture's Q4_K_M file: the split form (the default) against the
+def test_the_split_form_computes_the_files_grid_as_users_run_it(tmp_path, q4_k_m, fixtures_dir):
+    """benchmarks/target_fidelity.py on the fixture's Q4_K_M file: the split form (`--grid split`) against the
     folded form in exact arithmetic, the file's grid. Its weights stay within 1e-3 of their group's step; in
     exact arithmetic its logits are the grid's; as GenAI runs it with the f32 hint (the plugin's int8 path)
     the logits stay within KLD 1e-4 of the grid (NNCF's int4 of the same file: 2.8e-4) and the greedy text of
