@@ -102,7 +102,7 @@ zero point never takes it, a Q6_K's groups of 16 only with an activation group o
 MLP blocks, 1024 x 2048), against the folded Q4_K at one row: codes times d*sc with no zero point
 0.71-0.79, the split form (the minimum apart) 0.79-0.89, NNCF's u4 with a u4 zero point per 32
 0.76-0.86; at eight rows (a verify of K = 7) the folded form costs 2.2x its one-row time and the
-split form half of that. A constant zero point (Q6_K's 32) is a u8 scalar. But the int8 path is
+split form half of that. A constant zero point (Q6_K's 32) stays an f32 scalar. The int8 path is
 not the f32 path's arithmetic for one row and for several, so a pair's greedy text can part from the
 target's alone where a target takes it: the split form with the plugin's own activation group (32)
 on the fixture's Q4_K_M pair (406 of 599 drafted accepted, identical only in exact arithmetic), and
@@ -655,11 +655,12 @@ def _folded_decompression(layout: _Layout, constants: dict, shape):
 
 
 def _center(layout: _Layout):
-    """A constant zero point (Q4_0 8, Q5_0 16, Q6_K 32) as a u8 scalar: the CPU plugin's int8 path takes a
-    u8 or u4 zero point, not an f32 one (`DnnlFCPrimitive`'s dynamic quantization; the same value)."""
+    """A constant zero point (Q4_0 8, Q5_0 16, Q6_K 32) as an f32 scalar. As a u8 scalar (the same value) the
+    CPU plugin's int8 path would take Q4_0's and Q5_0's groups of 32 under its own activation group, and a
+    pair's greedy text then parts from its target's alone (the MoE fixture's Q4_K_M pair, measured)."""
     from openvino import opset13 as ops
 
-    return ops.convert(ops.constant(np.uint8(layout.center)), "f32")
+    return ops.constant(np.float32(layout.center))
 
 
 def _split_decompression(layout: _Layout, constants: dict, shape):
