@@ -25,7 +25,7 @@ geometries (`scale_gguf.ensure_target_gguf`): `qwen3-1.7b`, `qwen3-8b` (dense), 
 geometry (the pair's cost; random weights accept nothing).
 
     python benchmarks/bench_side_by_side.py fixture-wide [--rounds 3] [--forms split,folded] [--memory]
-    python benchmarks/bench_side_by_side.py qwen3-8b --lock /work/bench.lock   # heavy: each measurement under the lock
+    python benchmarks/bench_side_by_side.py qwen3-8b --lock FILE   # heavy: each measurement under a shared flock
 
 Writes results/side-by-side-CASE.json and .md.
 """

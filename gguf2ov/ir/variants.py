@@ -186,9 +186,6 @@ class Format:
     nncf_bits: int | None = None   # NNCF's weight compression at this width
     after_save: Callable | None = None   # (xml path) -> None, once the IR is written
     annotate: Callable | None = None     # (ov.Model, Variant[, ignored MatMuls]) -> None: the rt_info it adds
-    # the plugin properties a target of this format carries in its rt_info (`runtime_options`), which OpenVINO
-    # applies when it compiles the model unless the caller sets them: they reach GenAI's defaults
-    runtime_options: tuple = ()
 
 
 FORMATS = {f.name: f for f in [

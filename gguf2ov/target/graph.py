@@ -232,8 +232,6 @@ def set_target_rt_info(model, locators: dict, variant, kept=()) -> None:
     model.set_rt_info("8.0", ["runtime_options", "ACTIVATIONS_SCALE_FACTOR"])
     if variant.format.compressed is False:
         model.set_rt_info("f16", ["runtime_options", "KV_CACHE_PRECISION"])
-    for key, value in variant.format.runtime_options:
-        model.set_rt_info(value, ["runtime_options", key])
     model.set_rt_info(variant.name, list(VARIANT_RT_INFO))
     if variant.format.annotate is not None:
         if ignored := _consumers(model, kept):
