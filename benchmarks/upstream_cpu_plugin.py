@@ -40,13 +40,13 @@ GROUP = 32
 FORMS = ("f32-scale-f32-zp", "f16-scale-u4-zp", "f16-scale-no-zp")
 
 
-def _weight(form: str, rows: int, cols: int, rng):
+def _weight(form: str, rows: int, cols: int, rng, group: int = GROUP):
     """A decompression subgraph of `form` for a rows x cols weight, and its float values."""
     import openvino as ov
     from openvino import opset13 as ops
 
-    groups = cols // GROUP
-    codes = rng.integers(0, 16, size=(rows, groups, GROUP), dtype=np.uint8)
+    groups = cols // group
+    codes = rng.integers(0, 16, size=(rows, groups, group), dtype=np.uint8)
     scale = (rng.random((rows, groups, 1), dtype=np.float32) * 0.02 + 0.001)
     w = ops.convert(ops.constant(codes, dtype=ov.Type.u4), ov.Type.f32)
     if form == "f32-scale-f32-zp":
@@ -69,7 +69,7 @@ def _weight(form: str, rows: int, cols: int, rng):
     return w, value.reshape(rows, cols)
 
 
-def _model(form: str, rows: int, cols: int, layers: int, seed: int = 0):
+def _model(form: str, rows: int, cols: int, layers: int, seed: int = 0, group: int = GROUP):
     import openvino as ov
     from openvino import opset13 as ops
 
@@ -77,7 +77,7 @@ def _model(form: str, rows: int, cols: int, layers: int, seed: int = 0):
     x = ops.parameter([-1, cols], ov.Type.f32, name="x")
     h, values = x, []
     for _ in range(layers):
-        w, value = _weight(form, rows, cols, rng)
+        w, value = _weight(form, rows, cols, rng, group)
         h = ops.matmul(h, w, transpose_a=False, transpose_b=True)
         values.append(value)
     return ov.Model([h], [x], form), values
@@ -130,18 +130,18 @@ def memory_child(xml: str) -> dict:
     return {"before": before, "read": read, "compiled": after_compile, "inferred": after_infer}
 
 
-def memory_case(form: str, folder: Path, size: int = 4096) -> dict:
+def memory_case(form: str, folder: Path, size: int = 4096, group: int = GROUP) -> dict:
     import openvino as ov
 
-    xml = folder / f"{form}-{size}.xml"
-    model, _ = _model(form, size, size, 16)
+    xml = folder / f"{form}-{size}-g{group}.xml"
+    model, _ = _model(form, size, size, 16, group=group)
     ov.save_model(model, xml, compress_to_fp16=False)
     del model
     out = subprocess.run([sys.executable, __file__, "--memory-child", str(xml)], capture_output=True, text=True,
                          check=True)
     phases = json.loads(out.stdout.strip().splitlines()[-1])
     base = phases["read"]["RssAnon"]
-    return {"form": form, "size": size, "bin_bytes": xml.with_suffix(".bin").stat().st_size,
+    return {"form": form, "size": size, "group": group, "bin_bytes": xml.with_suffix(".bin").stat().st_size,
             "anon_after_compile": phases["compiled"]["RssAnon"] - base,
             "anon_after_infer": phases["inferred"]["RssAnon"] - base,
             "file_after_infer": phases["inferred"]["RssFile"], "phases": phases}
@@ -162,7 +162,7 @@ def markdown(report: dict) -> str:
               "| weight form | .bin (MiB) | anon after compile | anon after first inference | mapped file after inference |",
               "|---|---|---|---|---|"]
     for r in report["memory"]:
-        lines.append(f"| {r['form']}, {r['size']} x {r['size']} | {mib(r['bin_bytes'])} | {mib(r['anon_after_compile'])} | "
+        lines.append(f"| {r['form']}, group {r['group']}, {r['size']} x {r['size']} | {mib(r['bin_bytes'])} | {mib(r['anon_after_compile'])} | "
                      f"{mib(r['anon_after_infer'])} | {mib(r['file_after_infer'])} |")
     return "\n".join(lines) + "\n"
 
@@ -185,7 +185,8 @@ def main(argv=None) -> int:
               "rows": [rows_case(form, dq) for form in FORMS for dq in (None, 0)]}
     with tempfile.TemporaryDirectory() as tmp:
         # the 64 x 64 model: what compiling and running costs without weights to speak of
-        report["memory"] = [memory_case(FORMS[0], Path(tmp), 64), *(memory_case(form, Path(tmp)) for form in FORMS)]
+        report["memory"] = [memory_case(FORMS[0], Path(tmp), 64),
+                            *(memory_case(form, Path(tmp), group=g) for g in (32, 128) for form in FORMS)]
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "upstream-cpu-plugin.json").write_text(json.dumps(report, indent=1))
     print(markdown(report))
