@@ -109,8 +109,8 @@ on the fixture's Q4_K_M pair (406 of 599 drafted accepted, identical only in exa
 an activation group of 16 in the target's `runtime_options` (which would take Q6_K's groups of 16,
 the tied head's too) on the widened pair. So a target's default stays folded, off the int8 path, and
 carries no activation group of its own; `--grid split` is there for its cheaper verify. The int8 path quantizes activations, not weights: the weights stay the file's grid, and what it changes
-in the logits is stated beside the other forms' (benchmarks/target_fidelity.py, README's "The GGUF
-grid variant").
+in the logits is stated beside the other forms' (benchmarks/target_fidelity.py, docs/benchmarks.md,
+"What the split form buys, measured").
 
 Memory: the builder decodes the memory-mapped bytes in ~1 MB row chunks straight into the buffers
 of the final Constants (uint8/uint32 bit arithmetic, four codes per word): no float arrays, and
