@@ -1,0 +1,98 @@
+"""gpt-oss targets: transformers' `gpt_oss` checkpoints and llama.cpp's `gpt-oss` GGUFs.
+
+A tiny random GptOssForCausalLM (q/k/v/o biases, a sink logit per head, sliding layers whose window
+of 4 is shorter than the 7-token first step beside a full layer, YaRN RoPE, a biased router choosing
+2 of 4 experts with biased gate, up and down and the clamped SwiGLU) against transformers' forward
+over two stateful steps; what the CPU plugin compiles its experts into (two GatherMatmul a layer);
+what OpenVINO's paged conversion (GenAI's, when a draft attaches) keeps of its sinks and windows.
+"""
+
+import numpy as np
+import pytest
+import target_builders as tb
+
+GPT_OSS = dict(model_type="gpt_oss", hidden_size=64, intermediate_size=32, num_local_experts=4, num_experts_per_tok=2,
+               num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=4,
+               layer_types=["sliding_attention", "full_attention", "sliding_attention"], tie_word_embeddings=False,
+               rope_parameters={"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 32,
+                                "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False, "rope_theta": 150000.0})
+WINDOWS = [4, 0, 4]  # the paged attention's sliding window per layer (0: full)
+
+
+def write_gpt_oss(path, seed: int = 3):
+    """The random checkpoint, its experts' gate and up weights scaled by 5 so that the SwiGLU's clamp at
+    7 cuts some of their values (at the writer's scale of 0.2 none reaches it)."""
+    from safetensors.numpy import load_file, save_file
+
+    hf = tb.write_target_checkpoint(path, GPT_OSS, seed=seed)
+    weights = load_file(hf / "model.safetensors")
+    for name in weights:
+        if name.endswith("experts.gate_up_proj"):
+            weights[name] = weights[name] * np.float32(5)
+    save_file(weights, hf / "model.safetensors", metadata={"format": "pt"})
+    return hf
+
+
+@pytest.fixture(scope="module")
+def gpt_oss_hf(tmp_path_factory):
+    return write_gpt_oss(tmp_path_factory.mktemp("gpt_oss") / "hf")
+
+
+@pytest.fixture(scope="module")
+def gpt_oss_ir(tmp_path_factory, gpt_oss_hf):
+    return tb.target_ir(gpt_oss_hf, tmp_path_factory.mktemp("gpt_oss_ir"))
+
+
+def _transformers(hf):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(hf))
+
+
+def test_the_fixture_exercises_every_gpt_oss_feature(gpt_oss_hf):
+    """The window is shorter than the first step, the sinks and biases are not zero, the clamp bites."""
+    import torch
+
+    model = _transformers(gpt_oss_hf)
+    assert GPT_OSS["sliding_window"] < len(tb.steps(tb.VOCAB)[0])
+    layer = model.model.layers[0]
+    assert layer.self_attn.sinks.abs().min() > 0 and layer.mlp.experts.down_proj_bias.abs().max() > 0
+    assert model.config.rope_parameters["rope_type"] == "yarn"
+    seen = {}
+    layer.mlp.experts.register_forward_pre_hook(lambda m, args: seen.update(x=args[0]))
+    with torch.no_grad():
+        model(torch.tensor(tb.steps(tb.VOCAB)[0])[None])
+        gate_up = seen["x"] @ layer.mlp.experts.gate_up_proj + layer.mlp.experts.gate_up_proj_bias[:, None]
+    assert gate_up.abs().max() > layer.mlp.experts.limit  # values the clamp cuts
+
+
+def test_a_checkpoint_matches_transformers_over_two_stateful_steps(gpt_oss_ir, gpt_oss_hf):
+    worst = tb.worst_against_transformers(gpt_oss_ir, _transformers(gpt_oss_hf))
+    assert max(worst.values()) < 1e-5, worst
+
+
+def test_the_experts_compile_into_two_gather_matmul_a_layer(gpt_oss_ir):
+    kinds, _ = tb.runtime_kinds(gpt_oss_ir)
+    assert kinds["GatherMatmul"] == 2 * GPT_OSS["num_hidden_layers"]
+    assert kinds["Tile"] == 0 and kinds["ScatterElementsUpdate"] == 0
+
+
+def test_the_paged_conversion_keeps_the_sinks_and_windows(gpt_oss_ir, gpt_oss_hf):
+    """Every layer a paged attention with its window, the checkpoint's sinks as its sinks input
+    (SDPAToPagedAttention carries SDPA's sixth input into input 20), no state op left."""
+    import openvino as ov
+    from openvino._offline_transformations import paged_attention_transformation
+
+    from gguf2ov.hf.checkpoint import Checkpoint
+
+    summary = tb.paged_summary(gpt_oss_ir)
+    assert [window for _, window, _ in summary["attention"]] == [[w] for w in WINDOWS]
+    model = ov.Core().read_model(str(gpt_oss_ir))
+    paged_attention_transformation(model)
+    assert not [op for op in model.get_ordered_ops() if op.get_type_name() in ("ReadValue", "Assign")]
+    attention = [op for op in model.get_ordered_ops() if op.get_type_name() == "PagedAttentionExtension"]
+    ckpt = Checkpoint(gpt_oss_hf)
+    for i, op in enumerate(attention):
+        sinks = op.input_value(20).get_node()
+        assert sinks.get_type_name() == "Constant", sinks.get_type_name()
+        np.testing.assert_array_equal(sinks.get_data().reshape(-1), ckpt.load(f"model.layers.{i}.self_attn.sinks"))
