@@ -96,3 +96,89 @@ def test_the_paged_conversion_keeps_the_sinks_and_windows(gpt_oss_ir, gpt_oss_hf
         sinks = op.input_value(20).get_node()
         assert sinks.get_type_name() == "Constant", sinks.get_type_name()
         np.testing.assert_array_equal(sinks.get_data().reshape(-1), ckpt.load(f"model.layers.{i}.self_attn.sinks"))
+
+
+# --- the GGUF: llama.cpp's layout, MXFP4 experts ---------------------------------------------------
+
+def write_llamacpp_layout(hf, out):
+    """The checkpoint in the layout llama.cpp's converter writes a gpt-oss GGUF in (conversion/gpt_oss.py
+    GptOssModel.modify_tensors): the experts [E, K, N] transposed to [E, N, K], the interleaved gate and up
+    (weights and biases) apart; named as the gpt-oss map names them, for the writer to run it backwards."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copy(hf / "config.json", out / "config.json")
+    weights = {}
+    for name, x in load_file(hf / "model.safetensors").items():
+        head = name.rsplit(".", 1)[0] + "."
+        if name.endswith("experts.gate_up_proj"):
+            nk = x.swapaxes(-1, -2)
+            weights |= {head + "gate_proj": nk[:, 0::2], head + "up_proj": nk[:, 1::2]}
+        elif name.endswith("experts.gate_up_proj_bias"):
+            weights |= {head + "gate_proj_bias": x[:, 0::2], head + "up_proj_bias": x[:, 1::2]}
+        elif name.endswith("experts.down_proj"):
+            weights[head + "down_nk"] = x.swapaxes(-1, -2)
+        else:
+            weights[name] = x
+    save_file({k: np.ascontiguousarray(v) for k, v in weights.items()}, out / "model.safetensors",
+              metadata={"format": "pt"})
+    return out
+
+
+@pytest.fixture(scope="module")
+def mxfp4_gguf(tmp_path_factory, gpt_oss_hf):
+    """The writer's MXFP4_MOE of the checkpoint: MXFP4 experts, Q8_0 attention, embedding and head, F32
+    norms, biases, sinks and routers (llama-quantize's mix)."""
+    from gguf2ov.tools.gguf_writer import write_gguf
+
+    folder = tmp_path_factory.mktemp("gpt_oss_gguf")
+    path = folder / "gpt-oss-MXFP4_MOE.gguf"
+    write_gguf(write_llamacpp_layout(gpt_oss_hf, folder / "llamacpp"), path, "gpt-oss", mix="MXFP4_MOE",
+               extra_metadata={"gpt-oss.vocab_size": tb.VOCAB})
+    return path
+
+
+def _transformers_on(source, hf):
+    """transformers' model of `hf`'s config holding the source's values, in its own layout."""
+    import torch
+
+    model = _transformers(hf)
+    state = {}
+    for name in source.expected:
+        x = np.array(source.f32(name))
+        if name.endswith(("experts.gate_up_nk", "experts.down_nk")):
+            name, x = name[:-len("_nk")] + ("_proj" if name.endswith("gate_up_nk") else "_proj"), x.swapaxes(-1, -2)
+        state[name] = torch.from_numpy(np.ascontiguousarray(x))
+    assert not model.load_state_dict(state, strict=False).missing_keys
+    return model
+
+
+def test_a_gguf_with_mxfp4_experts_matches_transformers_on_its_values(tmp_path, mxfp4_gguf, gpt_oss_hf, gpt_oss_ir,
+                                                                     fixtures_dir):
+    """`gguf2ov target FILE.gguf`: two stateful steps against transformers holding the file's dequantized
+    weights (1e-5); the experts stay compressed on the two GatherMatmul a layer (as ggml's doubled E2M1 values
+    in i8, the file's values exactly: GatherMatmul compresses no f4e2m1 in 2026.4.1, benchmarks/mxfp4.md);
+    the MXFP4 rounding itself
+    (and Q8_0's) moves the logits far from the checkpoint's (0.64 of their largest on this random model,
+    whose experts' weights are 5x the others'): the file's rounding, which the IR carries, not its own."""
+    from gguf2ov.gguf.read import open_gguf
+    from opened import build_target, open_target
+
+    types = {n: t.qtype.name for n, t in open_gguf(mxfp4_gguf).tensors.items()}
+    assert {types[f"blk.0.ffn_{p}_exps.weight"] for p in ("gate", "up", "down")} == {"MXFP4"}
+    assert types["blk.0.attn_q.weight"] == types["output.weight"] == "Q8_0"
+    assert {types["blk.0.ffn_gate_inp.weight"], types["blk.0.attn_sinks.weight"], types["blk.0.ffn_up_exps.bias"]} \
+        == {"F32"}
+    result = build_target(mxfp4_gguf, tmp_path / "t", tokenizer_dir=fixtures_dir / "target-hf")
+    assert result.weight_format == "gguf"
+    assert all(c.status == "pass" for c in result.checks), [(c.name, c.detail) for c in result.checks]
+    xml = tmp_path / "t" / "openvino_model.xml"
+    worst = tb.worst_against_transformers(xml, _transformers_on(open_target(mxfp4_gguf), gpt_oss_hf))
+    assert max(worst.values()) < 1e-5, worst
+    kinds, weights = tb.runtime_kinds(xml)
+    assert kinds["GatherMatmul"] == 2 * GPT_OSS["num_hidden_layers"] and set(weights) == {"i8"}
+    steps = tb.steps(tb.VOCAB)
+    rounded = tb.relative(tb.run_steps(xml, steps)[0][0], tb.run_steps(gpt_oss_ir, steps)[0][0])
+    assert rounded > 1e-2, rounded  # what the 1e-5 against the file's values tells apart
