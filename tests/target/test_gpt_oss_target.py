@@ -7,6 +7,8 @@ over two stateful steps; what the CPU plugin compiles its experts into (two Gath
 what OpenVINO's paged conversion (GenAI's, when a draft attaches) keeps of its sinks and windows.
 """
 
+import json
+
 import numpy as np
 import pytest
 import target_builders as tb
@@ -19,12 +21,12 @@ GPT_OSS = dict(model_type="gpt_oss", hidden_size=64, intermediate_size=32, num_l
 WINDOWS = [4, 0, 4]  # the paged attention's sliding window per layer (0: full)
 
 
-def write_gpt_oss(path, seed: int = 3):
+def write_gpt_oss(path, seed: int = 3, vocab: int = tb.VOCAB):
     """The random checkpoint, its experts' gate and up weights scaled by 5 so that the SwiGLU's clamp at
     7 cuts some of their values (at the writer's scale of 0.2 none reaches it)."""
     from safetensors.numpy import load_file, save_file
 
-    hf = tb.write_target_checkpoint(path, GPT_OSS, seed=seed)
+    hf = tb.write_target_checkpoint(path, GPT_OSS, seed=seed, vocab=vocab)
     weights = load_file(hf / "model.safetensors")
     for name in weights:
         if name.endswith("experts.gate_up_proj"):
@@ -173,7 +175,7 @@ def test_a_gguf_with_mxfp4_experts_matches_transformers_on_its_values(tmp_path, 
         == {"F32"}
     result = build_target(mxfp4_gguf, tmp_path / "t", tokenizer_dir=fixtures_dir / "target-hf")
     assert result.weight_format == "gguf"
-    assert all(c.status == "pass" for c in result.checks), [(c.name, c.detail) for c in result.checks]
+    assert all(c.status == "pass" for c in result.checks), [(c.name, c.reason) for c in result.checks]
     xml = tmp_path / "t" / "openvino_model.xml"
     worst = tb.worst_against_transformers(xml, _transformers_on(open_target(mxfp4_gguf), gpt_oss_hf))
     assert max(worst.values()) < 1e-5, worst
@@ -182,3 +184,42 @@ def test_a_gguf_with_mxfp4_experts_matches_transformers_on_its_values(tmp_path, 
     steps = tb.steps(tb.VOCAB)
     rounded = tb.relative(tb.run_steps(xml, steps)[0][0], tb.run_steps(gpt_oss_ir, steps)[0][0])
     assert rounded > 1e-2, rounded  # what the 1e-5 against the file's values tells apart
+
+
+# --- in OpenVINO GenAI, with a DFlash draft attached ---------------------------------------------------
+
+@pytest.mark.slow
+def test_genai_runs_the_target_with_a_dflash_draft_attached(tmp_path, fixtures_dir):
+    """A random DFlash draft (taps at layers 0 and 2, both sliding) attached to the target in GenAI's
+    continuous-batching pipeline, where the target is paged (PagedAttention with its sinks and windows,
+    GatherMatmul experts): the greedy text with the draft is the paged target's alone, on every fixture
+    prompt, and that is the stateful target's (LLMPipeline on the SDPA backend: the IR as built)."""
+    import dflash_builders as b
+
+    from gguf2ov.job import Job, Options
+    import openvino_genai as ov_genai
+
+    from gguf2ov.runtime.genai import F32_HINT, GenerationSettings, read_prompts
+    from gguf2ov.stages.accept import run_acceptance, target_alone
+    from opened import build_target
+
+    hf = write_gpt_oss(tmp_path / "hf", vocab=512)  # the fixture tokenizer's
+    result = build_target(hf, tmp_path / "target", tokenizer_dir=fixtures_dir / "target-hf")
+    assert all(c.status == "pass" for c in result.checks), [(c.name, c.reason) for c in result.checks]
+    draft = json.loads(json.dumps(b.DRAFT_CONFIG))
+    draft.update(hidden_size=GPT_OSS["hidden_size"], vocab_size=512)
+    draft["dflash_config"] = {"target_layer_ids": [0, 2], "mask_token_id": 1, "block_size": 8}
+    b.random_checkpoint(draft, tmp_path / "draft-hf")
+    Job.of(tmp_path / "draft-hf", None, Options(progress=False)).export(tmp_path / "draft")
+    prompts = read_prompts(fixtures_dir / "prompts.txt")
+    settings = GenerationSettings(max_new_tokens=24, num_assistant_tokens=5, precision="f32")
+    baseline = target_alone(tmp_path / "target", prompts, settings, progress=False)
+    r = run_acceptance(tmp_path / "target", tmp_path / "draft", prompts, settings, baseline=baseline, progress=False)
+    assert r.overall.identical, [p.first_difference for p in r.prompts]
+    stateful = ov_genai.LLMPipeline(str(tmp_path / "target"), "CPU", ATTENTION_BACKEND="SDPA", **F32_HINT)
+    config = stateful.get_generation_config()
+    config.max_new_tokens, config.do_sample = 24, False
+    paged = [runs[0].text for runs in baseline.runs]
+    assert [stateful.generate(p.text, config) for p in prompts] == paged
+    assert all(len(stateful.get_tokenizer().encode(p.text).input_ids.data[0]) > GPT_OSS["sliding_window"]
+               for p in prompts)
