@@ -8,6 +8,7 @@ what OpenVINO's paged conversion (GenAI's, when a draft attaches) keeps of its s
 """
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -184,6 +185,47 @@ def test_a_gguf_with_mxfp4_experts_matches_transformers_on_its_values(tmp_path, 
     steps = tb.steps(tb.VOCAB)
     rounded = tb.relative(tb.run_steps(xml, steps)[0][0], tb.run_steps(gpt_oss_ir, steps)[0][0])
     assert rounded > 1e-2, rounded  # what the 1e-5 against the file's values tells apart
+
+
+# --- against llama.cpp (tests/data, made by benchmarks/llamacpp_gpt_oss.py) ------------------------------
+
+TINY = Path(__file__).resolve().parents[1] / "data" / "gpt-oss-tiny"
+LLAMACPP_RECORD = Path(__file__).resolve().parents[1] / "data" / "gpt-oss-llamacpp.json"
+
+
+def test_the_writer_writes_llama_quantizes_mxfp4_moe_byte_for_byte(tmp_path):
+    """The trained tiny model's checkpoint through the writer's MXFP4_MOE: every tensor of llama.cpp's own
+    file (its converter, then llama-quantize MXFP4_MOE) by name, type and bytes."""
+    from gguf import GGUFReader
+
+    from gguf2ov.tools.gguf_writer import write_gguf
+
+    path = tmp_path / "ours.gguf"
+    write_gguf(write_llamacpp_layout(TINY, tmp_path / "layout"), path, "gpt-oss", mix="MXFP4_MOE")
+    theirs = {t.name: t for t in GGUFReader(TINY / "llamacpp-MXFP4_MOE.gguf").tensors}
+    ours = {t.name: t for t in GGUFReader(path).tensors}
+    assert sorted(ours) == sorted(theirs)
+    assert {t.tensor_type.name for n, t in theirs.items() if "_exps.weight" in n} == {"MXFP4"}
+    for name, t in theirs.items():
+        assert ours[name].tensor_type == t.tensor_type, name
+        assert ours[name].data.tobytes() == t.data.tobytes(), name
+
+
+def test_the_target_of_llamacpps_file_gives_its_greedy_text(tmp_path):
+    """`gguf2ov target` on llama.cpp's own MXFP4_MOE file (its tokenizer from the file): GenAI's greedy
+    text (stateful, f32) is llama-simple's on every fixture prompt, as recorded."""
+    import openvino_genai as ov_genai
+
+    from gguf2ov.runtime.genai import F32_HINT
+    from opened import build_target
+
+    record = json.loads(LLAMACPP_RECORD.read_text())
+    result = build_target(TINY / "llamacpp-MXFP4_MOE.gguf", tmp_path / "t")
+    assert all(c.status == "pass" for c in result.checks), [(c.name, c.reason) for c in result.checks]
+    pipe = ov_genai.LLMPipeline(str(tmp_path / "t"), "CPU", ATTENTION_BACKEND="SDPA", **F32_HINT)
+    config = pipe.get_generation_config()
+    config.max_new_tokens, config.do_sample = record["new_tokens"], False
+    assert [pipe.generate(p, config) for p in record["prompts"]] == record["texts"]
 
 
 # --- in OpenVINO GenAI, with a DFlash draft attached ---------------------------------------------------
