@@ -80,6 +80,22 @@ def test_the_experts_compile_into_two_gather_matmul_a_layer(gpt_oss_ir):
     assert kinds["Tile"] == 0 and kinds["ScatterElementsUpdate"] == 0
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("weight_format, fused", [("fp16", {"f32"}), ("int8", {"u8"}), ("int4", {"u4"})])
+def test_every_checkpoint_format_builds_and_fuses(tmp_path, gpt_oss_hf, fixtures_dir, weight_format, fused):
+    """fp16 and NNCF's int8 / int4 (groups of 32: the widths are 64 and 32): every check of the command passes (2 GatherMatmul a layer compiled,
+    stateful and paged), NNCF's codes stay compressed on them, the router stays float32."""
+    from opened import build_target
+
+    result = build_target(gpt_oss_hf, tmp_path / "t", weight_format=weight_format,
+                          group_size=32 if weight_format == "int4" else None, tokenizer_dir=fixtures_dir / "target-hf")
+    assert all(c.status == "pass" for c in result.checks), [(c.name, c.reason) for c in result.checks]
+    for paged in (False, True):
+        kinds, weights = tb.runtime_kinds(tmp_path / "t" / "openvino_model.xml", paged, {"INFERENCE_PRECISION_HINT": "f32"})
+        assert kinds["GatherMatmul"] == 2 * GPT_OSS["num_hidden_layers"] and kinds["Tile"] == 0
+        assert set(weights) == fused
+
+
 def test_the_paged_conversion_keeps_the_sinks_and_windows(gpt_oss_ir, gpt_oss_hf):
     """Every layer a paged attention with its window, the checkpoint's sinks as its sinks input
     (SDPAToPagedAttention carries SDPA's sixth input into input 20), no state op left."""
@@ -185,6 +201,65 @@ def test_a_gguf_with_mxfp4_experts_matches_transformers_on_its_values(tmp_path, 
     steps = tb.steps(tb.VOCAB)
     rounded = tb.relative(tb.run_steps(xml, steps)[0][0], tb.run_steps(gpt_oss_ir, steps)[0][0])
     assert rounded > 1e-2, rounded  # what the 1e-5 against the file's values tells apart
+
+
+# --- bad input -----------------------------------------------------------------------------------------
+
+def _bad_gguf(tmp_path, hf, name, metadata=None, drop=()):
+    """The checkpoint as an F32 gpt-oss GGUF with metadata overridden or tensors (by the map's HF name) left out."""
+    from safetensors.numpy import load_file, save_file
+
+    from gguf2ov.tools.gguf_writer import write_gguf
+
+    layout = write_llamacpp_layout(hf, tmp_path / f"{name}-layout")
+    weights = load_file(layout / "model.safetensors")
+    save_file({k: v for k, v in weights.items() if k not in drop}, layout / "model.safetensors")
+    path = tmp_path / f"{name}.gguf"
+    write_gguf(layout, path, "gpt-oss", mix="F32", extra_metadata={"gpt-oss.vocab_size": tb.VOCAB, **(metadata or {})})
+    return path
+
+
+def _bad_checkpoint(tmp_path, hf, name, config=None, replace=None):
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    out = tmp_path / name
+    shutil.copytree(hf, out)
+    save_file(load_file(hf / "model.safetensors") | (replace or {}), out / "model.safetensors")
+    (out / "config.json").write_text(json.dumps(tb.config_of(hf) | (config or {})))
+    return out
+
+
+BAD = {
+    "GGUF: RoPE scaling llama.cpp's gpt-oss does not use": (
+        lambda t, hf: _bad_gguf(t, hf, "rope", metadata={"gpt-oss.rope.scaling.type": "longrope"}),
+        "gpt-oss.rope.scaling.type holds 'longrope'; the gpt-oss map knows ['none', 'yarn']"),
+    "GGUF: no sinks": (
+        lambda t, hf: _bad_gguf(t, hf, "sinks", drop=("model.layers.1.self_attn.sinks",)),
+        "blk.1.attn_sinks.weight"),
+    "GGUF: a top k above the expert count": (
+        lambda t, hf: _bad_gguf(t, hf, "topk", metadata={"gpt-oss.expert_used_count": 5}),
+        "num_experts_per_tok is 5, above num_local_experts 4"),
+    "checkpoint: experts of another width": (
+        lambda t, hf: _bad_checkpoint(t, hf, "width", config={"intermediate_size": 48}),
+        "model.layers.0.mlp.experts.gate_up_proj (4, 64, 64) != (4, 64, 96)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_gpt_oss_input_is_one_error_line_and_no_folder(tmp_path, gpt_oss_hf, fixtures_dir, capsys, case):
+    from gguf2ov.cli import main
+
+    make, message = BAD[case]
+    source = make(tmp_path, gpt_oss_hf)
+    capsys.readouterr()
+    out = tmp_path / "out"
+    assert main(["target", str(source), "-o", str(out), "--tokenizer", str(fixtures_dir / "target-hf")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) in (1, 2) and err[0].startswith("error: ") and not any("Traceback" in line for line in err)
+    assert message in err[0], err[0]
+    assert not out.exists()
 
 
 # --- against llama.cpp (tests/data, made by benchmarks/llamacpp_gpt_oss.py) ------------------------------
