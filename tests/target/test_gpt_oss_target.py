@@ -117,6 +117,23 @@ def test_the_paged_conversion_keeps_the_sinks_and_windows(gpt_oss_ir, gpt_oss_hf
         np.testing.assert_array_equal(sinks.get_data().reshape(-1), ckpt.load(f"model.layers.{i}.self_attn.sinks"))
 
 
+@pytest.mark.slow
+def test_optimums_own_export_computes_the_same_without_the_locators_dflash_needs(tmp_path, gpt_oss_hf, gpt_oss_ir):
+    """optimum-intel 2.2.0's `gpt_oss` export of the same checkpoint: the same interface and state
+    variables, the same logits over two stateful steps (1e-5), the same paged conversion (windows,
+    scale, heads); it writes no hidden-state locators, which GenAI's DFlash needs, and this target has."""
+    import openvino as ov
+
+    theirs = tb.optimum_export(gpt_oss_hf, tmp_path / "optimum") / "openvino_model.xml"
+    assert tb.interface(gpt_oss_ir) == tb.interface(theirs)
+    steps = tb.steps(tb.VOCAB)
+    for (a, _), (b, _) in zip(tb.run_steps(gpt_oss_ir, steps), tb.run_steps(theirs, steps)):
+        assert tb.relative(a, b) <= 1e-5
+    assert tb.paged_summary(gpt_oss_ir) == tb.paged_summary(theirs)
+    assert not ov.Core().read_model(str(theirs)).has_rt_info("hidden_states_decoder_layers")
+    assert sorted(tb.locators(gpt_oss_ir)) == list(range(GPT_OSS["num_hidden_layers"]))
+
+
 # --- the GGUF: llama.cpp's layout, MXFP4 experts ---------------------------------------------------
 
 def write_llamacpp_layout(hf, out):
