@@ -220,6 +220,24 @@ def test_a_gguf_with_mxfp4_experts_matches_transformers_on_its_values(tmp_path, 
     assert rounded > 1e-2, rounded  # what the 1e-5 against the file's values tells apart
 
 
+def test_a_large_target_is_checked_on_a_probe_of_its_kinds_and_forms(tmp_path, mxfp4_gguf, fixtures_dir,
+                                                                      monkeypatch):
+    """Above the compile budget, the check compiles a small model of the target's distinct layers, with the
+    same kinds (sliding and full attention with sinks, the clamped experts) and MXFP4 experts."""
+    from gguf2ov.target import probe
+    from opened import build_target
+
+    monkeypatch.setattr(probe, "COMPILE_BUDGET", 0)
+    result = build_target(mxfp4_gguf, tmp_path / "t", tokenizer_dir=fixtures_dir / "target-hf")
+    finding = {c.name: c for c in result.checks}["target-compiled"]
+    assert finding.status == "pass", finding.reason
+    assert finding.reason.startswith("4 GatherMatmul, no Tile or ScatterElementsUpdate, stateful and paged (fused "
+                                     "weights: 4 i8)"), finding.reason
+    # a sliding layer and a full one: the third is a sliding layer of the same forms again
+    assert "checked on a 2-layer model of the target's layer kinds and weight forms (standing for layers 0, 1" in \
+        finding.reason
+
+
 # --- bad input -----------------------------------------------------------------------------------------
 
 def _bad_gguf(tmp_path, hf, name, metadata=None, drop=()):
