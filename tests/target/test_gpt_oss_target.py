@@ -184,8 +184,8 @@ def _transformers_on(source, hf):
     state = {}
     for name in source.expected:
         x = np.array(source.f32(name))
-        if name.endswith(("experts.gate_up_nk", "experts.down_nk")):
-            name, x = name[:-len("_nk")] + ("_proj" if name.endswith("gate_up_nk") else "_proj"), x.swapaxes(-1, -2)
+        if name.endswith(("experts.gate_up_nk", "experts.down_nk")):  # [E, N, K] -> transformers' [E, K, N]
+            name, x = name.removesuffix("_nk") + "_proj", x.swapaxes(-1, -2)
         state[name] = torch.from_numpy(np.ascontiguousarray(x))
     assert not model.load_state_dict(state, strict=False).missing_keys
     return model
