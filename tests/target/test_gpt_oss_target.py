@@ -134,6 +134,21 @@ def test_optimums_own_export_computes_the_same_without_the_locators_dflash_needs
     assert sorted(tb.locators(gpt_oss_ir)) == list(range(GPT_OSS["num_hidden_layers"]))
 
 
+def test_the_paged_check_sees_lost_sinks(tmp_path, gpt_oss_hf, fixtures_dir, monkeypatch, capsys):
+    """The command's target-paged check holds every paged attention to its sinks: an attention built
+    without them (SDPA's five inputs) is stopped in one error line, before the folder is put in place."""
+    from gguf2ov.cli import main
+    from gguf2ov.target.layers import pieces
+
+    monkeypatch.setattr(pieces, "_sdpa_with_sinks", lambda q, k, v, mask, scale, sinks:
+                        pieces._ops().scaled_dot_product_attention(q, k, v, mask, scale, causal=False))
+    out = tmp_path / "out"
+    assert main(["target", str(gpt_oss_hf), "-o", str(out), "--tokenizer", str(fixtures_dir / "target-hf")]) == 1
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(err) == 1 and "attention 0: heads [2, 16], window 4, sinks 0 (expected [2, 16], 4, 4)" in err[0], err
+    assert not out.exists()
+
+
 # --- the GGUF: llama.cpp's layout, MXFP4 experts ---------------------------------------------------
 
 def write_llamacpp_layout(hf, out):

@@ -66,5 +66,7 @@ class Attention(LayerKind, name="attention", role="mixer"):
         return [_state(i, "key"), _state(i, "value")]
 
     def paged(self, c, i):
-        """One paged attention with the config's key/value heads, head size and window (0: full)."""
-        return [{"op": PAGED_ATTENTION, "heads": [c.num_kv_heads, c.head_dim], "window": _window(c, i) or 0}]
+        """One paged attention with the config's key/value heads, head size, window (0: full) and sink
+        logits (one per query head, or none)."""
+        return [{"op": PAGED_ATTENTION, "heads": [c.num_kv_heads, c.head_dim], "window": _window(c, i) or 0,
+                 "sinks": c.num_heads if c.options["sinks"] else 0}]
