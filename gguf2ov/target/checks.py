@@ -167,6 +167,10 @@ def paged_model(model):
     return paged
 
 
+# SDPAToPagedAttention (2026.4.1) carries SDPA's sixth input, the sinks, into this input of the paged attention
+PAGED_SINKS_INPUT = 20
+
+
 def _paged_finding(paged, model, c) -> Finding:
     """The converted graph: every layer's kind converted (attention to a paged attention with the
     config's key/value heads, head size and window; a Gated DeltaNet layer to its paged recurrence and
@@ -188,9 +192,10 @@ def _paged_finding(paged, model, c) -> Finding:
     for i, (op, want) in enumerate(zip([op for op in ops if op.get_type_name() == "PagedAttentionExtension"], attention)):
         rt = op.get_rt_info()
         heads = [int(rt[k].astype(int)) for k in ("num_k_heads", "k_head_size")] if "num_k_heads" in rt else None
-        window = _constant(op.input_value(10))
-        if heads != want["heads"] or window != want["window"]:
-            wrong.append(f"attention {i}: heads {heads}, window {window} (expected {want['heads']}, {want['window']})")
+        window, sinks = _constant(op.input_value(10)), _sink_count(op)
+        if heads != want["heads"] or window != want["window"] or sinks != want.get("sinks", 0):
+            wrong.append(f"attention {i}: heads {heads}, window {window}, sinks {sinks} (expected {want['heads']}, "
+                         f"{want['window']}, {want.get('sinks', 0)})")
     inputs = {port_name(p): p.get_partial_shape() for p in paged.inputs}
     for name, shape in (e["table"] for e in expected if "table" in e):
         have = inputs.get(name)
@@ -202,8 +207,18 @@ def _paged_finding(paged, model, c) -> Finding:
         wrong.append(f"the producers of locator(s) {gone[:6]} are gone after the conversion")
     kinds = ", ".join(f"{n} {op_type}" for op_type, n in Counter(e["op"] for e in expected).items())
     window = f", sliding windows {c.sliding_window} where configured" if c.sliding_window else ""
+    window += ", attention sinks kept" if any(e.get("sinks") for e in attention) else ""
     return _finding("target-paged", not wrong, "; ".join(wrong[:4]) if wrong else f"{kinds} for {c.num_layers} layers, "
                     f"no state op left, every locator kept{window}")
+
+
+def _sink_count(op) -> int:
+    """How many sink logits a paged attention adds to its softmax (input 20, [1, heads, 1, 1]; empty
+    without sinks)."""
+    if op.get_input_size() <= PAGED_SINKS_INPUT:
+        return 0
+    shape = op.input_value(PAGED_SINKS_INPUT).get_partial_shape()
+    return shape[1].get_length() if shape.rank.get_length() == 4 and shape.is_static and shape[0].get_length() else 0
 
 
 def _constant(output):

@@ -9,6 +9,11 @@ and llama.cpp's `ffn_gate_up_exps`). A kind names the layouts it knows (`layouts
 target source (`source.py`) hands out the graph's tensor from whichever the source holds: a stack of
 the experts' tensors, or whole rows of the fused one (for a GGUF, the rows' own blocks: a block never
 spans two rows, so nothing is requantized).
+
+gpt-oss stores its experts otherwise again (`layers/clamped_moe.py`): transformers' checkpoint as
+[E, K, N] (`Transposed`), gate and up fused with their rows interleaved (gate, up, gate, ...);
+llama.cpp's file as [E, N, K] with gate and up apart, which the graph's fused tensor takes row by
+row in turn (`Interleaved`; for a GGUF, the rows' own blocks, so nothing is requantized).
 """
 
 from dataclasses import dataclass
@@ -72,6 +77,67 @@ class Split:
             return None
         raw, qtype = found
         return (lambda: np.ascontiguousarray(raw[:, self.start:self.stop])), qtype
+
+
+@dataclass(frozen=True)
+class Transposed:
+    """The tensor is `stored` ([E, K, N], `stored_shape`) with its last two axes swapped."""
+
+    stored: str
+    stored_shape: tuple[int, ...]
+
+    @property
+    def parts(self) -> tuple[str, ...]:
+        return (self.stored,)
+
+    def shape(self, found: dict) -> tuple[int, ...] | str:
+        shape = tuple(found[self.stored])
+        if shape != tuple(self.stored_shape):
+            return f"{self.stored} {shape} != {tuple(self.stored_shape)}"
+        return (*shape[:-2], shape[-1], shape[-2])
+
+    def stored_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {self.stored: tuple(self.stored_shape)}
+
+    def rows(self, read_whole, read_rows, start: int, stop: int) -> np.ndarray:
+        return np.ascontiguousarray(read_rows(self.stored, start, stop).swapaxes(-1, -2))
+
+    def quantized(self, stored):
+        return None  # a checkpoint's experts: no grid to carry
+
+
+@dataclass(frozen=True)
+class Interleaved:
+    """The tensor's rows along axis 1 are the rows of `parts` (each `part_shape`) in turn: a's row 0, b's
+    row 0, a's row 1, ..."""
+
+    parts: tuple[str, ...]
+    part_shape: tuple[int, ...]
+
+    def shape(self, found: dict) -> tuple[int, ...] | str:
+        bad = [f"{p} {tuple(found[p])}" for p in self.parts if tuple(found[p]) != tuple(self.part_shape)]
+        if bad:
+            return f"{bad[0]} != {tuple(self.part_shape)}"
+        e, n, *rest = self.part_shape
+        return (e, len(self.parts) * n, *rest)
+
+    def stored_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {p: tuple(self.part_shape) for p in self.parts}
+
+    def _interleave(self, arrays) -> np.ndarray:
+        e, n, *rest = arrays[0].shape
+        return np.ascontiguousarray(np.stack(arrays, axis=2).reshape(e, len(arrays) * n, *rest))
+
+    def rows(self, read_whole, read_rows, start: int, stop: int) -> np.ndarray:
+        return self._interleave([read_rows(p, start, stop) for p in self.parts])
+
+    def quantized(self, stored):
+        """(raw bytes, type) of the parts' stored blocks interleaved row by row, or None (a part not
+        quantized, or the parts of different types)."""
+        found = [stored(p) for p in self.parts]
+        if any(f is None or callable(f[0]) for f in found) or len({f[1] for f in found}) != 1:
+            return None
+        return (lambda: self._interleave([f[0] for f in found])), found[0][1]
 
 
 def resolve(expected: dict, found: dict, layouts: dict) -> tuple[dict, dict, list[str]]:

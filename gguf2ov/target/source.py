@@ -28,7 +28,8 @@ from .layouts import resolve
 # llama.cpp stores Llama 3's RoPE scaling as a tensor of per-frequency divisors (its converter's
 # rope_factors; the llama map drops it), not as config keys: RoPE turns by position * inv_freq / factor.
 ROPE_FACTORS = "rope_freqs.weight"
-# and other RoPE scaling as {arch}.rope.scaling.* keys, which no map reads yet
+# and other RoPE scaling as {arch}.rope.scaling.* keys, which a map reads where its architecture states
+# them (gpt-oss's YaRN) and which are refused elsewhere
 ROPE_SCALING_KEY = "{arch}.rope.scaling.type"
 
 # Tensors a checkpoint may hold that the graph does not read: a tied model's lm_head copy, and the
@@ -140,7 +141,8 @@ def open_target_gguf(gguf, map_path=None) -> TargetSource:
     if scaling is not None and not isinstance(scaling, str):  # llama.cpp reads it as a string
         raise Gguf2ovError(f"{path}: {scaling_key} is {summarise(scaling, max_chars=60)}, not a string: the file is "
                            "corrupt", hint="re-download or re-convert the GGUF")
-    if scaling not in (None, "none"):
+    read_by_map = any(scaling_key in rule.get("from", ()) for rule in amap.config.values())
+    if scaling not in (None, "none") and not read_by_map:
         raise Gguf2ovError(f"{path}: {scaling_key} is {scaling!r}: RoPE scaling stated in GGUF metadata is not read "
                            "by the map, and the target would turn positions wrongly",
                            hint="build the target from the Hugging Face checkpoint, whose config states its RoPE")

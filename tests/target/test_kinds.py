@@ -163,7 +163,8 @@ def test_the_decoder_layer_is_the_maps_and_llamas_by_default():
         Step("mixer", "input_layernorm", "post_attention_layernorm"),
         Step("mlp", "pre_feedforward_layernorm", "post_feedforward_layernorm"))
     assert decoder_of(load_map("qwen3")).options == {"norm_offset": 0.0, "scaled_embedding": False,
-                                                     "partial_rotary": False, "qk_norm": True, "qkv_bias": False}
+                                                     "partial_rotary": False, "qk_norm": True, "qkv_bias": False,
+                                                     "sinks": False}
 
 
 def test_only_the_gated_deltanet_keeps_a_recurrent_state():

@@ -137,7 +137,7 @@ def test_a_swish_with_a_beta_input_leaves_the_block_dense(tmp_path, monkeypatch)
     from gguf2ov.target.layers import moe
 
     hf = tb.write_target_checkpoint(tmp_path / "hf", SMALL)
-    monkeypatch.setattr(moe, "_swish", lambda x: opset4.swish(x))
+    monkeypatch.setattr(moe, "swish", lambda x: opset4.swish(x))
     model, forms = build_target_ir(open_target(hf), parse_variant("fp32"))
     (tmp_path / "ir").mkdir()
     save_ir(model, tmp_path / "ir", forms)
@@ -419,7 +419,7 @@ def test_a_block_the_plugin_leaves_dense_fails_the_check(tmp_path, fixtures_dir,
     from gguf2ov.target.layers import moe
 
     hf = tb.write_target_checkpoint(tmp_path / "hf", SMALL)
-    monkeypatch.setattr(moe, "_swish", lambda x: opset4.swish(x))
+    monkeypatch.setattr(moe, "swish", lambda x: opset4.swish(x))
     out = tmp_path / "out"
     assert main(["target", str(hf), "-o", str(out), "--tokenizer", str(fixtures_dir / "target-hf")]) == 1
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]

@@ -1,6 +1,6 @@
 """Softmax attention over a cached key/value state, full or sliding: transformers 5.5.4's
-LlamaAttention and its Qwen2/Qwen3/Gemma 3 variants (biases, q/k norms, a query pre-scale, a
-sliding window), in optimum-intel 2.2.0's op sequence (`pieces.py`).
+LlamaAttention and its Qwen2/Qwen3/Gemma 3/gpt-oss variants (biases, q/k norms, a query pre-scale, a
+sliding window, per-head attention sinks), in optimum-intel 2.2.0's op sequence (`pieces.py`).
 
 One K and one V state variable per layer (`past_key_values.N.keypresent.N.key`, ...), reordered
 by `beam_idx`; GenAI's paged conversion makes one paged attention of each layer, with the layer's
@@ -29,15 +29,21 @@ class Attention(LayerKind, name="attention", role="mixer"):
     # a decoder layer built of this kind and a dense MLP, weights' decompression aside (measured on 4- and
     # 8-layer qwen3 targets: 66.7 KB a layer)
     IR_XML_BYTES = 66_700
-    # an RMSNorm on each query and key head (Qwen3, Gemma 3); q/k/v biases without an o bias (Qwen2)
-    OPTIONS = {"qk_norm": False, "qkv_bias": False}
+    # an RMSNorm on each query and key head (Qwen3, Gemma 3); q/k/v biases without an o bias (Qwen2); a
+    # learned logit per query head in the softmax's denominator (gpt-oss's `self_attn.sinks`)
+    OPTIONS = {"qk_norm": False, "qkv_bias": False, "sinks": False}
 
     def tensors(self, c, i):
-        return attention_tensors(c, layer_prefix(i) + "self_attn.", 1, c.options["qk_norm"], _q_bias(c),
-                                 c.attention_bias)
+        p = layer_prefix(i) + "self_attn."
+        shapes = attention_tensors(c, p, 1, c.options["qk_norm"], _q_bias(c), c.attention_bias)
+        if not c.options["sinks"]:
+            return shapes
+        output = {n: s for n, s in shapes.items() if n.startswith(p + "o_proj.")}  # read after the sinks
+        return {n: s for n, s in shapes.items() if n not in output} | {p + "sinks": (c.num_heads,)} | output
 
     def names(self, options):
-        return attention_names(options["qk_norm"], options["qkv_bias"])
+        return attention_names(options["qk_norm"], options["qkv_bias"]) | (
+            {"self_attn.sinks": True} if options["sinks"] else {})
 
     def build(self, g, x, i):
         c = g.config
@@ -52,12 +58,15 @@ class Attention(LayerKind, name="attention", role="mixer"):
         v = project(g, x, p + "v_proj", c.num_kv_heads, bias=q_bias)
         q, k, v = (heads_first(t) for t in (q, k, v))
         q, k = rotate(g, q, k, c.layer_types[i])
-        attn = attend(g, q, k, v, p, _state(i, "key"), _state(i, "value"), _window(c, i))
+        sinks = g.vector(p + "sinks") if c.options["sinks"] else None
+        attn = attend(g, q, k, v, p, _state(i, "key"), _state(i, "value"), _window(c, i), sinks=sinks)
         return linear(attn, g.weight(p + "o_proj.weight"), p + "o_proj", g.bias(p + "o_proj.bias", c.attention_bias))
 
     def states(self, c, i):
         return [_state(i, "key"), _state(i, "value")]
 
     def paged(self, c, i):
-        """One paged attention with the config's key/value heads, head size and window (0: full)."""
-        return [{"op": PAGED_ATTENTION, "heads": [c.num_kv_heads, c.head_dim], "window": _window(c, i) or 0}]
+        """One paged attention with the config's key/value heads, head size, window (0: full) and sink
+        logits (one per query head, or none)."""
+        return [{"op": PAGED_ATTENTION, "heads": [c.num_kv_heads, c.head_dim], "window": _window(c, i) or 0,
+                 "sinks": c.num_heads if c.options["sinks"] else 0}]

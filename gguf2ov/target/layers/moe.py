@@ -37,7 +37,8 @@ from ...ir.graph_ops import const, linear, named
 from ...ir.graph_ops import ops as _ops
 from ..layouts import Split, Stack
 from .kind import LayerKind
-from .pieces import check_dense_width, gated_mlp, gated_mlp_names, gated_mlp_tensors, layer_prefix
+from .pieces import (check_dense_width, gated_mlp, gated_mlp_names, gated_mlp_tensors, layer_prefix, route, swish,
+                     tile_tokens)
 
 # What the compiled model holds for a sparse layer (x86-64 CPU plugin, openvino 2026.4.1): three
 # GatherMatmul, and nothing of the dense trace (Tile, the routing scatter) left.
@@ -161,29 +162,17 @@ class MixtureOfExperts(LayerKind, name="moe", role="mlp"):
         i64 = np.int64
         flat = named(ops.reshape(x, const([-1, h], i64), False), f"{s}/aten::view/Reshape")  # [T, H]
 
-        # the router, in float32: softmax over every expert, the top k, renormalised
-        probs = named(ops.softmax(linear(flat, g.weight(p + "gate.weight"), p + "gate"), -1),
-                      f"{s}.gate/aten::softmax/Softmax")
-        topk = named(ops.topk(probs, const(m["top_k"], i64), -1, "max", "value", "i64"), f"{s}.gate/aten::topk/TopK")
-        chosen, index = topk.output(0), topk.output(1)
-        if m["norm_topk_prob"]:
-            total = named(ops.reduce_sum(chosen, const([-1], i64), True), f"{s}.gate/aten::sum/ReduceSum")
-            chosen = named(ops.divide(chosen, total), f"{s}.gate/aten::div_/Divide").output(0)
-        zeros = named(ops.broadcast(const(0.0), ops.shape_of(probs, "i64")), f"{s}.experts/aten::zeros/Broadcast")
-        routing = named(ops.scatter_elements_update(zeros, ops.convert(index, "i32"), chosen, const(1, i64)),
-                        f"{s}.experts/aten::scatter_/ScatterElementsUpdate")  # [T, E]
-        routing = ops.reshape(ops.transpose(routing, const([1, 0], i64)), const([e, -1], i64), False)
-        routing = ops.unsqueeze(routing, const(-1, i64))  # [E, T, 1]
-
-        # every token through every expert, batched over E
-        tiled = named(ops.tile(flat, const([e, 1], i64)), f"{s}.experts/aten::repeat/Tile")
-        tiled = named(ops.reshape(tiled, const([e, -1, h], i64), False), f"{s}.experts/aten::view/Reshape")
+        # the router, in float32: softmax over every expert, the top k, renormalised; every token through
+        # every expert, batched over E
+        logits = linear(flat, g.weight(p + "gate.weight"), p + "gate")
+        routing = route(logits, m["top_k"], m["norm_topk_prob"], e, s)  # [E, T, 1]
+        tiled = tile_tokens(flat, e, h, s)  # [E, T, H]
 
         def bmm(inp, name, suffix):
             return named(ops.matmul(inp, g.weight(p + "experts." + name), False, True),
                          f"{s}.experts/aten::bmm/MatMul{suffix}")
 
-        gate = named(_swish(bmm(tiled, "gate_proj", "")), f"{s}.experts.act_fn/aten::silu/Swish")
+        gate = named(swish(bmm(tiled, "gate_proj", "")), f"{s}.experts.act_fn/aten::silu/Swish")
         act = named(ops.multiply(gate, bmm(tiled, "up_proj", "_1")), f"{s}.experts/aten::mul/Multiply")
         down = ops.reshape(bmm(act, "down_proj", "_2"), const([e, -1, h], i64), False)
         weighted = named(ops.multiply(down, routing), f"{s}.experts/aten::mul/Multiply_1")
@@ -191,7 +180,7 @@ class MixtureOfExperts(LayerKind, name="moe", role="mlp"):
 
         if m["shared"]:
             q = p + "shared_expert."
-            sg = named(_swish(linear(flat, g.weight(q + "gate_proj.weight"), q + "gate_proj")),
+            sg = named(swish(linear(flat, g.weight(q + "gate_proj.weight"), q + "gate_proj")),
                        f"__module.{q}act_fn/aten::silu/Swish")
             shared = ops.multiply(sg, linear(flat, g.weight(q + "up_proj.weight"), q + "up_proj"))
             shared = linear(shared, g.weight(q + "down_proj.weight"), q + "down_proj")
@@ -199,10 +188,3 @@ class MixtureOfExperts(LayerKind, name="moe", role="mlp"):
             out = named(ops.add(out, ops.multiply(scale, shared)), f"{s}/aten::add/Add")
         return named(ops.reshape(out, ops.shape_of(x, "i64"), False), f"{s}/aten::reshape/Reshape")
 
-
-def _swish(x):
-    """Swish with one input, as the PyTorch frontend writes SiLU: `opset4.swish` always adds a beta input
-    (Constant 1.0), and ConvertTiledMoeBlockTo3GatherMatmuls matches a one-input Swish only."""
-    from openvino.utils.node_factory import NodeFactory
-
-    return NodeFactory("opset4").create("Swish", [x.output(0) if hasattr(x, "output") else x], {})

@@ -79,10 +79,12 @@ def _partial_rope(x, cos, sin, rotary: int, head_dim: int):
     return ops.concat([apply_rope(part(0, rotary), cos, sin, rotary // 2), part(rotary, I64_MAX)], -1)
 
 
-def attend(g, q, k, v, p: str, key_state: str, value_state: str, window: int | None, geometry: Heads | None = None):
+def attend(g, q, k, v, p: str, key_state: str, value_state: str, window: int | None, geometry: Heads | None = None,
+           sinks: np.ndarray | None = None):
     """SDPA of q over the cached keys and values (state variables `key_state`, `value_state`, their
     Assigns added to the graph's sinks), as [B, L, heads * head_dim]; `window` for a sliding layer,
-    `geometry` the layer's heads (the config's when None)."""
+    `geometry` the layer's heads (the config's when None); `sinks`: one learned logit per query head in
+    each softmax's denominator (gpt-oss), SDPA's sixth input."""
     ops, c = _ops(), g.config
     heads, kv_heads, hd = geometry or heads_of(c)
     keys, assign_k = kv_state(k, g.batch, key_state, kv_heads, hd, g.beam_idx)
@@ -92,9 +94,25 @@ def attend(g, q, k, v, p: str, key_state: str, value_state: str, window: int | N
     mask = g.mask(window, past_len=keys.input_value(0).get_node())
     keys = repeat_kv(keys, kv_heads, heads // kv_heads, hd)
     values = repeat_kv(values, kv_heads, heads // kv_heads, hd)
-    attn = named(ops.scaled_dot_product_attention(q, keys, values, mask, const(c.attention_scale), causal=False),
-                 f"__module.{p[:-1]}/aten::scaled_dot_product_attention/ScaledDotProductAttention")
+    scope = f"__module.{p[:-1]}/aten::scaled_dot_product_attention/ScaledDotProductAttention"
+    if sinks is None:
+        attn = named(ops.scaled_dot_product_attention(q, keys, values, mask, const(c.attention_scale), causal=False),
+                     scope)
+    else:
+        attn = named(_sdpa_with_sinks(q, keys, values, mask, const(c.attention_scale), sinks), scope)
     return ops.reshape(heads_first(attn), const([0, 0, heads * hd], np.int64), True)
+
+
+def _sdpa_with_sinks(q, keys, values, mask, scale, sinks: np.ndarray):
+    """ScaledDotProductAttention-13 with its sixth input, the sinks as [1, heads, 1, 1]: softmax over the
+    scores and the head's sink logit, the sink's share dropped (transformers' eager gpt-oss attention).
+    opset13's Python builder takes five inputs; OpenVINO 2026.4.1's SDPAToPagedAttention carries a static
+    rank-4 sixth input whose heads are the query's into the paged attention's sinks input."""
+    from openvino.utils.node_factory import NodeFactory
+
+    inputs = [x.output(0) if hasattr(x, "output") else x
+              for x in (q, keys, values, mask, scale, const(np.asarray(sinks, np.float32).reshape(1, -1, 1, 1)))]
+    return NodeFactory("opset13").create("ScaledDotProductAttention", inputs, {"causal": False})
 
 
 def attention_names(qk_norm: bool, qkv_bias: bool) -> dict[str, bool]:
@@ -168,3 +186,42 @@ def gated_mlp(g, x, p: str, bias: bool):
         named(ops.gelu(gate, "tanh"), scope + "gelu/Gelu")
     up = project("up_proj", x)
     return project("down_proj", named(ops.multiply(gate, up), f"__module.{p[:-1]}/aten::mul/Multiply"))
+
+
+# --- a mixture of experts in the tiled form the CPU plugin rewrites into GatherMatmul (`moe.py`) ------
+
+def route(logits, top_k: int, renormalise: bool, experts: int, s: str):
+    """The routing weights [E, T, 1] of router `logits` [T, E]: softmax over every expert, the top k
+    (renormalised to sum to 1: the softmax of the top k logits), scattered into zeros, as optimum-intel
+    2.2.0 traces it; `s` the block's node scope."""
+    ops, i64 = _ops(), np.int64
+    probs = named(ops.softmax(logits, -1), f"{s}.gate/aten::softmax/Softmax")
+    topk = named(ops.topk(probs, const(top_k, i64), -1, "max", "value", "i64"), f"{s}.gate/aten::topk/TopK")
+    chosen, index = topk.output(0), topk.output(1)
+    if renormalise:
+        total = named(ops.reduce_sum(chosen, const([-1], i64), True), f"{s}.gate/aten::sum/ReduceSum")
+        chosen = named(ops.divide(chosen, total), f"{s}.gate/aten::div_/Divide").output(0)
+    zeros = named(ops.broadcast(const(0.0), ops.shape_of(probs, "i64")), f"{s}.experts/aten::zeros/Broadcast")
+    routing = named(ops.scatter_elements_update(zeros, ops.convert(index, "i32"), chosen, const(1, i64)),
+                    f"{s}.experts/aten::scatter_/ScatterElementsUpdate")  # [T, E]
+    routing = ops.reshape(ops.transpose(routing, const([1, 0], i64)), const([experts, -1], i64), False)
+    return ops.unsqueeze(routing, const(-1, i64))
+
+
+def tile_tokens(flat, experts: int, hidden: int, s: str):
+    """Every token [T, H] once for each expert, [E, T, H] (the Tile the plugin's rewrite starts from)."""
+    ops, i64 = _ops(), np.int64
+    tiled = named(ops.tile(flat, const([experts, 1], i64)), f"{s}.experts/aten::repeat/Tile")
+    return named(ops.reshape(tiled, const([experts, -1, hidden], i64), False), f"{s}.experts/aten::view/Reshape")
+
+
+def swish(x, beta: float | None = None):
+    """x * sigmoid(beta * x). Without `beta`, Swish with one input, as the PyTorch frontend writes SiLU:
+    `opset4.swish` always adds a beta input (Constant 1.0), and ConvertTiledMoeBlockTo3GatherMatmuls
+    matches a one-input Swish only; gpt-oss's two-GEMM pattern takes its beta as a Constant input."""
+    from openvino.utils.node_factory import NodeFactory
+
+    inputs = [x.output(0) if hasattr(x, "output") else x]
+    if beta is not None:
+        inputs.append(const(beta).output(0))
+    return NodeFactory("opset4").create("Swish", inputs, {})
