@@ -76,15 +76,18 @@ def write_target_checkpoint(path: Path, geometry: dict, seed: int = 0, dtype=Non
     config = CONFIG_MAPPING[spec.pop("model_type")](vocab_size=vocab, max_position_embeddings=256, **spec)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config)
-    gemma = config.model_type.startswith("gemma")
+    gemma = config.model_type in ("gemma", "gemma3_text")
     hybrid = config.model_type.startswith("qwen3_5")  # (1 + w) norms but the gated one, and recurrences
     with torch.no_grad():
         for name, p in model.named_parameters():
             if hybrid and name.endswith(("linear_attn.A_log", "linear_attn.dt_bias", "linear_attn.norm.weight")):
                 p.copy_(_recurrent_init(name, p))
                 continue
-            # Gemma's and Qwen3.5's norms multiply by (1 + w): theirs start near 0, the others' near 1
+            # Gemma's, Gemma 3's and Qwen3.5's norms multiply by (1 + w): theirs start near 0, the others' near 1
             p.copy_(0.2 * torch.randn_like(p) + (1.0 if "norm" in name and not (gemma or hybrid) else 0.0))
+        for name, b in model.named_buffers():
+            if name.endswith("layer_scalar"):  # Gemma 4's output scale of each layer, saved with the weights
+                b.copy_(0.5 + torch.rand_like(b))
     if dtype is not None:
         model = model.to(dtype)
     model.save_pretrained(path)

@@ -63,8 +63,9 @@ Map sections:
 - `target`: how `gguf2ov target` builds the architecture (a map without it is no target): `mixers`
   (layer type -> the kind of layer that mixes tokens in it), `mlp` (the kind of every layer's MLP),
   `layer` (the decoder layer's norms and residual steps, Llama's when absent), `forward` (options
-  of its forward: norms scaling by 1 + w, a scaled embedding, q/k norms, ...) and `sliding` (which
-  layers slide when a config states no layer_types). The kinds are
+  of its forward: norms scaling by 1 + w, a scaled embedding, q/k norms, ...), `sliding` (which
+  layers slide when a config states no layer_types), `head_dim` (a layer type's own head size key)
+  and `refuse` (config keys of variants not built, with why). The kinds are
   `gguf2ov/target/layers/`; `gguf2ov/target/decoder.py` reads this section and holds it against them.
 
 Maps are found in the shipped `tensor_maps/` and in the folders named by GGUF2OV_MAPS (paths
@@ -94,7 +95,7 @@ from .rules import OPS, VALUE_TYPES, is_number, valid_shape_expr, valid_type
 TOP_LEVEL_KEYS = {"arch", "extends", "unset", "strip_hf_prefix", "hf", "config", "tensors", "optional", "groups",
                   "group_hf", "shapes", "legacy", "compare", "target", "layer_tensors", "trailing_blocks",
                   "checkpoint"}
-TARGET_KEYS = {"mixers", "mlp", "layer", "forward", "sliding"}
+TARGET_KEYS = {"mixers", "mlp", "layer", "forward", "sliding", "head_dim", "refuse"}
 TRAILING_KEYS = {"count", "counted_in", "hf", "what", "tensors", "optional"}
 CHECKPOINT_KEYS = {"rename", "ignore", "text_config_of"}
 # Sections whose entries `unset` can drop (the ones that are mappings).

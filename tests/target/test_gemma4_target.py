@@ -1,0 +1,214 @@
+"""Gemma 4 dense text targets (`gemma4_text`, llama.cpp's `gemma4`): sliding and global layers with their
+own head sizes, RoPE bases and (global, attention_k_eq_v) key/value heads and no v_proj, proportional
+RoPE on the global layers, shared-KV layers that read an earlier layer's keys and values, q/k/v norms,
+four norms per layer scaling by w, each layer's output scale, attention scale 1.0, scaled embedding and
+final logit softcapping.
+
+Held to transformers 5.5.4's Gemma4ForCausalLM (logits and every locator over two stateful steps,
+float32); to what OpenVINO's paged conversion (GenAI's, when a draft attaches) makes of it: one paged
+attention per layer with its own heads, head size and window, a shared-KV layer's over the cache of the
+layer it shares; and to GenAI running it with a DFlash draft attached. Per-layer embeddings and the
+mixture of experts are refused in one line.
+"""
+
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+import target_builders as tb
+
+from gguf2ov.cli import main
+from opened import build_target, open_target
+
+LAYERS = ["sliding_attention", "sliding_attention", "full_attention", "sliding_attention", "full_attention"]
+GEMMA4 = {
+    # 31B-like: global layers with a head twice the sliding layers', one key/value head and no v_proj
+    # (attention_k_eq_v); the last two layers (one sliding, one global) share the keys and values of layers
+    # 1 and 2; a window of 4 under the 7-token first step; tied head
+    "shared-kv": dict(model_type="gemma4_text", hidden_size=64, intermediate_size=96, num_hidden_layers=5,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, global_head_dim=32,
+                      attention_k_eq_v=True, num_global_key_value_heads=1, num_kv_shared_layers=2,
+                      layer_types=LAYERS, sliding_window=4, final_logit_softcapping=30.0,
+                      hidden_size_per_layer_input=0),
+    # every layer its own keys and values, v_proj everywhere, half of each global head turned at other RoPE
+    # bases, untied head, no softcap
+    "own-kv-untied": dict(model_type="gemma4_text", hidden_size=48, intermediate_size=64, num_hidden_layers=4,
+                          num_attention_heads=2, num_key_value_heads=1, head_dim=8, global_head_dim=24,
+                          layer_types=["sliding_attention", "full_attention"] * 2, sliding_window=3,
+                          rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 500.0},
+                                           "full_attention": {"rope_type": "proportional", "rope_theta": 20000.0,
+                                                              "partial_rotary_factor": 0.5}},
+                          hidden_size_per_layer_input=0, tie_word_embeddings=False),
+}
+SHARED = GEMMA4["shared-kv"]
+
+
+@pytest.fixture(scope="module", params=list(GEMMA4))
+def gemma4(request, tmp_path_factory):
+    """(checkpoint folder, our fp32 IR) of one geometry."""
+    work = tmp_path_factory.mktemp(request.param)
+    hf = tb.write_target_checkpoint(work / "hf", GEMMA4[request.param], seed=3)
+    return hf, tb.target_ir(hf, work / "ours")
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    return tb.write_target_checkpoint(tmp_path_factory.mktemp("shared") / "hf", SHARED, seed=5)
+
+
+def _transformers(hf):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(hf), dtype=torch.float32)
+
+
+def test_logits_and_every_locator_equal_transformers_over_two_stateful_steps(gemma4):
+    """Within 1e-5 relative (measured: 2.3e-6 at most for the shared-KV geometry)."""
+    hf, xml = gemma4
+    worst = tb.worst_against_transformers(xml, _transformers(hf))
+    assert set(worst) == {"logits", *range(tb.config_of(hf)["num_hidden_layers"])}
+    assert max(worst.values()) <= 1e-5, worst
+
+
+def test_each_layer_keeps_its_own_geometry_and_shared_layers_keep_no_state(gemma4):
+    """A K and a V state per layer with keys and values of its own, shaped by its type's heads; none for a
+    shared layer. The global layers' RoPE turns partial_rotary_factor of the head and passes the rest
+    (a proportional table: zeros past the turned frequencies)."""
+    import openvino as ov
+
+    hf, xml = gemma4
+    config = tb.config_of(hf)
+    c = open_target(hf).config
+    states = {v.get_info().variable_id: str(v.get_info().data_shape)
+              for v in ov.Core().read_model(str(xml)).get_variables()}
+    shared_from = c.num_layers - config.get("num_kv_shared_layers", 0)
+    expected = {}
+    for i, layer_type in enumerate(config["layer_types"]):
+        if i >= shared_from:
+            continue
+        glob = layer_type == "full_attention"
+        kv = config["num_global_key_value_heads"] if glob and config.get("attention_k_eq_v") else \
+            config["num_key_value_heads"]
+        size = config["global_head_dim"] if glob else config["head_dim"]
+        for kind in ("key", "value"):
+            expected[f"past_key_values.{i}.{kind}present.{i}.{kind}"] = f"[?,{kv},?,{size}]"
+    assert states == expected
+    inv_freq, _ = c.rope["full_attention"]
+    turned = int(c.hf.rope_parameters["full_attention"]["partial_rotary_factor"] * config["global_head_dim"] // 2)
+    assert inv_freq.size == config["global_head_dim"] // 2
+    assert np.all(inv_freq[:turned] > 0) and not np.any(inv_freq[turned:])
+
+
+def test_the_paged_conversion_keeps_windows_head_sizes_and_shared_caches(gemma4):
+    """What GenAI makes of the target when a draft attaches: one paged attention per layer, scale 1.0,
+    the sliding layers' window and each type's heads; a shared layer's paged attention reads the key and
+    value caches of the layer it shares (and writes the same keys and values there), so there is one
+    cache per layer with keys and values of its own; no state op left (the `target-paged` check)."""
+    from gguf2ov.target.checks import target_findings
+
+    hf, xml = gemma4
+    config = tb.config_of(hf)
+    c = open_target(hf).config
+    import openvino as ov
+
+    findings = {f.name: f for f in target_findings(ov.Core().read_model(str(xml)), c)}
+    assert all(f.status == "pass" for f in findings.values()), [(f.name, f.reason) for f in findings.values()]
+    paged = tb.paged_summary(xml)
+    own = c.num_layers - config.get("num_kv_shared_layers", 0)
+    caches = Counter(name.split(".")[0] for name, _, _ in paged["inputs"] if name.startswith(("key_cache.",
+                                                                                               "value_cache.")))
+    assert caches == {"key_cache": own, "value_cache": own}
+    expected = []
+    for layer_type in config["layer_types"]:
+        glob = layer_type == "full_attention"
+        kv = config["num_global_key_value_heads"] if glob and config.get("attention_k_eq_v") else \
+            config["num_key_value_heads"]
+        size = config["global_head_dim"] if glob else config["head_dim"]
+        expected.append(([1.0], [0 if glob else config["sliding_window"]], [kv, size, kv, size]))
+    assert paged["attention"] == expected
+    if own < c.num_layers:
+        assert "of them over an earlier layer's key/value cache (shared KV)" in findings["target-paged"].reason
+
+
+def test_the_text_model_of_a_vlm_checkpoint(tmp_path, shared, fixtures_dir):
+    """The hub ships Gemma4ForConditionalGeneration: a gemma4 config with a text_config, the language model
+    under model.language_model., vision and audio towers beside it. The target is the language model
+    alone, config.json its text config; the same IR as from the text checkpoint."""
+    from safetensors.numpy import load_file, save_file
+
+    vlm = tmp_path / "vlm"
+    vlm.mkdir()
+    text = tb.config_of(shared)
+    config = {"model_type": "gemma4", "architectures": ["Gemma4ForConditionalGeneration"],
+              "text_config": {k: v for k, v in text.items() if k != "architectures"},
+              "vision_config": {"hidden_size": 16}, "tie_word_embeddings": True}
+    (vlm / "config.json").write_text(json.dumps(config))
+    state = {k.replace("model.", "model.language_model.", 1): v
+             for k, v in load_file(str(shared / "model.safetensors")).items()}
+    state["model.vision_tower.encoder.layers.0.mlp.up_proj.linear.weight"] = np.zeros((32, 16), np.float32)
+    state["model.embed_vision.embedding_projection.weight"] = np.zeros((64, 16), np.float32)
+    save_file(state, str(vlm / "model.safetensors"))
+    tok = fixtures_dir / "target-hf"
+    build_target(vlm, tmp_path / "from-vlm", tokenizer_dir=tok)
+    build_target(shared, tmp_path / "from-text", tokenizer_dir=tok)
+    assert (tmp_path / "from-vlm" / "openvino_model.bin").read_bytes() == \
+        (tmp_path / "from-text" / "openvino_model.bin").read_bytes()
+    written = json.loads((tmp_path / "from-vlm" / "config.json").read_text())
+    assert written["model_type"] == "gemma4_text" and written["architectures"] == ["Gemma4ForCausalLM"]
+
+
+# --- variants not built yet ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("changes, message", [
+    ({"hidden_size_per_layer_input": 16}, "hidden_size_per_layer_input is 16: per-layer embeddings (Gemma 4 E2B, "
+                                          "E4B), which this version does not build"),
+    ({"enable_moe_block": True, "num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": 32},
+     "enable_moe_block is True: a mixture of experts beside the dense MLP (Gemma 4 26B-A4B), which this version "
+     "does not build"),
+    # layers 1-4 share, and no global layer comes before them
+    ({"num_kv_shared_layers": 4}, "layer 2 (full_attention) shares the keys and values of an earlier "
+                                  "full_attention layer, and the layers before the shared ones have none"),
+])
+def test_unsupported_variants_are_one_error_line_and_no_folder(tmp_path, shared, fixtures_dir, capsys, changes,
+                                                              message):
+    import shutil
+
+    folder = tmp_path / "variant"
+    shutil.copytree(shared, folder)
+    config = tb.config_of(shared) | changes
+    (folder / "config.json").write_text(json.dumps(config))
+    capsys.readouterr()
+    out = tmp_path / "out"
+    assert main(["target", str(folder), "-o", str(out), "--tokenizer", str(fixtures_dir / "target-hf")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) in (1, 2) and err[0].startswith("error: ") and message in err[0], err
+    assert not out.exists()
+
+
+# --- in OpenVINO GenAI, with a DFlash draft attached ---------------------------------------------------
+
+@pytest.mark.slow
+def test_genai_runs_the_target_with_a_dflash_draft_attached(tmp_path, fixtures_dir):
+    """A random DFlash draft (taps at layers 1 and 3, a sliding layer and a shared one) attached to the
+    target in GenAI's continuous-batching pipeline (the paged target, shared layers over their donors'
+    caches): the greedy text with the draft is the text of the target alone, on every fixture prompt."""
+    import dflash_builders as b
+
+    from gguf2ov.job import Job, Options
+    from gguf2ov.runtime.genai import GenerationSettings, read_prompts
+    from gguf2ov.stages.accept import run_acceptance
+
+    hf = tb.write_target_checkpoint(tmp_path / "hf", SHARED, seed=7, vocab=512)  # the fixture tokenizer's
+    result = build_target(hf, tmp_path / "target", tokenizer_dir=fixtures_dir / "target-hf")
+    assert all(c.status == "pass" for c in result.checks), [(c.name, c.reason) for c in result.checks]
+    config = json.loads(json.dumps(b.DRAFT_CONFIG))
+    config.update(hidden_size=SHARED["hidden_size"], vocab_size=512)
+    config["dflash_config"] = {"target_layer_ids": [1, 3], "mask_token_id": 1, "block_size": 8}
+    b.random_checkpoint(config, tmp_path / "draft-hf")
+    Job.of(tmp_path / "draft-hf", None, Options(progress=False)).export(tmp_path / "draft")
+    prompts = read_prompts(fixtures_dir / "prompts.txt")
+    r = run_acceptance(tmp_path / "target", tmp_path / "draft", prompts,
+                       GenerationSettings(max_new_tokens=24, num_assistant_tokens=5, precision="f32"), progress=False)
+    assert r.overall.identical, [p.first_difference for p in r.prompts]
