@@ -22,6 +22,7 @@ A map's `target:` section states:
   `every_layer` (all of them, when a window is set: MistralModel's mask, and Mixtral's, Phi-3's);
 - `head_dim`: layer type -> the config key that gives that type's head size where the config states
   one (Gemma 4's global layers: global_head_dim); other types' heads are the config's head_dim;
+- `rope_factors`: the layer types llama.cpp turns by a file's rope_freqs tensor (absent: every type);
 - `refuse`: config key -> why: a config that sets the key (to anything but 0, false or null) is a
   variant of the architecture this version does not build, refused in one line saying so.
 So a new shape of decoder layer is a map section (and perhaps a kind), never a flag in the code.
@@ -71,6 +72,7 @@ class Decoder:
     sliding: str = "by_layer_types"
     head_dim: dict = field(default_factory=dict)  # layer type -> the config key of its head size
     refuse: dict = field(default_factory=dict)    # config key -> why a config that sets it is refused
+    rope_factors: tuple = ()                       # the layer types a file's rope_freqs divides (): every type
 
     def kinds(self, layer_type: str) -> list[LayerKind]:
         """The kinds of a layer of `layer_type`, in step order."""
@@ -111,9 +113,13 @@ def _read(amap) -> Decoder:
     if sliding not in SLIDING:
         raise bad(f"sliding is {sliding!r}, not one of {', '.join(SLIDING)}")
     head_dim, refuse = section.get("head_dim") or {}, section.get("refuse") or {}
-    if not all(isinstance(v, str) for v in [*head_dim.values(), *refuse.values()]) or set(head_dim) - set(mixers):
-        raise bad("head_dim maps layer types to config keys, refuse config keys to why they are refused")
-    decoder = Decoder(amap.arch, mixers, mlp, layer, {**options, **forward}, sliding, head_dim, refuse)
+    rope_factors = section.get("rope_factors") or []
+    if not all(isinstance(v, str) for v in [*head_dim.values(), *refuse.values()]) or set(head_dim) - set(mixers) \
+            or not isinstance(rope_factors, list) or set(rope_factors) - set(mixers):
+        raise bad("head_dim maps layer types to config keys, refuse config keys to why they are refused, "
+                  "rope_factors lists layer types")
+    decoder = Decoder(amap.arch, mixers, mlp, layer, {**options, **forward}, sliding, head_dim, refuse,
+                      tuple(rope_factors))
     _check_names(amap, decoder, bad)
     return decoder
 

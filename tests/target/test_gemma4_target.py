@@ -159,6 +159,102 @@ def test_the_text_model_of_a_vlm_checkpoint(tmp_path, shared, fixtures_dir):
     assert written["model_type"] == "gemma4_text" and written["architectures"] == ["Gemma4ForCausalLM"]
 
 
+# --- llama.cpp's layout, as the project's writer writes it ---------------------------------------------
+
+def _write_gemma4(hf, path, mix="F32"):
+    from gguf2ov.tools.gguf_writer import write_gguf
+
+    write_gguf(hf, path, "gemma4", mix=mix, extra_metadata={"gemma4.vocab_size": tb.VOCAB})
+    return path
+
+
+def test_a_gguf_in_llama_cpps_layout_builds_the_checkpoints_target(tmp_path, gemma4):
+    """The writer runs the map backwards as llama.cpp's converter writes a gemma4 file: head sizes as
+    key_length_swa and key_length, RoPE bases as freq_base_swa and freq_base, the key/value heads per
+    layer where the global layers have their own, no attn_v in the global layers of an attention_k_eq_v
+    model, no K or V in the shared layers, the global layers' proportional RoPE as rope_freqs (1 for each
+    turned frequency, 1e30 for the others). The target built from it is the checkpoint's, byte for byte."""
+    from gguf2ov.gguf.read import open_gguf
+
+    hf, xml = gemma4
+    config = tb.config_of(hf)
+    path = _write_gemma4(hf, tmp_path / "g.gguf")
+    gguf = open_gguf(path)
+    meta = gguf.metadata
+    glob = config["rope_parameters"]["full_attention"] if "rope_parameters" in config else {}
+    assert (meta["gemma4.attention.key_length_swa"], meta["gemma4.attention.key_length"]) == \
+        (config["head_dim"], config["global_head_dim"])
+    assert list(meta["gemma4.attention.sliding_window_pattern"]) == [t == "sliding_attention"
+                                                                      for t in config["layer_types"]]
+    turned = int(glob["partial_rotary_factor"] * config["global_head_dim"] // 2)
+    np.testing.assert_array_equal(gguf.load("rope_freqs.weight"),
+                                  np.float32([1.0] * turned + [1e30] * (config["global_head_dim"] // 2 - turned)))
+    shared_from = config["num_hidden_layers"] - config.get("num_kv_shared_layers", 0)
+    for n, layer_type in enumerate(config["layer_types"]):
+        own = n < shared_from
+        assert (f"blk.{n}.attn_k.weight" in gguf.tensors) == own
+        assert (f"blk.{n}.attn_v.weight" in gguf.tensors) == (own and not (
+            layer_type == "full_attention" and config.get("attention_k_eq_v")))
+    ours = tb.target_ir(path, tmp_path / "from-gguf")
+    assert ours.with_suffix(".bin").read_bytes() == xml.with_suffix(".bin").read_bytes()
+    c, reference = open_target(path).config, open_target(hf).config
+    assert (c.layer_types, c.head_dims, c.num_kv_heads) == (reference.layer_types, reference.head_dims,
+                                                           reference.num_kv_heads)
+    for key in ("attention_k_eq_v", "num_kv_shared_layers", "sliding_window", "final_logit_softcapping"):
+        assert getattr(c.hf, key) == getattr(reference.hf, key), key
+
+
+def _rewrite(src, dst, kv=None, tensors=None, drop=()):
+    """A copy of a float gemma4 GGUF with metadata and tensors changed (tensors: name -> float32 array)."""
+    from ggufs import write_gguf
+
+    from gguf2ov.gguf.read import open_gguf
+    from gguf2ov.maps.rules import plain_value
+
+    gguf = open_gguf(src)
+    meta = {k: plain_value(v) for k, v in gguf.metadata.items() if k != "general.architecture"}
+    arrays = {n: gguf.load(n) for n in gguf.tensors if n not in drop}
+    write_gguf(dst, "gemma4", meta | (kv or {}), arrays | (tensors or {}))
+    return dst
+
+
+def _bad_files(tmp_path, gguf_path) -> dict:
+    from gguf2ov.gguf.read import open_gguf
+
+    gguf = open_gguf(gguf_path)
+    h = SHARED["hidden_size"]
+    return {
+        "per-layer embeddings": (
+            _rewrite(gguf_path, tmp_path / "ple.gguf", kv={"gemma4.embedding_length_per_layer_input": 8},
+                     tensors={"per_layer_token_embd.weight": np.zeros((tb.VOCAB, 8 * 5), np.float32)}),
+            "per_layer_token_embd.weight: in this model, per-layer embeddings (Gemma 4 E2B, E4B) are not built yet"),
+        "a mixture of experts": (
+            _rewrite(gguf_path, tmp_path / "moe.gguf",
+                     tensors={f"blk.{n}.ffn_gate_inp.weight": np.zeros((4, h), np.float32) for n in range(5)}),
+            "ffn_gate_inp.weight: in this model, a mixture of experts beside the dense FFN (Gemma 4 26B-A4B) is not "
+            "built yet"),
+        "rope_freqs for another head size": (
+            _rewrite(gguf_path, tmp_path / "freqs.gguf", tensors={"rope_freqs.weight": np.ones(8, np.float32)}),
+            "rope_freqs.weight holds 8 factors for the 16 RoPE frequencies of the full_attention layers"),
+        "key/value heads that differ among sliding layers": (
+            _rewrite(gguf_path, tmp_path / "heads.gguf", kv={"gemma4.attention.head_count_kv": [2, 1, 1, 2, 1]}),
+            "gemma4.attention.head_count_kv states num_key_value_heads per layer ([2, 1, 1, 2, 1]), with 2 "
+            "different values in its sliding_attention layers"),
+    }
+
+
+@pytest.mark.parametrize("case", ["per-layer embeddings", "a mixture of experts", "rope_freqs for another head size",
+                                  "key/value heads that differ among sliding layers"])
+def test_bad_gemma4_files_are_one_error_line_and_no_folder(tmp_path, shared, fixtures_dir, capsys, case):
+    path, message = _bad_files(tmp_path, _write_gemma4(shared, tmp_path / "g.gguf"))[case]
+    capsys.readouterr()
+    out = tmp_path / "out"
+    assert main(["target", str(path), "-o", str(out), "--tokenizer", str(fixtures_dir / "target-hf")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) in (1, 2) and err[0].startswith("error: ") and message in err[0], err
+    assert not out.exists()
+
+
 # --- variants not built yet ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("changes, message", [
