@@ -27,7 +27,7 @@ class MetadataReader:
         out = copy.deepcopy(self.hf)
         missing, deferred = [], []
         for hf_key, rule in self.rules.items():
-            if "over" in rule or ("periodic" in rule and self.stated_key(gguf, rule) is None) or by_layer_type(rule):
+            if "over" in rule or by_layer_type(rule) or ("periodic" in rule and self.stated_key(gguf, rule) is None):
                 deferred.append((hf_key, rule))  # computed from other config values, once they are known
                 continue
             value = self._config_value(gguf, hf_key, rule, flags, allow_ambiguous)
@@ -125,7 +125,8 @@ class MetadataReader:
         layer_type = rule.get("in_layers") or rule["layered"]
         layers = [n for n, t in enumerate(types) if t == layer_type]
         if "tensor_absent" in rule:
-            return bool(layers) and all(rule["tensor_absent"].replace("{N}", str(n)) not in gguf.tensors for n in layers)
+            return bool(layers) and all(rule["tensor_absent"].replace("{N}", str(n)) not in gguf.tensors
+                                        for n in layers)
         source = self.stated_key(gguf, rule)
         if source is None or not layers or not is_array(gguf.metadata[source]):
             return self._config_value(gguf, hf_key, dict(rule, layered=False), {}, True)

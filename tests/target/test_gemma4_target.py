@@ -255,6 +255,83 @@ def test_bad_gemma4_files_are_one_error_line_and_no_folder(tmp_path, shared, fix
     assert not out.exists()
 
 
+# --- a file llama.cpp's own converter wrote, and llama.cpp's greedy text on it ---------------------------
+
+def test_a_file_llama_cpps_converter_wrote_builds_the_checkpoints_target(tmp_path):
+    """tests/data/gemma4-llamacpp-F32.gguf: convert_hf_to_gguf.py (llama.cpp 0c1e570) of gemma4_data's
+    checkpoint (benchmarks/llamacpp_gemma4.py). It reads back as the checkpoint (its config too: the
+    per-layer key/value heads, attention_k_eq_v from the global layers' missing attn_v, the proportional
+    RoPE from rope_freqs), the target built from it is the checkpoint's byte for byte, and that computes
+    transformers' model of the checkpoint."""
+    import gemma4_data
+
+    hf = gemma4_data.write_checkpoint(tmp_path / "hf")
+    source, reference = open_target(gemma4_data.LLAMACPP_FILE), open_target(hf)
+    c = source.config
+    assert c.layer_types == reference.config.layer_types
+    assert c.head_dims == {"sliding_attention": 16, "full_attention": 32}
+    assert (c.num_kv_heads, c.hf.num_global_key_value_heads, c.hf.attention_k_eq_v, c.hf.num_kv_shared_layers) == \
+        (2, 1, True, 2)
+    assert source.expected == reference.expected
+    for name in source.expected:
+        np.testing.assert_array_equal(source.f32(name), reference.f32(name), err_msg=name)
+    ours = tb.target_ir(gemma4_data.LLAMACPP_FILE, tmp_path / "from-gguf")
+    from_hf = tb.target_ir(hf, tmp_path / "from-hf")
+    assert ours.with_suffix(".bin").read_bytes() == from_hf.with_suffix(".bin").read_bytes()
+    worst = tb.worst_against_transformers(ours, _transformers(hf))
+    assert max(worst.values()) <= 1e-5, worst
+
+
+def _greedy_ids(xml, prompt_ids: list[int], new_tokens: int, eos: int) -> list[int]:
+    """The target's greedy continuation, one stateful step per token (float32, exact arithmetic)."""
+    import openvino as ov
+
+    from gguf2ov.numerics import EXACT, core
+
+    request = core().compile_model(ov.Core().read_model(str(xml)), "CPU", {**EXACT, "KV_CACHE_PRECISION": "f32"}
+                                   ).create_infer_request()
+    ids, out, past = list(prompt_ids), [], 0
+    while len(out) < new_tokens:
+        result = request.infer({"input_ids": np.array([ids], np.int64),
+                                "attention_mask": np.ones((1, past + len(ids)), np.int64),
+                                "position_ids": np.arange(past, past + len(ids))[None],
+                                "beam_idx": np.zeros(1, np.int32)})
+        past += len(ids)
+        token = int(np.argmax(result["logits"][0, -1]))
+        if token == eos:
+            break
+        out.append(token)
+        ids = [token]
+    return out
+
+
+def _pieces_text(gguf, ids: list[int]) -> str:
+    """The text of `ids` as llama.cpp renders a SentencePiece-style vocabulary: U+2581 as a space, a byte
+    token as its byte, the bytes decoded as llama-simple's output was (invalid UTF-8 replaced)."""
+    tokens, types = gguf.metadata["tokenizer.ggml.tokens"], gguf.metadata["tokenizer.ggml.token_type"]
+    out = b""
+    for i in ids:
+        piece = str(tokens[i])
+        out += bytes([int(piece[3:5], 16)]) if int(types[i]) == 6 else piece.replace("\u2581", " ").encode()
+    return out.decode("utf-8", "replace")
+
+
+def test_the_target_of_llama_cpps_file_generates_llama_cpps_greedy_text(tmp_path):
+    """On llama-tokenize's ids of each prompt, the target built from the file llama.cpp's converter wrote
+    continues greedily as llama-simple did on that file (recorded by benchmarks/llamacpp_gemma4.py: CI
+    has no llama.cpp), the tokens read through the file's own vocabulary."""
+    import gemma4_data
+
+    from gguf2ov.gguf.read import open_gguf
+
+    gguf = open_gguf(gemma4_data.LLAMACPP_FILE)
+    recorded = gemma4_data.llamacpp_greedy()
+    xml = tb.target_ir(gemma4_data.LLAMACPP_FILE, tmp_path / "ours")
+    eos = int(gguf.metadata["tokenizer.ggml.eos_token_id"])
+    ours = [_pieces_text(gguf, _greedy_ids(xml, p["ids"], recorded["new_tokens"], eos)) for p in recorded["prompts"]]
+    assert ours == [p["text"] for p in recorded["prompts"]]
+
+
 # --- variants not built yet ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("changes, message", [
