@@ -64,8 +64,10 @@ def _window(c, i: int) -> int | None:
 
 
 class SharedKvAttention(LayerKind, name="shared_kv_attention", role="mixer"):
-    # measured like attention.py's, on the 4-layer gemma4_text targets of tests/target/test_gemma4_target.py
-    IR_XML_BYTES = 70_000
+    # a layer of this kind with a dense MLP and its layer_scalar, weights' decompression aside (measured on the
+    # fp32 targets of tests/target/test_gemma4_target.py: 72.9 KB a layer over 5 layers, two of them shared;
+    # 86.1 KB over 4 layers with keys and values of their own)
+    IR_XML_BYTES = 80_000
 
     def check(self, c, where):
         """Refuse a config whose layers cannot be built: global key/value heads that do not divide the
