@@ -65,7 +65,8 @@ def _transformers(hf):
 
 
 def test_logits_and_every_locator_equal_transformers_over_two_stateful_steps(gemma4):
-    """Within 1e-5 relative (measured: 2.3e-6 at most for the shared-KV geometry)."""
+    """Within 1e-5 relative (measured: 3.0e-6 at most, a locator of the shared-KV geometry; its logits 2.3e-6;
+    1.0e-6 for the other geometry)."""
     hf, xml = gemma4
     worst = tb.worst_against_transformers(xml, _transformers(hf))
     assert set(worst) == {"logits", *range(tb.config_of(hf)["num_hidden_layers"])}
