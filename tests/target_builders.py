@@ -263,12 +263,13 @@ def target_ir(hf_dir: Path, out: Path, variant: str = "fp32") -> Path:
     return out / "openvino_model.xml"
 
 
-def worst_against_transformers(xml, model) -> dict:
+def worst_against_transformers(xml, model, vocab: int | None = None) -> dict:
     """The largest relative difference of the logits and of every locator's output, each of the two
-    stateful steps against the same positions of transformers' one forward over both."""
+    stateful steps against the same positions of transformers' one forward over both (`vocab`: the
+    text model's, where the model's config states none at its top, a VLM's)."""
     import torch
 
-    token_steps = steps(model.config.vocab_size)
+    token_steps = steps(vocab or model.config.vocab_size)
     with torch.no_grad():
         ref = model(torch.tensor(np.concatenate(token_steps))[None], output_hidden_states=True)
     runs = run_steps(xml, token_steps, locators(xml), properties={"KV_CACHE_PRECISION": "f32"})
