@@ -348,6 +348,44 @@ def test_the_fixture_vlms_language_model_computes_the_vlm_on_text(tmp_path, fixt
     assert max(worst.values()) <= 1e-5, worst
 
 
+def test_the_files_own_tokenizer_gives_llama_cpps_ids():
+    """A gemma4 vocabulary (SentencePiece-style BPE: spaces as U+2581, no space prefix, the file's merges,
+    byte fallback, bos always first) built from the file's metadata, as the HF tokenizer and as the
+    OpenVINO tokenizer the target folder carries: llama-tokenize's ids on every recorded prompt."""
+    import gemma4_data
+    import openvino as ov
+
+    from gguf2ov.gguf.read import open_gguf
+    from gguf2ov.gguf.tokenizer import hf_tokenizer, ov_tokenizers, read_vocab
+
+    gguf = open_gguf(gemma4_data.LLAMACPP_FILE)
+    recorded = gemma4_data.llamacpp_greedy()["prompts"]
+    hf = hf_tokenizer(read_vocab(gguf))
+    assert [hf(p["prompt"])["input_ids"] for p in recorded] == [p["ids"] for p in recorded]
+    tokenizer, detokenizer = ov_tokenizers(gguf)
+    tokenize, detokenize = ov.Core().compile_model(tokenizer, "CPU"), ov.Core().compile_model(detokenizer, "CPU")
+    assert [tokenize([p["prompt"]])["input_ids"][0].tolist() for p in recorded] == [p["ids"] for p in recorded]
+    assert [detokenize(np.array([p["ids"][1:]]))[0][0] for p in recorded] == [p["prompt"] for p in recorded]
+
+
+@pytest.mark.slow
+def test_the_target_folder_of_llama_cpps_file_alone_generates_llama_simples_text_in_genai(tmp_path):
+    """`gguf2ov target gemma4-llamacpp-F32.gguf` and nothing else (the tokenizer from the file): GenAI's
+    greedy text of each prompt, in exact arithmetic, is llama-simple's on that file."""
+    import gemma4_data
+
+    from gguf2ov.numerics import EXACT
+    from gguf2ov.runtime.genai import Prompt, generate, generation_config, make_pipeline
+
+    out = tmp_path / "target"
+    assert main(["target", str(gemma4_data.LLAMACPP_FILE), "-o", str(out)]) == 0
+    recorded = gemma4_data.llamacpp_greedy()
+    pipe = make_pipeline(out, "CPU", EXACT)
+    config = generation_config(pipe, recorded["new_tokens"], None)
+    texts = [generate(pipe, Prompt(p["prompt"]), config, False).text for p in recorded["prompts"]]
+    assert texts == [p["text"] for p in recorded["prompts"]]
+
+
 # --- variants not built yet ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("changes, message", [
