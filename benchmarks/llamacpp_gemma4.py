@@ -1,15 +1,17 @@
 """llama.cpp's own converter and greedy decoding on a gemma4_text checkpoint, recorded for the tests.
 
-    python benchmarks/llamacpp_gemma4.py    # writes tests/data/gemma4-llamacpp-F32.gguf and gemma4-llamacpp.json
+    python benchmarks/llamacpp_gemma4.py    # writes tests/data/gemma4-llamacpp-{F32,Q4_K_M}.gguf, gemma4-llamacpp.json
 
 Needs llama.cpp built by benchmarks/llamacpp.py (0c1e570: its convert_hf_to_gguf.py and gguf-py,
-llama-tokenize, llama-simple). The checkpoint is tests/gemma4_data.py's. Gemma 4's converter reads a
+llama-tokenize, llama-simple, llama-quantize). The checkpoint is tests/gemma4_data.py's. Gemma 4's converter reads a
 SentencePiece-style BPE tokenizer (byte fallback, spaces as U+2581): one of 384 tokens is trained here on
 the prompts below (pad, eos, bos, unk, the 256 byte tokens, then merges) and the converter writes its
 vocabulary into the file. The file is F32: llama.cpp then computes in float32, as the target does.
+llama-quantize makes a Q4_K_M file of it (rows of 64 are too narrow for K-quants: its mix falls back to
+Q5_0 and Q8_0), on which llama.cpp quantizes activations to 8 bits and the target does not.
 
 The JSON records, per prompt, llama-tokenize's ids (BOS first, as llama.cpp adds it for Gemma 4) and
-llama-simple's greedy continuation; tests/target/test_gemma4_target.py decodes the target's greedy
+llama-simple's greedy continuation on each file; tests/target/test_gemma4_target.py decodes the target's greedy
 tokens with the file's own vocabulary and compares.
 """
 
@@ -24,7 +26,7 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import gemma4_data  # noqa: E402
-from llamacpp import convert, tool  # noqa: E402
+from llamacpp import convert, quantize, tool  # noqa: E402
 
 PROMPTS = ("The capital of France is", "Once upon a time", "1, 2, 3, 4,", "def main():", "Hello world")
 NEW_TOKENS = 24
@@ -75,10 +77,13 @@ def main() -> None:
         hf = gemma4_data.write_checkpoint(Path(work) / "hf")
         write_tokenizer(hf)
         convert(hf, gemma4_data.LLAMACPP_FILE, "f32")
-    gguf = gemma4_data.LLAMACPP_FILE
-    print(f"{gguf.relative_to(REPO)}: {gguf.stat().st_size} bytes")
+    gguf, quantized = gemma4_data.LLAMACPP_FILE, gemma4_data.LLAMACPP_Q4_K_M
+    quantize(gguf, quantized, "Q4_K_M")
+    for path in (gguf, quantized):
+        print(f"{path.relative_to(REPO)}: {path.stat().st_size} bytes")
     record = {"llama.cpp": "0c1e570", "new_tokens": NEW_TOKENS,
-              "prompts": [{"prompt": p, "ids": tokenize(gguf, p), "text": simple(gguf, p)} for p in PROMPTS]}
+              "prompts": [{"prompt": p, "ids": tokenize(gguf, p), "text": simple(gguf, p),
+                           "text_Q4_K_M": simple(quantized, p)} for p in PROMPTS]}
     gemma4_data.LLAMACPP_GREEDY.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
     for p in record["prompts"]:
         print(json.dumps(p, ensure_ascii=False))

@@ -1,5 +1,5 @@
 """The gemma4_text checkpoint behind tests/data/gemma4-llamacpp-F32.gguf, which llama.cpp's own converter
-wrote from it (benchmarks/llamacpp_gemma4.py), and llama.cpp's greedy text on that file
+wrote from it (benchmarks/llamacpp_gemma4.py), its Q4_K_M by llama-quantize, and llama.cpp's greedy text on both
 (tests/data/gemma4-llamacpp.json, which CI reads without llama.cpp): tests/target/test_gemma4_target.py's
 shared-KV geometry (sliding and global layers of head sizes 16 and 32, attention_k_eq_v, two shared-KV
 layers) on the vocabulary of a small SentencePiece-style BPE tokenizer, as Gemma 4's converter requires.
@@ -17,6 +17,7 @@ import numpy as np
 
 DATA = Path(__file__).resolve().parent / "data"
 LLAMACPP_FILE = DATA / "gemma4-llamacpp-F32.gguf"
+LLAMACPP_Q4_K_M = DATA / "gemma4-llamacpp-Q4_K_M.gguf"  # llama-quantize's of LLAMACPP_FILE
 LLAMACPP_GREEDY = DATA / "gemma4-llamacpp.json"
 
 CONFIG = {
@@ -67,5 +68,6 @@ def write_checkpoint(folder: Path) -> Path:
 
 
 def llamacpp_greedy() -> dict:
-    """What benchmarks/llamacpp_gemma4.py recorded: per prompt, llama-tokenize's ids and llama-simple's text."""
+    """What benchmarks/llamacpp_gemma4.py recorded: per prompt, llama-tokenize's ids and llama-simple's text on
+    each file."""
     return json.loads(LLAMACPP_GREEDY.read_text())
