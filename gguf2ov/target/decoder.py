@@ -114,8 +114,9 @@ def _read(amap) -> Decoder:
         raise bad(f"sliding is {sliding!r}, not one of {', '.join(SLIDING)}")
     head_dim, refuse = section.get("head_dim") or {}, section.get("refuse") or {}
     rope_factors = section.get("rope_factors") or []
-    if not all(isinstance(v, str) for v in [*head_dim.values(), *refuse.values()]) or set(head_dim) - set(mixers) \
-            or not isinstance(rope_factors, list) or set(rope_factors) - set(mixers):
+    if not (isinstance(head_dim, dict) and isinstance(refuse, dict) and isinstance(rope_factors, list)) \
+            or not all(isinstance(v, str) for v in [*head_dim.values(), *refuse.values()]) \
+            or set(head_dim) - set(mixers) or set(rope_factors) - set(mixers):
         raise bad("head_dim maps layer types to config keys, refuse config keys to why they are refused, "
                   "rope_factors lists layer types")
     decoder = Decoder(amap.arch, mixers, mlp, layer, {**options, **forward}, sliding, head_dim, refuse,
