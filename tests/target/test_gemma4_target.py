@@ -160,6 +160,18 @@ def test_the_text_model_of_a_vlm_checkpoint(tmp_path, shared, fixtures_dir):
     assert written["model_type"] == "gemma4_text" and written["architectures"] == ["Gemma4ForCausalLM"]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("weight_format", ["fp16", "int8", "int4"])
+def test_every_float_and_nncf_format_from_the_checkpoint(tmp_path, shared, fixtures_dir, weight_format):
+    """The command's every format of the shared-KV geometry: its checks all pass (the paged conversion
+    among them, the shared layers over their donors' caches)."""
+    result = build_target(shared, tmp_path / "t", weight_format=weight_format, tokenizer_dir=fixtures_dir / "target-hf",
+                          group_size=16 if weight_format == "int4" else None)
+    assert all(c.status == "pass" for c in result.checks), [(c.name, c.reason) for c in result.checks]
+    paged = next(c for c in result.checks if c.name == "target-paged")
+    assert "2 of them over an earlier layer's key/value cache (shared KV)" in paged.reason
+
+
 # --- llama.cpp's layout, as the project's writer writes it ---------------------------------------------
 
 def _write_gemma4(hf, path, mix="F32"):
