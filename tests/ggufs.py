@@ -207,7 +207,15 @@ def _target_shapes(amap, config: dict) -> dict:
     from gguf2ov.target.config import target_config
     from gguf2ov.target.decoder import stored_shapes
 
-    return stored_shapes(target_config({**amap.hf, **config}, f"a model from {amap.path}", arch=amap.arch))
+    return stored_shapes(target_config(merged(amap.hf, config), f"a model from {amap.path}", arch=amap.arch))
+
+
+def merged(fixed: dict, config: dict) -> dict:
+    """A map's fixed `hf` fields with `config` on top, nested dicts merged (as reading a GGUF merges them)."""
+    out = dict(fixed)
+    for key, value in config.items():
+        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
 
 
 def write_checkpoint_folder(folder, config: dict, state: dict) -> None:

@@ -76,15 +76,18 @@ def write_target_checkpoint(path: Path, geometry: dict, seed: int = 0, dtype=Non
     config = CONFIG_MAPPING[spec.pop("model_type")](vocab_size=vocab, max_position_embeddings=256, **spec)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config)
-    gemma = config.model_type.startswith("gemma")
+    gemma = config.model_type in ("gemma", "gemma3_text")
     hybrid = config.model_type.startswith("qwen3_5")  # (1 + w) norms but the gated one, and recurrences
     with torch.no_grad():
         for name, p in model.named_parameters():
             if hybrid and name.endswith(("linear_attn.A_log", "linear_attn.dt_bias", "linear_attn.norm.weight")):
                 p.copy_(_recurrent_init(name, p))
                 continue
-            # Gemma's and Qwen3.5's norms multiply by (1 + w): theirs start near 0, the others' near 1
+            # Gemma's, Gemma 3's and Qwen3.5's norms multiply by (1 + w): theirs start near 0, the others' near 1
             p.copy_(0.2 * torch.randn_like(p) + (1.0 if "norm" in name and not (gemma or hybrid) else 0.0))
+        for name, b in model.named_buffers():
+            if name.endswith("layer_scalar"):  # Gemma 4's output scale of each layer, saved with the weights
+                b.copy_(0.5 + torch.rand_like(b))
     if dtype is not None:
         model = model.to(dtype)
     model.save_pretrained(path)
@@ -260,12 +263,13 @@ def target_ir(hf_dir: Path, out: Path, variant: str = "fp32") -> Path:
     return out / "openvino_model.xml"
 
 
-def worst_against_transformers(xml, model) -> dict:
+def worst_against_transformers(xml, model, vocab: int | None = None) -> dict:
     """The largest relative difference of the logits and of every locator's output, each of the two
-    stateful steps against the same positions of transformers' one forward over both."""
+    stateful steps against the same positions of transformers' one forward over both (`vocab`: the
+    text model's, where the model's config states none at its top, a VLM's)."""
     import torch
 
-    token_steps = steps(model.config.vocab_size)
+    token_steps = steps(vocab or model.config.vocab_size)
     with torch.no_grad():
         ref = model(torch.tensor(np.concatenate(token_steps))[None], output_hidden_states=True)
     runs = run_steps(xml, token_steps, locators(xml), properties={"KV_CACHE_PRECISION": "f32"})

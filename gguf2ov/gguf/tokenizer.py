@@ -18,6 +18,10 @@ the rt_info GenAI reads. What llama.cpp does, and so what the HF tokenizer is ma
   highest-scoring token is merged until none is left; characters without a token become their
   `<0xXX>` byte tokens. That is BPE with a merge for every split of a token into two tokens,
   ranked by the score of the token it makes (as HF's SpmConverter builds BPE models).
+- `gemma4` (Gemma 4's SentencePiece-style BPE): spaces become `▁` (no space prefix), the text is split
+  into runs of newlines and runs of anything else, and each run goes through the file's ranked merges
+  from its characters; a character without a token becomes its `<0xXX>` byte tokens. llama.cpp
+  always puts bos in front.
 - `add_bos_token` / `add_eos_token` (llama.cpp's defaults when absent) put bos / eos around the ids.
 
 Where openvino_tokenizers' ops would still part from llama.cpp (it joins the pre-tokenizer's regexes
@@ -44,7 +48,9 @@ if TYPE_CHECKING:  # imported where used: building a tokenizer is the only need 
     import openvino
     import transformers
 
-MODELS = ("gpt2", "llama")
+MODELS = ("gpt2", "llama", "gemma4")
+# llama.cpp's pre-tokenizer of a gemma4 vocabulary (LLAMA_VOCAB_PRE_TYPE_GEMMA4): merges never cross a newline
+GEMMA4_SPLIT = "[^\\n]+|[\\n]+"
 # llama.cpp's LLAMA_TOKEN_TYPE_* values: 0 undefined, then gguf.TokenType's 1 (normal) to 6 (byte).
 TOKEN_TYPES = range(7)
 # Token types llama.cpp cuts out of the text before tokenizing (with parse_special).
@@ -57,7 +63,7 @@ EOG_TEXTS = frozenset((
     "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>", "<｜end▁of▁sentence｜>", "[e~[",
 ))
 # llama.cpp's special token ids when the file has none (`llama_vocab::impl::load`).
-DEFAULT_IDS = {"llama": {"bos": 1, "eos": 2, "unk": 0}, "gpt2": {"bos": 11, "eos": 11}}
+DEFAULT_IDS = {"llama": {"bos": 1, "eos": 2, "unk": 0}, "gpt2": {"bos": 11, "eos": 11}, "gemma4": {}}
 _ID_KEYS = {"bos": "tokenizer.ggml.bos_token_id", "eos": "tokenizer.ggml.eos_token_id",
             "pad": "tokenizer.ggml.padding_token_id", "unk": "tokenizer.ggml.unknown_token_id"}
 _HINT = "pass --tokenizer DIR with the target's Hugging Face tokenizer instead"
@@ -68,11 +74,11 @@ class GgufVocab:
     """A GGUF's tokenizer metadata, checked; ids are None where llama.cpp has none."""
 
     path: str
-    model: str                            # "gpt2" or "llama"
+    model: str                            # "gpt2", "llama" or "gemma4"
     tokens: list[str]
     types: np.ndarray                     # int32, llama.cpp's token types (gguf.TokenType)
     scores: np.ndarray | None             # float32; the merge priorities of a "llama" vocabulary
-    merges: list[tuple[str, str]]         # ranked; for "llama" derived from the scores
+    merges: list[tuple[str, str]]         # ranked; for "llama" derived from the scores, else the file's
     pre: PreTokenizer | None              # for "gpt2"
     bos: int | None
     eos: int | None
@@ -116,8 +122,10 @@ def read_vocab(gguf: GgufFile) -> GgufVocab:
     scores = _numbers(gguf, "tokenizer.ggml.scores", n, np.float32, required=model == "llama")
     ids = {name: _token_id(gguf, key, n, DEFAULT_IDS[model].get(name)) for name, key in _ID_KEYS.items()}
     pre = _pre_tokenizer(gguf) if model == "gpt2" else None
-    merges = _bpe_merges(gguf, tokens) if model == "gpt2" else spm_merges(tokens, types, scores)
-    add_bos = _flag(gguf, "tokenizer.ggml.add_bos_token", model == "llama" or (pre is not None and pre.add_bos))
+    merges = spm_merges(tokens, types, scores) if model == "llama" else _bpe_merges(gguf, tokens, model)
+    # llama.cpp adds bos to a gemma4 vocabulary whatever the file says (llama_vocab::impl::load)
+    add_bos = model == "gemma4" or _flag(gguf, "tokenizer.ggml.add_bos_token",
+                                         model == "llama" or (pre is not None and pre.add_bos))
     add_eos = _flag(gguf, "tokenizer.ggml.add_eos_token", False)
     for name, wanted in (("bos", add_bos), ("eos", add_eos)):
         if wanted and ids[name] is None:
@@ -201,7 +209,8 @@ def _tokenizer_json(vocab: GgufVocab) -> dict:
         normalizer = {"type": "Sequence", "normalizers": [
             *([{"type": "Prepend", "prepend": "▁"}] if vocab.add_space_prefix else []),
             {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]}
-        pre_tokenizer = None
+        pre_tokenizer = {"type": "Split", "pattern": {"Regex": GEMMA4_SPLIT}, "behavior": "Isolated",
+                         "invert": False} if vocab.model == "gemma4" else None
         decoder = {"type": "Sequence", "decoders": [
             {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
             {"type": "ByteFallback"}, {"type": "Fuse"},
@@ -318,9 +327,9 @@ def _pre_tokenizer(gguf: GgufFile) -> PreTokenizer:
     return PRE_TOKENIZERS[name]
 
 
-def _bpe_merges(gguf: GgufFile, tokens: list[str]) -> list[tuple[str, str]]:
+def _bpe_merges(gguf: GgufFile, tokens: list[str], model: str) -> list[tuple[str, str]]:
     key = "tokenizer.ggml.merges"
-    merges = _metadata(gguf, key, (StringArray, list), hint="a gpt2 vocabulary needs its merges; " + _HINT)
+    merges = _metadata(gguf, key, (StringArray, list), hint=f"a {model} vocabulary needs its merges; " + _HINT)
     known = set(tokens)
     pairs = []
     for rank, merge in enumerate(merges):

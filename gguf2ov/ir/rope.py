@@ -22,17 +22,19 @@ from ..errors import Gguf2ovError
 
 # The RoPE types whose tables are fixed when the model is built. `dynamic` and `longrope` change
 # them with the sequence length, which a static graph would have to trace (optimum patches longrope).
-ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+ROPE_TYPES = ("default", "linear", "llama3", "yarn", "proportional")
 # RotaryEmbeddingConfigMixin.default_theta, for a config.json that states no base
 DEFAULT_THETA = 10_000.0
 
 
-def rope_table(config, layer_type: str | None = None, where="the config", partial: bool = False
-               ) -> tuple[np.ndarray, float]:
+def rope_table(config, layer_type: str | None = None, where="the config", partial: bool = False,
+               layer_head_dim: int | None = None) -> tuple[np.ndarray, float]:
     """The inverse frequencies (float32 [rotary dim / 2]) and attention scaling of `layer_type`'s RoPE.
 
     `partial`: the model's own default RoPE turns `partial_rotary_factor` of the head (Qwen3.5's
-    compute_default_rope_parameters); most models' default turns the whole head whatever it says."""
+    compute_default_rope_parameters); most models' default turns the whole head whatever it says.
+    `layer_head_dim`: the head size of the layer type's proportional RoPE, where it is not the config's
+    head_dim (Gemma 4's global layers: global_head_dim)."""
     params = rope_parameters(config, layer_type)
     kind = params["rope_type"]
     if kind not in ROPE_TYPES:
@@ -46,6 +48,8 @@ def rope_table(config, layer_type: str | None = None, where="the config", partia
         return _default(params, _rotary_dim(params, head_dim) if partial else head_dim)
     if kind == "linear":
         return _linear(params, head_dim)
+    if kind == "proportional":
+        return _proportional(params, layer_head_dim or head_dim)
     if kind == "llama3":
         return _llama3(params, head_dim)
     return _yarn(params, head_dim, _get(config, "max_position_embeddings"))
@@ -88,6 +92,16 @@ def _linear(params: dict, head_dim: int) -> tuple[np.ndarray, float]:
     # _compute_linear_scaling_rope_parameters: `inv_freq /= factor`, float32(factor)
     inv_freq = np.float32(1.0) / _powers(params["rope_theta"], _rotary_dim(params, head_dim))
     return inv_freq / np.float32(params["factor"]), 1.0
+
+
+def _proportional(params: dict, head_dim: int) -> tuple[np.ndarray, float]:
+    # _compute_proportional_rope_parameters: a table over the whole head whose first
+    # int(partial_rotary_factor * head_dim // 2) frequencies turn (exponents over the whole head_dim) and
+    # whose others are 0 (cos 1, sin 0: those dimensions pass unturned); `inv_freq /= factor`
+    angles = int(params.get("partial_rotary_factor", 1.0) * head_dim // 2)
+    turned = np.float32(1.0) / _powers(params["rope_theta"], head_dim)[:angles]
+    inv_freq = np.concatenate([turned, np.zeros(head_dim // 2 - angles, np.float32)])
+    return inv_freq / np.float32(params.get("factor", 1.0)), 1.0
 
 
 def _llama3(params: dict, head_dim: int) -> tuple[np.ndarray, float]:

@@ -31,8 +31,10 @@ Map sections:
   multiple of KEY's value: every 4th layer full attention); `per_block: true` marks a list the
   file states per GGUF block, whose items for `trailing_blocks` are dropped; `layered: true` reads a
   value the file may state per layer (an array, as Ollama writes head counts) when its non-zero
-  items agree; `write_default: true` writes `default` back when the HF config does not state the
-  value (a key llama.cpp's loader requires).
+  items agree, and `layered: TYPE` reads the items at the layers whose `layer_types` entry is TYPE
+  (written back as a list by layer type when two rules state one key); `tensor_absent: TEMPLATE` with
+  `in_layers: TYPE` is true when no layer of that type holds the tensor; `write_default: true` writes
+  `default` back when the HF config does not state the value (a key llama.cpp's loader requires).
 - `tensors`: GGUF name template (`{N}` = block index) -> HF template, or `{to:, ops: [...],
   aliases: [other GGUF templates of the same tensor, read but never written]}`, or `{refuse: why}`:
   a layout the map cannot read, refused in one error line with why.
@@ -63,8 +65,10 @@ Map sections:
 - `target`: how `gguf2ov target` builds the architecture (a map without it is no target): `mixers`
   (layer type -> the kind of layer that mixes tokens in it), `mlp` (the kind of every layer's MLP),
   `layer` (the decoder layer's norms and residual steps, Llama's when absent), `forward` (options
-  of its forward: norms scaling by 1 + w, a scaled embedding, q/k norms, ...) and `sliding` (which
-  layers slide when a config states no layer_types). The kinds are
+  of its forward: norms scaling by 1 + w, a scaled embedding, q/k norms, ...), `sliding` (which
+  layers slide when a config states no layer_types), `head_dim` (a layer type's own head size key),
+  `rope_factors` (the layer types a file's rope_freqs turns) and `refuse` (config keys of variants
+  not built, with why). The kinds are
   `gguf2ov/target/layers/`; `gguf2ov/target/decoder.py` reads this section and holds it against them.
 
 Maps are found in the shipped `tensor_maps/` and in the folders named by GGUF2OV_MAPS (paths
@@ -94,7 +98,7 @@ from .rules import OPS, VALUE_TYPES, is_number, valid_shape_expr, valid_type
 TOP_LEVEL_KEYS = {"arch", "extends", "unset", "strip_hf_prefix", "hf", "config", "tensors", "optional", "groups",
                   "group_hf", "shapes", "legacy", "compare", "target", "layer_tensors", "trailing_blocks",
                   "checkpoint"}
-TARGET_KEYS = {"mixers", "mlp", "layer", "forward", "sliding"}
+TARGET_KEYS = {"mixers", "mlp", "layer", "forward", "sliding", "head_dim", "refuse", "rope_factors"}
 TRAILING_KEYS = {"count", "counted_in", "hf", "what", "tensors", "optional"}
 CHECKPOINT_KEYS = {"rename", "ignore", "text_config_of"}
 # Sections whose entries `unset` can drop (the ones that are mappings).
@@ -103,7 +107,7 @@ UNSET_SECTIONS = ("hf", "config", "tensors", "optional", "groups", "group_hf", "
 MAPS_ENV = "GGUF2OV_MAPS"
 RULE_KEYS = {"from", "tensor_absent", "type", "add", "default", "optional", "len", "map", "constant", "min", "max",
              "above", "below", "length", "flag", "ambiguous_when", "choices", "write_also", "hf_aliases", "over", "as",
-             "periodic", "per_block", "layered", "write_default"}
+             "periodic", "per_block", "layered", "write_default", "in_layers"}
 # Values a command-line option can set in place of a config rule's `add` (rule key `flag`). Each is
 # a keyword of MetadataReader.hf_config and an option of the commands that read GGUFs, so a new one needs
 # Python; its option is the name with dashes (flag_option).
@@ -469,6 +473,10 @@ def _rule(hf_key, rule, arch, bad, typed: bool = True) -> dict:
     if periodic is not None and not (isinstance(periodic, dict) and set(periodic) == {"every", "then", "else"}):
         raise bad(f"config {hf_key}: periodic must hold every (a config key), then and else (the item of every "
                   "every-th layer, and of the others)")
+    if not isinstance(rule.get("layered", False), (bool, str)) or ("in_layers" in rule and not (
+            isinstance(rule["in_layers"], str) and "tensor_absent" in rule and "{N}" in rule["tensor_absent"])):
+        raise bad(f"config {hf_key}: layered is true or a layer type; in_layers a layer type, with a tensor_absent "
+                  "template of {N}")
     if rule.get("write_default") and "default" not in rule:
         raise bad(f"config {hf_key}: write_default needs a default")
     if "flag" in rule and rule["flag"] not in KNOWN_FLAGS:

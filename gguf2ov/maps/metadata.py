@@ -27,7 +27,7 @@ class MetadataReader:
         out = copy.deepcopy(self.hf)
         missing, deferred = [], []
         for hf_key, rule in self.rules.items():
-            if "over" in rule or ("periodic" in rule and self.stated_key(gguf, rule) is None):
+            if "over" in rule or by_layer_type(rule) or ("periodic" in rule and self.stated_key(gguf, rule) is None):
                 deferred.append((hf_key, rule))  # computed from other config values, once they are known
                 continue
             value = self._config_value(gguf, hf_key, rule, flags, allow_ambiguous)
@@ -83,8 +83,11 @@ class MetadataReader:
                 config_set(config, hf_key, value[:blocks - count])
 
     def _derived_value(self, gguf, hf_key, rule, config: dict):
-        """A value made from another config value: `over` (the file's value divided by it) or
-        `periodic` (a layer pattern, when the file states no list)."""
+        """A value made from another config value: `over` (the file's value divided by it), `periodic`
+        (a layer pattern, when the file states no list), or read at the layers of one type (`layered:
+        TYPE`, `tensor_absent` with `in_layers: TYPE`: by the config's layer_types)."""
+        if by_layer_type(rule):
+            return self._at_layers_of_type(gguf, hf_key, rule, config)
         if "over" in rule:
             value = self._config_value(gguf, hf_key, rule, {}, True)
             if value in (_MISSING, _ABSENT):
@@ -109,6 +112,37 @@ class MetadataReader:
             source = self.source_key(gguf, pattern["every"])
         if bound := out_of_bounds(value, rule):
             raise Gguf2ovError(f"{gguf.path}: {hf_key} would be {short(value)} (from {source}), {bound}",
+                               hint="the file's metadata is malformed; re-download or re-convert the file")
+        return value
+
+    def _at_layers_of_type(self, gguf, hf_key, rule, config: dict):
+        """`layered: TYPE`: a value the file states once, or per layer (the items at the layers of TYPE,
+        which must agree: Gemma 4's key/value heads, one count for its sliding layers and one for its
+        global ones); `tensor_absent` with `in_layers: TYPE`: whether no layer of TYPE holds the tensor."""
+        types = config_get(config, "layer_types")
+        if not isinstance(types, list):
+            return _MISSING
+        layer_type = rule.get("in_layers") or rule["layered"]
+        layers = [n for n, t in enumerate(types) if t == layer_type]
+        if "tensor_absent" in rule:
+            return bool(layers) and all(rule["tensor_absent"].replace("{N}", str(n)) not in gguf.tensors
+                                        for n in layers)
+        source = self.stated_key(gguf, rule)
+        if source is None or not layers or not is_array(gguf.metadata[source]):
+            return self._config_value(gguf, hf_key, dict(rule, layered=False), {}, True)
+        items = plain_value(gguf.metadata[source])
+        if len(items) != len(types):
+            raise Gguf2ovError(f"{gguf.path}: {source} has {len(items)} entries for {len(types)} layers",
+                               hint="the file's metadata is malformed")
+        stated = sorted({items[n] for n in layers}, key=repr)
+        if len(stated) != 1:
+            raise Gguf2ovError(f"{gguf.path}: {source} states {hf_key} per layer ({short(items)}), with "
+                               f"{len(stated)} different values in its {layer_type} layers, where this map reads one",
+                               hint="a per-layer geometry is not supported")
+        value = stated[0]
+        if not has_type(value, rule["type"]) or (bound := out_of_bounds(value, rule)):
+            raise Gguf2ovError(f"{gguf.path}: {hf_key} would be {short(value)} (from {source}), "
+                               f"{bound if has_type(value, rule['type']) else 'not ' + type_words(rule['type'])}",
                                hint="the file's metadata is malformed; re-download or re-convert the file")
         return value
 
@@ -279,6 +313,11 @@ class MetadataReader:
         """The GGUF key the file states `hf_key` with, for messages (the HF key if none)."""
         sources = self.rules.get(hf_key, {}).get("from", [])
         return next((k for k in sources if k in gguf.metadata), sources[0] if sources else hf_key)
+
+
+def by_layer_type(rule) -> bool:
+    """Whether a rule reads its value at the layers of one type (`layered: TYPE`, `in_layers: TYPE`)."""
+    return isinstance(rule.get("layered"), str) or "in_layers" in rule
 
 
 _MISSING = object()

@@ -19,7 +19,7 @@ class GgufWriter:
         rules = dict(self.config_rules)
         if legacy:
             rules.update(self.legacy)
-        out = {}
+        out, by_type = {}, {}
         for hf_key, rule in rules.items():
             value = next((v for k in [hf_key, *rule.get("hf_aliases", [])]
                           if (v := config_get(hf_config, k)) is not None), None)
@@ -40,8 +40,13 @@ class GgufWriter:
                 value = [v - rule["add"] for v in value] if isinstance(value, list) else value - rule["add"]
             if rule.get("type") == "float" and is_number(value):
                 value = float(value)  # a config may say 10000 where the file must hold a float (F32)
+            if isinstance(rule.get("layered"), str):  # one value of the layers of a type
+                by_type.setdefault(rule["from"][0].replace("{arch}", self.arch), {})[rule["layered"]] = value
+                continue
             for key in [rule["from"][0], *rule.get("write_also", [])]:
                 out[key.replace("{arch}", self.arch)] = value
+        for key, values in by_type.items():
+            out[key] = per_layer(values, config_get(hf_config, "layer_types"))
         return out
 
     def gguf_name_for(self, hf_name: str) -> tuple[str, tuple]:
@@ -55,3 +60,12 @@ class GgufWriter:
         """(GGUF name, array) with the map's ops reversed."""
         gguf_name, ops = self.gguf_name_for(hf_name)
         return gguf_name, apply_ops(ops, x, config, reverse=True, where=hf_name)
+
+
+def per_layer(values: dict, layer_types):
+    """What `layered: TYPE` rules write for one key: the value, where they state one; else one item per
+    layer, its type's (as llama.cpp's converter writes Gemma 4's key/value heads)."""
+    distinct = set(values.values())
+    if len(distinct) == 1 or not isinstance(layer_types, list) or not set(layer_types) <= set(values):
+        return next(iter(values.values()))
+    return [values[t] for t in layer_types]

@@ -118,9 +118,13 @@ class TargetIR:
     @cached_property
     def built_as(self):
         """The config as `gguf2ov target` builds it (target.config.TargetConfig), for an architecture
-        this tool builds; None for another, whose checks need no layer kinds."""
+        this tool builds; None for another, whose checks need no layer kinds, and for a VLM's language
+        model (optimum's, which takes embeddings: not the graph `gguf2ov target` builds, even of a
+        gemma4 text model)."""
         from ..target.config import target_config
 
+        if self.kind == "vlm":
+            return None
         try:
             return target_config(self.config, self.path / "config.json")
         except Gguf2ovError:

@@ -189,6 +189,7 @@ def _paged_finding(paged, model, c) -> Finding:
         if found[op_type] != n:
             wrong.append(f"{found[op_type]} {op_type} for {n} layers")
     attention = [e for e in expected if "heads" in e]
+    caches = {}  # the layer whose cache an attention reads (a kind's "cache", else its own) -> that cache
     for i, (op, want) in enumerate(zip([op for op in ops if op.get_type_name() == "PagedAttentionExtension"], attention)):
         rt = op.get_rt_info()
         heads = [int(rt[k].astype(int)) for k in ("num_k_heads", "k_head_size")] if "num_k_heads" in rt else None
@@ -196,6 +197,13 @@ def _paged_finding(paged, model, c) -> Finding:
         if heads != want["heads"] or window != want["window"] or sinks != want.get("sinks", 0):
             wrong.append(f"attention {i}: heads {heads}, window {window}, sinks {sinks} (expected {want['heads']}, "
                          f"{want['window']}, {want.get('sinks', 0)})")
+        cache = op.input_value(3).get_node().get_friendly_name()
+        owner = want.get("cache", ("attention", i))
+        if caches.setdefault(owner, cache) != cache:
+            wrong.append(f"attention {i} reads {cache}, not {caches[owner]}, the cache of layer {owner}")
+    if len(set(caches.values())) != len(caches):
+        wrong.append("attentions of layers with their own keys and values read one cache")
+    shared = sum(1 for e in attention if "cache" in e and e["cache"] != e["layer"])
     inputs = {port_name(p): p.get_partial_shape() for p in paged.inputs}
     for name, shape in (e["table"] for e in expected if "table" in e):
         have = inputs.get(name)
@@ -208,8 +216,9 @@ def _paged_finding(paged, model, c) -> Finding:
     kinds = ", ".join(f"{n} {op_type}" for op_type, n in Counter(e["op"] for e in expected).items())
     window = f", sliding windows {c.sliding_window} where configured" if c.sliding_window else ""
     window += ", attention sinks kept" if any(e.get("sinks") for e in attention) else ""
-    return _finding("target-paged", not wrong, "; ".join(wrong[:4]) if wrong else f"{kinds} for {c.num_layers} layers, "
-                    f"no state op left, every locator kept{window}")
+    reads = f", {shared} of them over an earlier layer's key/value cache (shared KV)" if shared else ""
+    return _finding("target-paged", not wrong, "; ".join(wrong[:4]) if wrong else f"{kinds} for {c.num_layers} layers"
+                    f"{reads}, no state op left, every locator kept{window}")
 
 
 def _sink_count(op) -> int:

@@ -48,6 +48,7 @@ class TargetConfig:
     layer: tuple                   # the decoder layer's residual steps (decoder.Step)
     options: dict                  # the map's forward options, defaults filled in (decoder.py)
     sliding_window: int | None     # the window of the sliding layers (None: no sliding layer)
+    head_dims: dict                # layer type -> its head size (head_dim, or the map's `head_dim` key's)
     rope: dict                     # layer type -> (inverse frequencies f32 [rotary dims / 2], attention scaling)
     attention_scale: float         # query_pre_attn_scalar ** -0.5 (Gemma), else head_dim ** -0.5
     activation: str                # silu | gelu_tanh
@@ -106,9 +107,14 @@ def target_config(raw: dict, where, arch: str | None = None, complete: bool = Fa
         raise Gguf2ovError(f"{where}: activation {activation!r} is not supported",
                            hint=f"supported: {', '.join(ACTIVATIONS)}")
     for key in ("attn_logit_softcapping", "use_bidirectional_attention"):
-        if getattr(hf, key, None):
+        # Gemma 4's "vision" lets image tokens see each other: a text model's attention stays causal
+        if getattr(hf, key, None) and getattr(hf, key) != "vision":
             # SDPA (and the paged attention GenAI runs) has no logit cap; bidirectional Gemma is an encoder
             raise Gguf2ovError(f"{where}: {key} is {getattr(hf, key)!r}: not supported in an OpenVINO LLM target")
+    for key, why in decoder.refuse.items():
+        if getattr(hf, key, None):
+            raise Gguf2ovError(f"{where}: {key} is {getattr(hf, key)!r}: {why}, which this version does not build")
+    head_dims = _head_dims(hf, decoder.head_dim, layer_types, head_dim, where)
     scalar = getattr(hf, "query_pre_attn_scalar", None)
     cap = getattr(hf, "final_logit_softcapping", None)
     config = TargetConfig(
@@ -117,7 +123,7 @@ def target_config(raw: dict, where, arch: str | None = None, complete: bool = Fa
         vocab_size=hf.vocab_size, rms_norm_eps=float(hf.rms_norm_eps),
         tie_word_embeddings=bool(getattr(hf, "tie_word_embeddings", False)), layer_types=layer_types,
         mixers=mixers, mlp=decoder.mlp, layer=decoder.layer, options=forward, sliding_window=window,
-        rope=_rope(hf, layer_types, head_dim, where, bool(forward["partial_rotary"])),
+        head_dims=head_dims, rope=_rope(hf, layer_types, head_dims, where, bool(forward["partial_rotary"])),
         attention_scale=float((scalar or head_dim) ** -0.5), activation=ACTIVATIONS[activation],
         attention_bias=bool(getattr(hf, "attention_bias", False)), mlp_bias=bool(getattr(hf, "mlp_bias", False)),
         # float32, as the embedding module's buffer holds it: Gemma's sqrt(3072) is 55.4256, not 55.43
@@ -180,12 +186,25 @@ def _hf_config(raw: dict, where):
             from e
 
 
-def _rope(hf, layer_types, head_dim: int, where, partial: bool = False) -> dict:
+def _head_dims(hf, keys: dict, layer_types, head_dim: int, where) -> dict:
+    """{layer type: head size}: the config's head_dim, or for a type the map names in `head_dim` the
+    config key it names, where the config sets it (Gemma 4's global layers: global_head_dim)."""
+    dims = {}
+    for layer_type in sorted(set(layer_types)):
+        size = getattr(hf, keys[layer_type], None) if layer_type in keys else None
+        if size is not None and not (is_int(size) and size > 0 and size % 2 == 0):
+            raise Gguf2ovError(f"{where}: {keys[layer_type]} is {size!r}, not a positive even integer")
+        dims[layer_type] = size or head_dim
+    return dims
+
+
+def _rope(hf, layer_types, head_dims: dict, where, partial: bool = False) -> dict:
     """{layer type: (inverse frequencies, attention scaling)}, as transformers' rotary embedding makes them;
     `partial`: the model turns the first partial_rotary_factor of each head only (the map's forward)."""
     tables = {}
     for layer_type in sorted(set(layer_types)):
-        inv_freq, scaling = rope_table(hf, layer_type, where, partial=partial)
+        head_dim = head_dims[layer_type]
+        inv_freq, scaling = rope_table(hf, layer_type, where, partial=partial, layer_head_dim=head_dim)
         if partial and not (0 < 2 * inv_freq.size <= head_dim):
             raise Gguf2ovError(f"{where}: RoPE rotates {2 * inv_freq.size} of {head_dim} head dimensions")
         if not partial and 2 * inv_freq.size != head_dim:

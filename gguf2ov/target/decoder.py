@@ -19,12 +19,17 @@ A map's `target:` section states:
   (`LayerKind.OPTIONS`); an option no part of the decoder reads is refused;
 - `sliding`: which layers slide over the config's `sliding_window` when the config states no
   `layer_types`: `by_layer_types` (none: every layer attends fully, transformers' default) or
-  `every_layer` (all of them, when a window is set: MistralModel's mask, and Mixtral's, Phi-3's).
+  `every_layer` (all of them, when a window is set: MistralModel's mask, and Mixtral's, Phi-3's);
+- `head_dim`: layer type -> the config key that gives that type's head size where the config states
+  one (Gemma 4's global layers: global_head_dim); other types' heads are the config's head_dim;
+- `rope_factors`: the layer types llama.cpp turns by a file's rope_freqs tensor (absent: every type);
+- `refuse`: config key -> why: a config that sets the key (to anything but 0, false or null) is a
+  variant of the architecture this version does not build, refused in one line saying so.
 So a new shape of decoder layer is a map section (and perhaps a kind), never a flag in the code.
 """
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import Gguf2ovError
 from .layers import REGISTRY, LayerKind, layer_prefix, of_role
@@ -65,6 +70,9 @@ class Decoder:
     layer: tuple[Step, ...]
     options: dict                # every option the decoder and its kinds read, with the map's value or the default
     sliding: str = "by_layer_types"
+    head_dim: dict = field(default_factory=dict)  # layer type -> the config key of its head size
+    refuse: dict = field(default_factory=dict)    # config key -> why a config that sets it is refused
+    rope_factors: tuple = ()                       # the layer types a file's rope_freqs divides (): every type
 
     def kinds(self, layer_type: str) -> list[LayerKind]:
         """The kinds of a layer of `layer_type`, in step order."""
@@ -104,7 +112,15 @@ def _read(amap) -> Decoder:
     sliding = section.get("sliding", SLIDING[0])
     if sliding not in SLIDING:
         raise bad(f"sliding is {sliding!r}, not one of {', '.join(SLIDING)}")
-    decoder = Decoder(amap.arch, mixers, mlp, layer, {**options, **forward}, sliding)
+    head_dim, refuse = section.get("head_dim") or {}, section.get("refuse") or {}
+    rope_factors = section.get("rope_factors") or []
+    if not (isinstance(head_dim, dict) and isinstance(refuse, dict) and isinstance(rope_factors, list)) \
+            or not all(isinstance(v, str) for v in [*head_dim.values(), *refuse.values()]) \
+            or set(head_dim) - set(mixers) or set(rope_factors) - set(mixers):
+        raise bad("head_dim maps layer types to config keys, refuse config keys to why they are refused, "
+                  "rope_factors lists layer types")
+    decoder = Decoder(amap.arch, mixers, mlp, layer, {**options, **forward}, sliding, head_dim, refuse,
+                      tuple(rope_factors))
     _check_names(amap, decoder, bad)
     return decoder
 

@@ -162,15 +162,64 @@ def gguf_target_config(gguf, amap, config: dict, plan) -> TargetConfig:
     table = next((e.shape for e in plan if e.hf_name == EMBEDDING), None)
     if raw.get("vocab_size") is None and table is not None:
         raw["vocab_size"] = table[0]  # a file without a vocabulary states it by its table
+    factors = gguf.load(ROPE_FACTORS).reshape(-1) if ROPE_FACTORS in gguf.tensors else None
+    if factors is not None:
+        raw = _proportion_stated(raw, decoder_of(amap).rope_factors, factors)
     c = target_config(raw, gguf.path, arch=amap.arch, complete=True)
-    if ROPE_FACTORS in gguf.tensors:
-        factors = gguf.load(ROPE_FACTORS).reshape(-1)
-        if factors.size * 2 != c.head_dim:
-            raise Gguf2ovError(f"{gguf.path}: {ROPE_FACTORS} holds {factors.size} factors for a head_dim of "
-                               f"{c.head_dim}")
-        rope = {t: ((inv_freq / factors).astype(np.float32), scaling) for t, (inv_freq, scaling) in c.rope.items()}
+    if factors is not None:
+        rope = dict(c.rope)
+        for layer_type in decoder_of(amap).rope_factors or sorted(c.rope):
+            if layer_type in rope:
+                rope[layer_type] = _divided(gguf.path, layer_type, *rope[layer_type], factors)
         c = dataclasses.replace(c, rope=rope)
     return c
+
+
+# llama.cpp states a frequency it leaves unturned (proportional RoPE) by this factor or more (its converter: 1e30)
+UNTURNED = 1e20
+
+
+def _proportion_stated(raw: dict, layer_types, factors: np.ndarray) -> dict:
+    """`raw` with the partial rotary factor of each of `layer_types` whose RoPE is proportional as the file
+    states it: the share of its rope_freqs that llama.cpp turns (Gemma 4's converter writes 1 for each
+    turned frequency, 1e30 for the others)."""
+    params = raw.get("rope_parameters")
+    if not isinstance(params, dict):
+        return raw
+    stated = {t: {**params[t], "partial_rotary_factor": int(np.sum(factors < UNTURNED)) / factors.size}
+              for t in layer_types if isinstance(params.get(t), dict) and params[t].get("rope_type") == "proportional"}
+    return {**raw, "rope_parameters": {**params, **stated}} if stated else raw
+
+
+def rope_factors_of(config: dict, amap) -> np.ndarray | None:
+    """The rope_freqs tensor llama.cpp's converter writes for a model whose map turns some layer types by it
+    (Gemma 4: the global layers' proportional RoPE, 1 for each turned frequency and 1e30 for the others);
+    None for another model."""
+    from ..ir.rope import rope_parameters
+
+    decoder = decoder_of(amap)
+    for layer_type in decoder.rope_factors:
+        params = rope_parameters(config, layer_type)
+        if params.get("rope_type") == "proportional":
+            size = config.get(decoder.head_dim.get(layer_type, "head_dim")) or config["head_dim"]
+            turned = int(params.get("partial_rotary_factor", 1.0) * size // 2)
+            return np.array([1.0] * turned + [1e30] * (size // 2 - turned), np.float32)
+    return None
+
+
+def _divided(path, layer_type: str, inv_freq: np.ndarray, scaling: float, factors: np.ndarray) -> tuple:
+    """A layer type's RoPE table divided by the file's rope_freqs, which must turn the frequencies the
+    table turns (a table's 0: a frequency proportional RoPE leaves unturned, which the file states by a
+    factor of 1e30; 0 / 1e30 is 0, so such a table is kept exactly)."""
+    if factors.size != inv_freq.size:
+        raise Gguf2ovError(f"{path}: {ROPE_FACTORS} holds {factors.size} factors for the {inv_freq.size} RoPE "
+                           f"frequencies of the {layer_type} layers")
+    if np.any((inv_freq == 0) != (factors >= UNTURNED)):
+        raise Gguf2ovError(f"{path}: {ROPE_FACTORS} leaves {int(np.sum(factors >= UNTURNED))} of the "
+                           f"{factors.size} RoPE frequencies of the {layer_type} layers unturned, and the config "
+                           f"{int(np.sum(inv_freq == 0))}: the file's partial rotary factor is not the map's",
+                           hint="the file was not written by llama.cpp's converter from a model this map describes")
+    return (inv_freq / factors).astype(np.float32), scaling
 
 
 def wrong_kind_shapes(gguf, plan, c: TargetConfig) -> list[str]:

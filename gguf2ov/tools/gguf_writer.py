@@ -20,6 +20,7 @@ from ..errors import Gguf2ovError
 from ..hf.checkpoint import Checkpoint, read_json_object
 from ..maps.load import load_map
 from ..progress import progress as progress_bar
+from ..target.source import ROPE_FACTORS, rope_factors_of
 
 Q = GGMLQuantizationType
 ARCH = "dflash"
@@ -138,6 +139,10 @@ def write_gguf(checkpoint_dir, out_path, arch: str, tokenizer_dir=None, mix: str
         qtype = tensor_type(gguf_name, values.shape, mix, n_layers, n_expert, pure)
         _add_tensor(writer, gguf_name, values, qtype)
         counts[qtype.name] = counts.get(qtype.name, 0) + 1
+
+    if amap.target is not None and (factors := rope_factors_of(config, amap)) is not None:
+        _add_tensor(writer, ROPE_FACTORS, factors, Q.F32)  # as llama.cpp's converter adds it
+        counts[Q.F32.name] = counts.get(Q.F32.name, 0) + 1
 
     out_path = Path(out_path)
     write_atomically(writer, out_path)

@@ -119,8 +119,10 @@ def test_a_map_naming_an_unknown_kind_is_refused(tmp_path, mixers, mlp, unknown)
                                      "dense); known: norm_offset, partial_rotary, qk_norm, qkv_bias, scaled_embedding"),
     ("  layer: [{block: mixer, norm: input_layernorm}]\n", "layer must have one mixer step, then one mlp step"),
     ("  layer: [{block: attention}, {block: mlp}]\n", "a step is {block, norm, post_norm, residual}, block one of "
-                                                       "mixer, mlp"),
-    ("  layer: [{block: mixer, pre_norm: x}, {block: mlp}]\n", "layer step {'block': 'mixer', 'pre_norm': 'x'}")])
+                                                       "layer_scalar, mixer, mlp"),
+    ("  layer: [{block: mixer, pre_norm: x}, {block: mlp}]\n", "layer step {'block': 'mixer', 'pre_norm': 'x'}"),
+    ("  head_dim: [global_head_dim]\n", "head_dim maps layer types to config keys"),
+    ("  rope_factors: [sliding_attention]\n", "rope_factors lists layer types")])
 def test_a_target_section_the_decoder_cannot_build_is_one_error_naming_the_map(tmp_path, target, needle):
     from gguf2ov.errors import Gguf2ovError
 

@@ -7,7 +7,9 @@ a map alone. Where the kinds sit in a decoder layer (norms and residuals) is the
 `target/decoder.py`.
 """
 
-from . import attention, clamped_moe, gated_attention, gated_deltanet, mlp, moe  # noqa: F401  (the registry: each registers)
+# the registry: each registers
+from . import (attention, clamped_moe, gated_attention, gated_deltanet, layer_scalar, mlp, moe,  # noqa: F401
+               shared_kv_attention)
 from .kind import REGISTRY, LayerKind
 from .pieces import layer_prefix
 

@@ -61,10 +61,12 @@ def heads_first(x):  # [B, L, H, d] -> [B, H, L, d]
 
 def rotate(g, q, k, layer_type: str, head_dim: int | None = None):
     """q and k [B, H, L, head_dim] turned by the layer type's RoPE (NeoX halves) from `position_ids`; a
-    table narrower than the head turns its first dimensions only (partial rotary), the rest pass."""
+    table narrower than the head turns its first dimensions only (partial rotary), the rest pass.
+    `k` None: a layer that reads another layer's keys turns its queries only."""
     cos, sin = g.rope(layer_type)
     rotary, head_dim = 2 * g.config.rope[layer_type][0].size, head_dim or g.config.head_dim
-    return _partial_rope(q, cos, sin, rotary, head_dim), _partial_rope(k, cos, sin, rotary, head_dim)
+    return (_partial_rope(q, cos, sin, rotary, head_dim),
+            None if k is None else _partial_rope(k, cos, sin, rotary, head_dim))
 
 
 def _partial_rope(x, cos, sin, rotary: int, head_dim: int):
@@ -80,26 +82,42 @@ def _partial_rope(x, cos, sin, rotary: int, head_dim: int):
 
 
 def attend(g, q, k, v, p: str, key_state: str, value_state: str, window: int | None, geometry: Heads | None = None,
-           sinks: np.ndarray | None = None):
+           scale: float | None = None, sinks: np.ndarray | None = None):
     """SDPA of q over the cached keys and values (state variables `key_state`, `value_state`, their
     Assigns added to the graph's sinks), as [B, L, heads * head_dim]; `window` for a sliding layer,
-    `geometry` the layer's heads (the config's when None); `sinks`: one learned logit per query head in
-    each softmax's denominator (gpt-oss), SDPA's sixth input."""
-    ops, c = _ops(), g.config
-    heads, kv_heads, hd = geometry or heads_of(c)
-    keys, assign_k = kv_state(k, g.batch, key_state, kv_heads, hd, g.beam_idx)
-    values, assign_v = kv_state(v, g.batch, value_state, kv_heads, hd, g.beam_idx)
+    `geometry` the layer's heads (the config's when None), `scale` the query scale (the config's);
+    `sinks`: one learned logit per query head in each softmax's denominator (gpt-oss), SDPA's sixth
+    input."""
+    geometry = geometry or heads_of(g.config)
+    keys, values = cached_kv(g, k, v, key_state, value_state, geometry)
+    return attend_cached(g, q, keys, values, p, window, geometry, scale, sinks)
+
+
+def cached_kv(g, k, v, key_state: str, value_state: str, geometry: Heads):
+    """(past + new keys, past + new values) [B, kv heads, past + L, head_dim]: k and v appended to their
+    state variables, whose Assigns join the graph's sinks."""
+    keys, assign_k = kv_state(k, g.batch, key_state, geometry.kv, geometry.size, g.beam_idx)
+    values, assign_v = kv_state(v, g.batch, value_state, geometry.kv, geometry.size, g.beam_idx)
     g.sinks += [assign_k, assign_v]
+    return keys, values
+
+
+def attend_cached(g, q, keys, values, p: str, window: int | None, geometry: Heads, scale: float | None = None,
+                  sinks: np.ndarray | None = None):
+    """SDPA of q over `keys` and `values` (`cached_kv`'s, this layer's or those of the layer it shares
+    them with), as [B, L, heads * head_dim]; `scale` and `sinks` as `attend`'s."""
+    ops = _ops()
+    heads, kv_heads, hd = geometry
     # the cached length as optimum reads it: the first attention layer's key state
     mask = g.mask(window, past_len=keys.input_value(0).get_node())
     keys = repeat_kv(keys, kv_heads, heads // kv_heads, hd)
     values = repeat_kv(values, kv_heads, heads // kv_heads, hd)
+    scale = const(g.config.attention_scale if scale is None else scale)
     scope = f"__module.{p[:-1]}/aten::scaled_dot_product_attention/ScaledDotProductAttention"
     if sinks is None:
-        attn = named(ops.scaled_dot_product_attention(q, keys, values, mask, const(c.attention_scale), causal=False),
-                     scope)
+        attn = named(ops.scaled_dot_product_attention(q, keys, values, mask, scale, causal=False), scope)
     else:
-        attn = named(_sdpa_with_sinks(q, keys, values, mask, const(c.attention_scale), sinks), scope)
+        attn = named(_sdpa_with_sinks(q, keys, values, mask, scale, sinks), scope)
     return ops.reshape(heads_first(attn), const([0, 0, heads * hd], np.int64), True)
 
 

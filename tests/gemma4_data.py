@@ -1,0 +1,73 @@
+"""The gemma4_text checkpoint behind tests/data/gemma4-llamacpp-F32.gguf, which llama.cpp's own converter
+wrote from it (benchmarks/llamacpp_gemma4.py), its Q4_K_M by llama-quantize, and llama.cpp's greedy text on both
+(tests/data/gemma4-llamacpp.json, which CI reads without llama.cpp): tests/target/test_gemma4_target.py's
+shared-KV geometry (sliding and global layers of head sizes 16 and 32, attention_k_eq_v, two shared-KV
+layers) on the vocabulary of a small SentencePiece-style BPE tokenizer, as Gemma 4's converter requires.
+
+Every value is computed from its tensor's name and position with integer arithmetic alone (no random
+generator whose stream could change), as a multiple of 1/1024 below 2 in magnitude: the file holds the
+checkpoint's values exactly.
+"""
+
+import json
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+DATA = Path(__file__).resolve().parent / "data"
+LLAMACPP_FILE = DATA / "gemma4-llamacpp-F32.gguf"
+LLAMACPP_Q4_K_M = DATA / "gemma4-llamacpp-Q4_K_M.gguf"  # llama-quantize's of LLAMACPP_FILE
+LLAMACPP_GREEDY = DATA / "gemma4-llamacpp.json"
+
+CONFIG = {
+    "architectures": ["Gemma4ForCausalLM"], "model_type": "gemma4_text", "vocab_size": 384, "hidden_size": 64,
+    "intermediate_size": 96, "num_hidden_layers": 5, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "head_dim": 16, "global_head_dim": 32, "attention_k_eq_v": True, "num_global_key_value_heads": 1,
+    "num_kv_shared_layers": 2, "sliding_window": 4, "final_logit_softcapping": 30.0,
+    "layer_types": ["sliding_attention", "sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+    "hidden_size_per_layer_input": 0, "hidden_activation": "gelu_pytorch_tanh", "rms_norm_eps": 1e-6,
+    "max_position_embeddings": 512, "tie_word_embeddings": True, "pad_token_id": 0, "eos_token_id": 1,
+    "bos_token_id": 2,
+    "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                        "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                           "rope_theta": 1000000.0}},
+}
+
+
+def values(name: str, shape) -> np.ndarray:
+    """The tensor's values: multiples of 1/1024 from a hash of its name and each position."""
+    n = int(np.prod(shape))
+    seed = np.uint64(zlib.crc32(name.encode()))
+    h = (np.arange(n, dtype=np.uint64) * np.uint64(2654435761) + seed * np.uint64(40503)) % np.uint64(1 << 32)
+    u = ((h >> np.uint64(8)) % np.uint64(1024)).astype(np.int64) - 512  # -512 .. 511
+    if name.endswith("layer_scalar"):
+        k = 768 + u // 2  # an output scale of 0.5 .. 1
+    elif "norm" in name:
+        k = 1024 + u // 2  # Gemma 4's norms scale by w: near 1
+    else:
+        k = u // 2
+    return (k / 1024).astype(np.float32).reshape(shape)
+
+
+def write_checkpoint(folder: Path) -> Path:
+    """The checkpoint (no tokenizer: the converter's is benchmarks/llamacpp_gemma4.py's) in `folder`, saved
+    by transformers 5.5.4's Gemma4ForCausalLM with every parameter and buffer set by `values`."""
+    import torch
+    from transformers import AutoModelForCausalLM, CONFIG_MAPPING
+
+    config = CONFIG_MAPPING["gemma4_text"].from_dict({k: v for k, v in CONFIG.items() if k != "model_type"})
+    model = AutoModelForCausalLM.from_config(config)
+    state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    with torch.no_grad():
+        for name, tensor in state.items():
+            if tensor.is_floating_point() and tensor.shape and "rotary_emb" not in name and "embed_scale" not in name:
+                tensor.copy_(torch.from_numpy(values(name, tuple(tensor.shape))))
+    model.save_pretrained(folder)
+    return folder
+
+
+def llamacpp_greedy() -> dict:
+    """What benchmarks/llamacpp_gemma4.py recorded: per prompt, llama-tokenize's ids and llama-simple's text on
+    each file."""
+    return json.loads(LLAMACPP_GREEDY.read_text())
