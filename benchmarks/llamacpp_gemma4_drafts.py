@@ -1,6 +1,6 @@
 """llama.cpp's own converter on tiny Gemma 4 drafts that GenAI does not run: the files gguf2ov names and refuses.
 
-    python benchmarks/llamacpp_gemma4_drafts.py    # writes the two files below into tests/data/
+    python benchmarks/llamacpp_gemma4_drafts.py    # writes the three files below into tests/data/
 
 - tests/data/gemma4-dspark-llamacpp-F16.gguf: a Gemma 4 DSpark draft (`Gemma4DSparkModel`, conversion/gemma.py):
   general.architecture `dflash`, one full-attention layer whose K is also its V (`attention_k_eq_v`), GELU,
@@ -9,8 +9,10 @@
 - tests/data/gemma4-assistant-llamacpp-F16.gguf: a Gemma 4 MTP assistant draft (`Gemma4AssistantForCausalLM`):
   general.architecture `gemma4-assistant`, one layer with Q but no K or V (it reads the target's KV cache),
   the projections into and out of the target's width (`nextn.*_projection`).
+- tests/data/gemma4-dflash-llamacpp-F16.gguf: beside them, a DFlash draft of the same Gemma 4 target (z-lab's
+  layout, `DFlashDraftModel`), which GenAI runs: the file the other two are told apart from, converted.
 
-Both take a tokenizer trained here in Gemma's form (byte-fallback BPE, `▁` for a space: llama.cpp's Gemma 4
+All take a tokenizer trained here in Gemma's form (byte-fallback BPE, `▁` for a space: llama.cpp's Gemma 4
 converter reads no other), the DSpark draft from a target folder beside it (--target-model-dir, as llama.cpp's
 DFlash converter reads it: a Gemma4ForCausalLM config), the assistant from its own folder. Needs
 llama.cpp built by benchmarks/llamacpp.py (0c1e570: its convert_hf_to_gguf.py and gguf-py). The checkpoints
@@ -34,6 +36,7 @@ from llamacpp import built, convert  # noqa: E402
 DATA = REPO / "tests" / "data"
 DSPARK_FILE = DATA / "gemma4-dspark-llamacpp-F16.gguf"
 ASSISTANT_FILE = DATA / "gemma4-assistant-llamacpp-F16.gguf"
+DFLASH_FILE = DATA / "gemma4-dflash-llamacpp-F16.gguf"
 SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"]
 CORPUS = ["the quick brown fox jumps over the lazy dog", "a draft proposes tokens that the target checks"]
 VOCAB, HIDDEN, HEADS, HEAD_DIM, FFN = 288, 32, 2, 16, 64  # 5 specials, 256 byte tokens, 27 learned
@@ -56,6 +59,15 @@ ASSISTANT_CONFIG = {
     "num_kv_shared_layers": 1, "layer_types": ["full_attention"], "sliding_window": 64,
     "hidden_activation": "gelu_pytorch_tanh", "rms_norm_eps": 1e-6, "max_position_embeddings": 1024,
     "tie_word_embeddings": True, "rope_parameters": ROPE, "final_logit_softcapping": 30.0,
+    "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0,
+}
+
+DFLASH_CONFIG = {
+    "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "vocab_size": VOCAB, "hidden_size": HIDDEN,
+    "intermediate_size": FFN, "num_hidden_layers": 1, "num_attention_heads": HEADS, "num_key_value_heads": 1,
+    "head_dim": HEAD_DIM, "hidden_act": "silu", "rms_norm_eps": 1e-6, "max_position_embeddings": 1024,
+    "rope_theta": 1e4, "tie_word_embeddings": False, "block_size": 8,
+    "dflash_config": {"block_size": 8, "mask_token_id": 4, "target_layer_ids": [1, 2]},
     "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0,
 }
 
@@ -88,6 +100,18 @@ def assistant_shapes() -> dict[str, tuple[int, ...]]:
     return layer("model.layers.0.", kv=False) | {
         "model.embed_tokens.weight": (VOCAB, HIDDEN), "model.norm.weight": (HIDDEN,),
         "pre_projection.weight": (HIDDEN, 2 * backbone), "post_projection.weight": (backbone, HIDDEN)}
+
+
+def dflash_shapes() -> dict[str, tuple[int, ...]]:
+    """z-lab's draft layout: Qwen3 layers without the `model.` prefix, the fc over the target's taps."""
+    q, kv, p = HEADS * HEAD_DIM, HEAD_DIM, "layers.0."
+    return {"fc.weight": (HIDDEN, 2 * HIDDEN), "hidden_norm.weight": (HIDDEN,), "norm.weight": (HIDDEN,),
+            p + "input_layernorm.weight": (HIDDEN,), p + "post_attention_layernorm.weight": (HIDDEN,),
+            p + "self_attn.q_proj.weight": (q, HIDDEN), p + "self_attn.k_proj.weight": (kv, HIDDEN),
+            p + "self_attn.v_proj.weight": (kv, HIDDEN), p + "self_attn.o_proj.weight": (HIDDEN, q),
+            p + "self_attn.q_norm.weight": (HEAD_DIM,), p + "self_attn.k_norm.weight": (HEAD_DIM,),
+            p + "mlp.gate_proj.weight": (FFN, HIDDEN), p + "mlp.up_proj.weight": (FFN, HIDDEN),
+            p + "mlp.down_proj.weight": (HIDDEN, FFN)}
 
 
 def write_tokenizer(folder: Path) -> None:
@@ -134,10 +158,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         dspark = write_checkpoint(work / "dspark", DSPARK_CONFIG, dspark_shapes(), tokenizer=False)
-        convert(dspark, DSPARK_FILE, "f16", "--target-model-dir", str(write_target(work / "target")))
+        target = write_target(work / "target")
+        convert(dspark, DSPARK_FILE, "f16", "--target-model-dir", str(target))
+        dflash = write_checkpoint(work / "dflash", DFLASH_CONFIG, dflash_shapes(), tokenizer=False)
+        convert(dflash, DFLASH_FILE, "f16", "--target-model-dir", str(target))
         assistant = write_checkpoint(work / "assistant", ASSISTANT_CONFIG, assistant_shapes(), tokenizer=True)
         convert(assistant, ASSISTANT_FILE, "f16")
-    for path in (DSPARK_FILE, ASSISTANT_FILE):
+    for path in (DSPARK_FILE, ASSISTANT_FILE, DFLASH_FILE):
         print(f"{path.relative_to(REPO)}: {path.stat().st_size} bytes")
 
 
