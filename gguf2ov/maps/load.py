@@ -198,8 +198,8 @@ def map_data(arch: str, maps_dir=None) -> dict:
 
 
 def shipped_maps(maps_dir=None) -> list[ArchMap]:
-    """Every map that a file's architecture can select."""
-    return [load_map(arch, maps_dir=maps_dir) for arch in supported_arches(maps_dir)]
+    """Every map that a file's architecture can select (those that only refuse their architecture too)."""
+    return [load_map(arch, maps_dir=maps_dir) for arch in known_arches(maps_dir)]
 
 
 def config_default(arch: str, hf_key: str):
