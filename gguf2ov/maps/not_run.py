@@ -33,7 +33,7 @@ class NotRun:
 
     def applies(self, gguf) -> bool:
         return all(name in gguf.tensors for name in self.tensors) and \
-            all(gguf.get(key) == value for key, value in self.metadata.items())
+            all(_same(gguf.get(key), value) for key, value in self.metadata.items())
 
     def describe(self) -> str:
         """What the file is and why gguf2ov does not convert it, for `inspect` and the refusal."""
@@ -42,6 +42,12 @@ class NotRun:
     def error(self, path) -> Gguf2ovError:
         # one line: what to do instead is part of it
         return NotRunError(f"{path}: {self.describe()}; {self.instead}", kind=self)
+
+
+def _same(stated, wanted) -> bool:
+    """Whether a file states `wanted`: a value of its type, equal (a file's value may be an array, whose == with
+    a text is an array of answers, not one)."""
+    return type(stated) is type(wanted) and stated == wanted
 
 
 class NotRunError(Gguf2ovError):
@@ -60,7 +66,7 @@ def not_run_entries(section, bad) -> tuple[NotRun, ...]:
         raise bad("not_run must list the kinds of file the map refuses")
     entries = []
     for entry in section:
-        when = entry.get("when") or {} if isinstance(entry, dict) else None
+        when = (entry.get("when") or {}) if isinstance(entry, dict) else None
         if not isinstance(entry, dict) or set(entry) - ENTRY_KEYS or \
                 not all(isinstance(entry.get(k), str) and entry[k] for k in ("what", "carries", "genai", "instead")):
             raise bad("each not_run entry holds `what`, `carries`, `genai` and `instead` (texts) and optionally `when`")

@@ -103,6 +103,15 @@ def test_a_dspark_draft_of_another_model_is_named_a_dspark_draft(tmp_path, capsy
     assert [p.name for p in tmp_path.iterdir()] == ["draft.gguf"]
 
 
+def test_a_metadata_value_of_another_type_is_not_gemma4s_tokenizer(tmp_path):
+    """A file's value is untrusted: a tokenizer.ggml.model that is a long array (numpy, compact) names no Gemma 4
+    DSpark draft, and does not break the comparison."""
+    path = tmp_path / "draft.gguf"
+    write_dflash(path, kv_extra={"tokenizer.ggml.model": list(range(100))},
+                 tensors_extra={"markov_w1.weight": (np.zeros((40, 8), np.float32), None)})
+    assert inspect(path).not_run.startswith("a DSpark draft (")
+
+
 @pytest.mark.parametrize("path", [GEMMA4_DFLASH, VLM / "draft-Q4_K_M.gguf"], ids=["llamacpp", "vlm-fixture"])
 def test_a_gemma4_dflash_draft_is_still_converted(path, tmp_path, capsys):
     """A DFlash draft of Gemma 4, by llama.cpp's converter (Gemma 4's tokenizer, as the DSpark file) or the
