@@ -71,6 +71,7 @@ def not_run_entries(section, bad) -> tuple[NotRun, ...]:
                 not all(isinstance(entry.get(k), str) and entry[k] for k in ("what", "carries", "genai", "instead")):
             raise bad("each not_run entry holds `what`, `carries`, `genai` and `instead` (texts) and optionally `when`")
         if not isinstance(when, dict) or set(when) - WHEN_KEYS \
+                or not isinstance(when.get("tensors") or [], list) \
                 or not all(isinstance(t, str) for t in when.get("tensors") or []) \
                 or not isinstance(when.get("metadata") or {}, dict):
             raise bad(f"not_run {entry['what']}: when holds `tensors` (names) and `metadata` (key: value)")

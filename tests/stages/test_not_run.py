@@ -139,6 +139,7 @@ def test_a_map_passed_with_map_is_the_one_that_decides(tmp_path):
     ("not_run: {what: x}", "not_run must list"),
     ("not_run: [{what: x, carries: y, genai: z}]", "each not_run entry holds"),
     ("not_run: [{what: x, carries: y, genai: z, instead: w, when: {tensor: a}}]", "not_run x: when holds"),
+    ("not_run: [{what: x, carries: y, genai: z, instead: w, when: {tensors: a.weight}}]", "not_run x: when holds"),
 ])
 def test_a_bad_not_run_section_is_one_error(tmp_path, section, why):
     path = tmp_path / "map.yaml"
