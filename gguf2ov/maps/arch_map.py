@@ -55,8 +55,14 @@ class ArchMap:
     target: dict | None = None                    # how gguf2ov target builds it (None: not a target)
     trailing: dict | None = None                  # blocks after the decoder's (`trailing_blocks`)
     checkpoint: CheckpointLayout = field(default_factory=CheckpointLayout)
+    not_run: tuple = ()                           # not_run.NotRun: kinds of file GenAI does not run, refused
     # the jobs (load.py makes them from the sections above)
     metadata: object = field(default=None, repr=False)   # metadata.MetadataReader
     tensors: object = field(default=None, repr=False)    # tensors.TensorMatcher
     shapes: object = field(default=None, repr=False)     # shapes.StatedShapes
     writer: object = field(default=None, repr=False)     # writer.GgufWriter
+
+    @property
+    def refuses_every_file(self) -> bool:
+        """A map that only names its architecture and refuses it (`not_run` without `when`)."""
+        return any(entry.every_file for entry in self.not_run)

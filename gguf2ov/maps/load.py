@@ -62,6 +62,10 @@ Map sections:
   tensors of other parts of the folder's model, a vision tower or an MTP block), `text_config_of`
   (model types whose config.json holds this model's config as `text_config`: a VLM whose language
   model is built alone).
+- `not_run`: kinds of file of the architecture that OpenVINO GenAI does not run (a DSpark draft among
+  `dflash` files), each with `what`, `carries`, `genai`, `instead` and `when` (`tensors` present,
+  `metadata` values; without `when`, every file: a map that only names and refuses its architecture).
+  `map_for` refuses such a file in one line, `inspect` names it (`not_run.py`).
 - `target`: how `gguf2ov target` builds the architecture (a map without it is no target): `mixers`
   (layer type -> the kind of layer that mixes tokens in it), `mlp` (the kind of every layer's MLP),
   `layer` (the decoder layer's norms and residual steps, Llama's when absent), `forward` (options
@@ -90,6 +94,7 @@ from ..work import count
 from .arch_map import ArchMap, CheckpointLayout
 from .messages import short
 from .metadata import MetadataReader
+from .not_run import kind_of, not_run_entries
 from .shapes import StatedShapes
 from .tensors import PlanEntry, TensorMatcher, TensorRule
 from .writer import GgufWriter
@@ -97,7 +102,7 @@ from .rules import OPS, VALUE_TYPES, is_number, valid_shape_expr, valid_type
 
 TOP_LEVEL_KEYS = {"arch", "extends", "unset", "strip_hf_prefix", "hf", "config", "tensors", "optional", "groups",
                   "group_hf", "shapes", "legacy", "compare", "target", "layer_tensors", "trailing_blocks",
-                  "checkpoint"}
+                  "checkpoint", "not_run"}
 TARGET_KEYS = {"mixers", "mlp", "layer", "forward", "sliding", "head_dim", "refuse", "rope_factors"}
 TRAILING_KEYS = {"count", "counted_in", "hf", "what", "tensors", "optional"}
 CHECKPOINT_KEYS = {"rename", "ignore", "text_config_of"}
@@ -144,6 +149,12 @@ def _arch_files(maps_dir=None) -> dict:
 
 
 def supported_arches(maps_dir=None) -> list[str]:
+    """The architectures a map converts (not those whose map only names and refuses them)."""
+    return [arch for arch in known_arches(maps_dir) if not load_map(arch, maps_dir=maps_dir).refuses_every_file]
+
+
+def known_arches(maps_dir=None) -> list[str]:
+    """Every architecture a map names, converted or refused."""
     return sorted(_arch_files(maps_dir))
 
 
@@ -156,11 +167,11 @@ def load_map(arch: str | None = None, path=None, maps_dir=None) -> ArchMap:
     files = _arch_files(maps_dir)
     if arch is None:
         raise Gguf2ovError("the file names no architecture (general.architecture is missing)",
-                           hint=f"pass --map; known maps: {', '.join(sorted(files))}")
+                           hint=f"pass --map; known maps: {', '.join(supported_arches(maps_dir))}")
     # general.architecture comes from an untrusted file: it only selects a map by its file name in
     # a map folder (never a path)
     if not isinstance(arch, str) or arch not in files:
-        raise Gguf2ovError(f"no map for architecture {short(arch)}; supported: {', '.join(sorted(files))}",
+        raise Gguf2ovError(f"no map for architecture {short(arch)}; supported: {', '.join(supported_arches(maps_dir))}",
                            hint=f"write a tensor map YAML for it and pass --map, or put it in a folder named by "
                                 f"{MAPS_ENV}")
     resource, name = files[arch]
@@ -191,8 +202,8 @@ def map_data(arch: str, maps_dir=None) -> dict:
 
 
 def shipped_maps(maps_dir=None) -> list[ArchMap]:
-    """Every map that a file's architecture can select."""
-    return [load_map(arch, maps_dir=maps_dir) for arch in supported_arches(maps_dir)]
+    """Every map that a file's architecture can select (those that only refuse their architecture too)."""
+    return [load_map(arch, maps_dir=maps_dir) for arch in known_arches(maps_dir)]
 
 
 def config_default(arch: str, hf_key: str):
@@ -252,10 +263,14 @@ def open_mapped(gguf_path, map_path=None, target_layer_offset=None, allow_ambigu
 
 
 def map_for(gguf, path=None, maps_dir=None) -> ArchMap:
-    """The map for a file: `path` if given (its arch must match), else the one its arch names."""
+    """The map for a file: `path` if given (its arch must match), else the one its arch names. A file of
+    a kind the map names as not run in GenAI (`not_run`) is refused here (not_run.NotRunError), once for
+    every command."""
     amap = load_map(gguf.arch, path, maps_dir)
     if amap.arch != gguf.arch:
         raise Gguf2ovError(f"{gguf.path} is {short(gguf.arch)} but the map {amap.path} is for {amap.arch!r}")
+    if (kind := kind_of(amap.not_run, gguf)) is not None:
+        raise kind.error(gguf.path)
     return amap
 
 
@@ -388,7 +403,7 @@ def _build(data: dict, name: str) -> ArchMap:
             raise bad(f"compare {key} must list the other places a config may hold it")
     return _with_jobs(ArchMap(arch, name, dict(data.get("hf") or {}), config, rules, shapes, legacy, group_hf,
                               {k: list(v) for k, v in compare.items()}, _target(data.get("target"), bad), trailing,
-                              _checkpoint(data.get("checkpoint") or {}, bad)))
+                              _checkpoint(data.get("checkpoint") or {}, bad), not_run_entries(data.get("not_run"), bad)))
 
 
 def _with_jobs(amap: ArchMap) -> ArchMap:

@@ -35,6 +35,9 @@ class InspectResult:
     model: str | None = None  # the HF class the map converts to
     hub: HubFile | None = None  # where a hub name `org/repo[:QUANT]` led
     warnings: list[str] = field(default_factory=list)  # what is wrong with the file itself (duplicate keys)
+    # what the file is when its map names it as a kind GenAI does not run (maps/not_run.py), and what to
+    # do instead; every other command refuses it with this text
+    not_run: str | None = None
 
     def tables(self) -> list[Table]:
         return [
@@ -49,7 +52,9 @@ class InspectResult:
                  f"{human_bytes(self.file_bytes)}"]
         if self.hub is not None:
             lines.append(f"from the hub: {self.hub.describe()}")
-        if self.map_path is None:
+        if self.not_run is not None:
+            lines.append(f"kind: {self.not_run}")
+        elif self.map_path is None:
             lines.append("map: none applies")
         elif self.map_fits:
             lines.append(f"map: {self.map_path} consumes every tensor and produces every HF tensor")
@@ -65,13 +70,16 @@ class InspectResult:
 def inspect(gguf_path, map_path=None) -> InspectResult:
     """`gguf_path` is a GGUF file, or a hub name `org/repo[:QUANT]` as llama.cpp's `-hf` takes it."""
     from ..maps.load import map_for
+    from ..maps.not_run import NotRunError
     from ..target.source import target_problems
 
     source = resolve_gguf(gguf_path)
     gguf = open_gguf(source, duplicate_keys=True)  # shown with a warning: inspect is where a bad file is looked at
-    hf_names, problems, map_name, fits, model = {}, [], None, None, None
+    hf_names, problems, map_name, fits, model, not_run = {}, [], None, None, None, None
     try:
         amap = map_for(gguf, map_path)
+    except NotRunError as e:  # named, not fitted: no map converts it
+        not_run = f"{e.kind.describe()}; {e.kind.instead}"
     except Gguf2ovError as e:
         if map_path is not None:
             raise
@@ -100,5 +108,5 @@ def inspect(gguf_path, map_path=None) -> InspectResult:
                  for name, t in gguf.tensors.items()],
         type_counts=dict(Counter(t.type_name for t in gguf.tensors.values()).most_common()),
         map_path=map_name, map_fits=fits, map_problems=problems, model=model,
-        hub=source if isinstance(source, HubFile) else None, warnings=duplicate_key_warnings(gguf),
+        hub=source if isinstance(source, HubFile) else None, warnings=duplicate_key_warnings(gguf), not_run=not_run,
     )
