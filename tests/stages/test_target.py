@@ -343,9 +343,10 @@ def test_streamed_nncf_equals_whole_model_nncf_on_optimums_export(tmp_path, opti
 def _accept(target, draft, fixtures_dir):
     from gguf2ov.runtime.genai import GenerationSettings
     from gguf2ov.stages.accept import run_acceptance
+    from gguf2ov.runtime.target import TargetIR
 
     prompts = [line.strip() for line in (fixtures_dir / "prompts.txt").read_text().splitlines() if line.strip()]
-    return run_acceptance(target, draft, prompts, GenerationSettings(max_new_tokens=100, num_assistant_tokens=7), progress=False)
+    return run_acceptance(TargetIR.open(target), draft, prompts, GenerationSettings(max_new_tokens=100, num_assistant_tokens=7), progress=False)
 
 
 @pytest.mark.slow
