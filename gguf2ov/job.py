@@ -182,7 +182,7 @@ class Job:
     @cached_property
     def target(self):
         """The OpenVINO target as a draft sees it (runtime.target.TargetIR), or None without one: every
-        stage takes it as opened here, once."""
+        stage takes it as opened here, once. A job that builds its target has it on `with_target`'s job."""
         from .runtime.target import TargetIR
 
         if self.target_spec is None:
