@@ -122,8 +122,8 @@ def measure(name: str, forms: tuple, vocab_experiment: bool, say=print) -> dict:
     target_dir, draft, prompts_file = pairs()[name]
     prompts = read_prompts(prompts_file)
     settings = GenerationSettings()
-    baseline = target_alone(target_dir, prompts, settings, progress=False)
     target = TargetIR.open(target_dir)
+    baseline = target_alone(target, prompts, settings, progress=False)
     rows = {}
     forms = [f for f in forms if not (f.endswith("g128") and target.hidden_size < 128)]
     drafts = {form: export(draft, target_dir, form, WORK / name / form) for form in forms}
@@ -134,7 +134,7 @@ def measure(name: str, forms: tuple, vocab_experiment: bool, say=print) -> dict:
             drafts[f"int4_asym_g32, top {len(keep)} tokens"] = reduced_head(drafts["int4_asym_g32"], target, keep,
                                                                              WORK / name / f"top{len(keep)}")
     for form, folder in drafts.items():
-        r = run_acceptance(target_dir, folder, prompts, settings, baseline=baseline, progress=False)
+        r = run_acceptance(target, folder, prompts, settings, baseline=baseline, progress=False)
         o = r.overall
         rows[form] = {"identical": o.identical,
                       "accepted": o.accepted_tokens, "generated": o.generated_tokens, "drafted": o.draft_candidates,

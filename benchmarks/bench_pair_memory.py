@@ -149,9 +149,10 @@ class _Peak:
 def pair_phases(target: str, draft: str | None) -> dict:
     """LLMPipeline(target[, draft]) with default properties, one greedy generation of NEW_TOKENS."""
     from gguf2ov.runtime.genai import make_pipeline
+    from gguf2ov.runtime.target import TargetIR
 
     peak, phases, start = _Peak(), {"start": _status()}, time.perf_counter()
-    pipe = make_pipeline(target, "CPU", {}, draft_dir=draft, num_assistant_tokens=K if draft else None)
+    pipe = make_pipeline(TargetIR.open(target), "CPU", {}, draft_dir=draft, num_assistant_tokens=K if draft else None)
     phases["built"] = _status() | {"seconds": round(time.perf_counter() - start, 1)}
     cfg = pipe.get_generation_config()
     cfg.max_new_tokens, cfg.ignore_eos, cfg.do_sample = NEW_TOKENS, True, False

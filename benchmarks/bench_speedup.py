@@ -173,6 +173,7 @@ def export_drafts(sources: dict[str, Path], out: Path, labels: list[str]) -> dic
 def measure_target(label: str, target: Path, drafts: dict[str, Path], prompts: list[str], ks: list[int],
                    max_new_tokens: int, repeats: int, precision: str, threads: int | None = None) -> list[Row]:
     from gguf2ov.runtime.genai import as_prompts, generate, generation_config, make_pipeline, properties
+    from gguf2ov.runtime.target import TargetIR
 
     props = properties(precision)
     prompts = as_prompts(prompts)
@@ -180,8 +181,9 @@ def measure_target(label: str, target: Path, drafts: dict[str, Path], prompts: l
         props["INFERENCE_NUM_THREADS"] = threads
     # One pipeline per draft, reused for every K (K is a generation setting, not a load setting).
     configs = [(None, None)] + [(d, k) for d in drafts for k in ks]
-    pipes = {None: make_pipeline(target, "CPU", props)}
-    pipes.update({d: make_pipeline(target, "CPU", props, drafts[d]) for d in drafts})
+    opened = TargetIR.open(target)
+    pipes = {None: make_pipeline(opened, "CPU", props)}
+    pipes.update({d: make_pipeline(opened, "CPU", props, drafts[d]) for d in drafts})
     gen_cfg = {(d, k): generation_config(pipes[d], max_new_tokens, k, False) for d, k in configs}
     runs = {c: [[] for _ in prompts] for c in configs}
     for c in configs:  # warm-up: kernel compilation and cache allocation, per pipeline and K

@@ -109,7 +109,7 @@ def main(argv=None) -> int:
             exported = export_draft(draft, out, overwrite=True, progress=False)
             scan = scan_taps(out, TargetIR.open(target), prompts=prompts)
             for label, path in targets.items():
-                acc = run_acceptance(path, out, prompts, GenerationSettings(max_new_tokens=args.max_new_tokens), progress=False).overall
+                acc = run_acceptance(TargetIR.open(path), out, prompts, GenerationSettings(max_new_tokens=args.max_new_tokens), progress=False).overall
                 rows.append(Row(fixture, label, draft, exported.target_layer_ids, acc.accepted_tokens,
                                 acc.generated_tokens, acc.mean_acceptance_length, acc.identical, acc.tok_s_draft,
                                 acc.speedup, scan.verdict, scan.best_ids, scan.margin))

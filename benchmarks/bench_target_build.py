@@ -248,9 +248,10 @@ def use_target(target: str, draft: str | None) -> dict:
     import time
 
     from gguf2ov.runtime.genai import make_pipeline
+    from gguf2ov.runtime.target import TargetIR
 
     start = time.perf_counter()
-    pipe = make_pipeline(target, "CPU", {}, draft_dir=draft)
+    pipe = make_pipeline(TargetIR.open(target), "CPU", {}, draft_dir=draft)
     load = time.perf_counter() - start
     cfg = pipe.get_generation_config()
     cfg.max_new_tokens, cfg.ignore_eos, cfg.do_sample = 16, True, False

@@ -97,8 +97,9 @@ def kld(reference: list, candidate: list) -> dict:
 
 def greedy(target: Path, prompts: list[str], properties: dict, tokens: int = 100) -> list[str]:
     from gguf2ov.runtime.genai import generation_config, make_pipeline
+    from gguf2ov.runtime.target import TargetIR
 
-    pipe = make_pipeline(target, "CPU", properties)
+    pipe = make_pipeline(TargetIR.open(target), "CPU", properties)
     cfg = generation_config(pipe, tokens, None)
     return [pipe.generate([p], cfg).texts[0] for p in prompts]
 

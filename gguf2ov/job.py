@@ -8,8 +8,9 @@ opens it keeps in its own cache:
 - the draft: the memory-mapped GGUF through its map (or a checkpoint folder), opened once, with its
   target layer offset settled (by the tap scan, for a file that cannot tell);
 - the target: an OpenVINO folder, or a model the job builds one from first (`build_target`, `run`'s
-  target stage); its config, locators, embedding, head and tokenizer, compiled at most once, and its
-  greedy baseline in GenAI made once for every draft's acceptance run;
+  target stage, which returns the job on the folder built); its config, locators, embedding, head and
+  tokenizer, compiled at most once, and its greedy baseline in GenAI made once for every draft's
+  acceptance run;
 - the options every stage shares, the generation settings among them.
 
 Stages (`gguf2ov/stages/`) take what a job holds and return results; no stage runs another. The
@@ -18,8 +19,9 @@ source and the target, acceptance with the shared baseline), and `run` and the c
 compose the stages.
 """
 
+import dataclasses
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
@@ -51,7 +53,6 @@ class Job:
     draft_spec: GgufSpec | CheckpointSpec | None = None
     target_spec: TargetFolder | TargetBuild | None = None
     options: Options = Options()
-    _built: dict = field(default_factory=dict, compare=False, repr=False)  # the target folder the job built
 
     def __post_init__(self):
         o, draft = self.options, self.draft_spec
@@ -178,23 +179,17 @@ class Job:
     def builds_target(self) -> bool:
         return isinstance(self.target_spec, TargetBuild)
 
-    @property
-    def target_dir(self) -> Path | None:
-        """The target's OpenVINO folder: the one named, or the one `build_target` made."""
-        if self.target_spec is None:
-            return None
-        if isinstance(self.target_spec, TargetFolder):
-            return self.target_spec.path
-        if "out_dir" not in self._built:
-            raise Gguf2ovError(f"the target is built from {self.target_spec.path} first (gguf2ov target)")
-        return self._built["out_dir"]
-
     @cached_property
     def target(self):
-        """The OpenVINO target as a draft sees it (runtime.target.TargetIR), or None without one."""
+        """The OpenVINO target as a draft sees it (runtime.target.TargetIR), or None without one: every
+        stage takes it as opened here, once. A job that builds its target has it on `with_target`'s job."""
         from .runtime.target import TargetIR
 
-        return TargetIR.open(self.target_dir) if self.target_spec is not None else None
+        if self.target_spec is None:
+            return None
+        if self.builds_target:
+            raise Gguf2ovError(f"the target is built from {self.target_spec.path} first (gguf2ov target)")
+        return TargetIR(self.target_spec.path, self.target_spec.kind)
 
     @cached_property
     def target_source(self):
@@ -242,17 +237,24 @@ class Job:
         return target_folder_bytes(self.target_forms, self.target_tokenizer)
 
     def build_target(self, out_dir, overwrite: bool = False):
-        """`gguf2ov target`, and `run`'s target stage: the target built into `out_dir`, which every
-        later use of the job's target then opens."""
+        """`gguf2ov target`, and `run`'s target stage: the target built into `out_dir` (its
+        stages.target.TargetExportResult). `with_target(out_dir)` is then the job on it."""
         from .stages.target import export_target
 
         build = self.target_spec
         tokenizer_from = self.require_target_build(out_dir, overwrite)
-        result = export_target(self.target_forms, out_dir, tokenizer_from, overwrite=overwrite,
-                               progress=self.options.progress,
-                               sources={"tokenizer": build.tokenizer_dir} if build.tokenizer_dir else None)
-        self._built["out_dir"] = Path(out_dir)
-        return result
+        return export_target(self.target_forms, out_dir, tokenizer_from, overwrite=overwrite,
+                             progress=self.options.progress,
+                             sources={"tokenizer": build.tokenizer_dir} if build.tokenizer_dir else None)
+
+    def with_target(self, target_dir) -> "Job":
+        """This job on the OpenVINO target folder `target_dir` (the one `build_target` wrote), opened here
+        once: every later stage takes it as `target`. A new job, whose draft is opened again when first
+        asked for (a memory map)."""
+        from .runtime.target import TargetIR
+
+        built = TargetIR.open(target_dir)
+        return dataclasses.replace(self, target_spec=TargetFolder(built.path, built.kind))
 
     @cached_property
     def head(self):
@@ -335,20 +337,20 @@ class Job:
         from .stages.accept import target_alone
 
         self.release_target()  # GenAI compiles its own copy
-        return target_alone(self.target_dir, self.prompts(), self.options.generation, self.options.progress)
+        return target_alone(self.target, self.prompts(), self.options.generation, self.options.progress)
 
     def accept(self, draft_dir, verified=None):
         """The acceptance run of a draft folder on the target, against the shared baseline; a BROKEN
         verdict names the verify findings that explain it (`verified`: a VerifyResult already made)."""
-        from .stages.accept import require_dirs, run_acceptance
+        from .stages.accept import require_draft_dir, run_acceptance
 
-        require_dirs(self.target_dir, Path(draft_dir))  # before the minutes the target alone takes
+        require_draft_dir(Path(draft_dir))  # before the minutes the target alone takes
 
         def explain():
             return broken_reasons(verified if verified is not None else
                                   self.verify(draft_dir, tap_scan=True, against_source=False))
 
-        return run_acceptance(self.target_dir, draft_dir, self.prompts(), self.options.generation,
+        return run_acceptance(self.target, draft_dir, self.prompts(), self.options.generation,
                               baseline=self.baseline, explain=explain, progress=self.options.progress)
 
     # --- the stages as the commands run them ----------------------------------------------------------

@@ -146,7 +146,7 @@ def run(job, out_dir, reference_dir=None, requant: str | None = None, variants=N
         from .provenance import provenance, target_record
 
         # the folder built (or, when building failed, what it was built from)
-        target_dir = job.target_spec.path if job.builds_target and "target" not in stages.results else job.target_dir
+        target_dir = Path(stages.results["target"].out_dir) if "target" in stages.results else job.target_spec.path
         result = RunResult(str(gguf_path), str(target_dir), str(tmp), verdict, stages.outcomes, stages.results,
                            provenance({"gguf": job.gguf or gguf_path, "target": target_record(target_dir)}, options),
                            _since(before, counts()) | {"wall seconds": round(time.monotonic() - start, 1)})
@@ -186,8 +186,9 @@ def _run_stages(job, stages: "_Stages", out: Path, reference_dir, requant: str, 
 
     o = job.options
     try:
-        if job.builds_target:  # every later stage opens the folder built
-            stages.run("target", lambda: job.build_target(out / "target"), _target_judgement)
+        if job.builds_target:  # every later stage takes the folder built
+            built = stages.run("target", lambda: job.build_target(out / "target"), _target_judgement)
+            job = job.with_target(built.out_dir)
         if job.ambiguous():
             # a GGUF that cannot tell how its target layer ids were written: measured against the target
             stages.run("layer-offset", lambda: job.offset_decision, lambda r: (True, " ".join(r.summary())))

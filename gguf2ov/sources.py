@@ -43,9 +43,11 @@ class CheckpointSpec:
 
 @dataclass(frozen=True)
 class TargetFolder:
-    """An OpenVINO target folder: optimum-intel's export, or one `gguf2ov target` built."""
+    """An OpenVINO target folder: optimum-intel's export, or one `gguf2ov target` built; `kind` as read
+    when it was opened (runtime.target.target_kind: "llm" or "vlm")."""
 
     path: Path
+    kind: str
 
 
 @dataclass(frozen=True)
@@ -103,8 +105,8 @@ def target_folder(spec) -> TargetFolder:
     """An OpenVINO target folder, checked for what GenAI needs (the IR and its tokenizers)."""
     from .runtime.target import require_target_dir
 
-    require_target_dir(spec)
-    return TargetFolder(Path(spec))
+    target = require_target_dir(spec)
+    return TargetFolder(target.path, target.kind)
 
 
 def target_spec(spec, build=None) -> TargetFolder | TargetBuild:
@@ -121,7 +123,7 @@ def _buildable(spec) -> GgufSpec | CheckpointSpec | None:
     lacks)."""
     from .gguf.read import is_gguf_file
     from .names import CONFIG_FILE
-    from .runtime.genai import target_kind
+    from .runtime.target import target_kind
 
     resolved = resolve(spec)
     path = Path(resolved)

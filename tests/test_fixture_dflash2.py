@@ -8,6 +8,7 @@ import dflash_builders as b
 import pytest
 
 from gguf2ov.job import Job, Options
+from gguf2ov.runtime.target import TargetIR
 from gguf2ov.ir.variants import variant_from_flags
 from gguf2ov.runtime.genai import read_prompts
 from gguf2ov.runtime.genai import GenerationSettings
@@ -141,7 +142,7 @@ MAX_NEW_TOKENS, K = 100, 7
 
 
 def _accept(fixtures_dir, prompts_dir, draft_dir):
-    return run_acceptance(fixtures_dir / "target", draft_dir, read_prompts(prompts_dir / "prompts.txt"), GenerationSettings(max_new_tokens=MAX_NEW_TOKENS, num_assistant_tokens=K, precision="f32"), progress=False)
+    return run_acceptance(TargetIR.open(fixtures_dir / "target"), draft_dir, read_prompts(prompts_dir / "prompts.txt"), GenerationSettings(max_new_tokens=MAX_NEW_TOKENS, num_assistant_tokens=K, precision="f32"), progress=False)
 
 
 @pytest.fixture(scope="module")

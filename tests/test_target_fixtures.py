@@ -172,7 +172,7 @@ def test_the_committed_target_folder_is_a_target(name):
 
     d = _dir(name)
     job = Job.of(d / "draft-Q4_K_M.gguf", d / "target", Options(progress=False))
-    assert isinstance(job.target_spec, TargetFolder) and job.target_dir == d / "target"
+    assert isinstance(job.target_spec, TargetFolder) and job.target.path == d / "target"
     assert sorted(job.target.locators) == list(range(_json(name, "target-hf/config.json")["num_hidden_layers"]))
 
 
@@ -369,8 +369,9 @@ def _greedy(target_dir: Path, prompts: list[str], new_tokens: int) -> list[str]:
     quantization, a float32 KV cache), with the scheduler every gguf2ov pipeline runs with."""
     from gguf2ov.numerics import EXACT
     from gguf2ov.runtime.genai import Prompt, generate, generation_config, make_pipeline
+    from gguf2ov.runtime.target import TargetIR
 
-    pipe = make_pipeline(target_dir, "CPU", EXACT)
+    pipe = make_pipeline(TargetIR.open(target_dir), "CPU", EXACT)
     cfg = generation_config(pipe, new_tokens, None)
     return [generate(pipe, Prompt(p), cfg, False).text for p in prompts]
 
@@ -599,18 +600,21 @@ def test_accept_looks_for_the_cause_of_a_mismatch_in_the_target_graph(hybrid_fol
     """What `accept` names when the texts part: the failing positions check of optimum's folder, nothing
     for a target whose RoPE reads position_ids (the reason then stays the pipeline's)."""
     from gguf2ov.stages.accept import target_cause
+    from gguf2ov.runtime.target import TargetIR
 
-    cause = target_cause(hybrid_folders["optimum"])
+    cause = target_cause(TargetIR.open(hybrid_folders["optimum"]))
     assert cause is not None and cause.name == "target-positions" and cause.status == "fail"
-    assert target_cause(hybrid_folders["ours"]) is None and target_cause(hybrid_folders["edited"]) is None
+    assert target_cause(TargetIR.open(hybrid_folders["ours"])) is None
+    assert target_cause(TargetIR.open(hybrid_folders["edited"])) is None
 
 
 def _greedy_with_draft(target_dir: Path, draft_dir: Path, prompts: list[str], new_tokens: int) -> list[str]:
     """As `_greedy`, with the draft attached (K=7)."""
     from gguf2ov.numerics import EXACT
     from gguf2ov.runtime.genai import Prompt, generate, generation_config, make_pipeline
+    from gguf2ov.runtime.target import TargetIR
 
-    pipe = make_pipeline(target_dir, "CPU", EXACT, draft_dir, 7)
+    pipe = make_pipeline(TargetIR.open(target_dir), "CPU", EXACT, draft_dir, 7)
     cfg = generation_config(pipe, new_tokens, 7)
     return [generate(pipe, Prompt(p), cfg, True).text for p in prompts]
 

@@ -122,11 +122,12 @@ def test_vlm_fixture_files_and_budget(vlm_dir):
 def test_vlm_reference_draft_is_accepted_on_text_prompts(vlm_dir, vlm_builder, tmp_path):
     from gguf2ov.runtime.genai import GenerationSettings
     from gguf2ov.stages.accept import run_acceptance
+    from gguf2ov.runtime.target import TargetIR
     from gguf2ov.stages.export import export_draft
 
     export_draft(open_draft(vlm_dir / "draft-ref"), tmp_path / "draft", progress=False)
     prompts = [p for p in (vlm_dir / "prompts.txt").read_text().splitlines() if p.strip()]
-    r = run_acceptance(vlm_dir / "target", tmp_path / "draft", prompts, GenerationSettings(max_new_tokens=vlm_builder.MAX_NEW_TOKENS, num_assistant_tokens=vlm_builder.K, precision="f32"), progress=False)
+    r = run_acceptance(TargetIR.open(vlm_dir / "target"), tmp_path / "draft", prompts, GenerationSettings(max_new_tokens=vlm_builder.MAX_NEW_TOKENS, num_assistant_tokens=vlm_builder.K, precision="f32"), progress=False)
     assert r.pipeline == "VLMPipeline"
     s = vlm_builder.summarize(r, "text")
     assert s["identical"], [(p.text_target, p.text_draft) for p in r.prompts if not p.identical]

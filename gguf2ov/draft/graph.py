@@ -39,6 +39,7 @@ from ..outputs import atomic_write_text
 from ..progress import step
 from ..provenance import provenance
 from .config import DraftConfig
+from .head import draft_grid
 from ..ir.graph_ops import (F32_MIN, I64_MAX, apply_rope, const, dim, kv_state, last_rows, linear, named, repeat_kv,
                         rms_norm, rope_tables)
 from ..ir.graph_ops import ops as _ops
@@ -118,107 +119,140 @@ def build_draft_model(config: DraftConfig, weight: Callable[[str], object], vect
     import openvino as ov
 
     ops = _ops()
-    h, heads, kv_heads, hd = config.hidden_size, config.num_heads, config.num_kv_heads, config.head_dim
-    n_ids, eps = len(config.target_layer_ids), config.rms_norm_eps
-    inv_freq, scaling = config.rope()
-    windows, causal = config.layer_windows, config.causal_layers
-
-    inputs_embeds = ops.parameter([-1, -1, h], np.float32, name="inputs_embeds")
-    hidden_states = ops.parameter([-1, -1, n_ids * h], np.float32, name="hidden_states")
-    position_ids = ops.parameter([-1, -1], np.int64, name="position_ids")
-    attention_mask = ops.parameter([-1, -1], np.int64, name="attention_mask")
-    beam_idx = ops.parameter([-1], np.int32, name="beam_idx")
-    params = [inputs_embeds, hidden_states, position_ids, attention_mask, beam_idx]
-    for p in params:
-        p.output(0).get_tensor().set_names({p.get_friendly_name()})
-
-    batch = dim(inputs_embeds, 0)
-    context = rms_norm(linear(hidden_states, weight("fc.weight"), "fc"), vector("hidden_norm.weight"), eps,
-                       "hidden_norm")
-    ctx_len = dim(context, 1)
-    cos, sin = rope_tables(position_ids, inv_freq, scaling)
-    # (1 - mask) * min, as optimum turns the 2-D padding mask into an additive one
-    additive = ops.multiply(ops.subtract(const(1.0), ops.convert(attention_mask, "f32")), const(F32_MIN))
-    additive = ops.unsqueeze(additive, const([1, 2], np.int64))
-
+    params = _draft_parameters(config)
+    inputs_embeds = params[0]
+    layers = _DraftLayers(config, weight, vector, *params)
     x, sinks = inputs_embeds, []
     if config.input_embedding_scale != 1.0:
         x = ops.multiply(x, const(config.input_embedding_scale))
-
-    def conv(normed, name: str):
-        if not config.is_dflash2:
-            return None
-        return DynamicConv(config, normed, vector(f"{name}.base_kernel"), weight(f"{name}.kernel_projection.weight"), name)
-
     for i in range(config.num_layers):
         if progress:
             progress(f"layer {i + 1}/{config.num_layers}")
-        p, scope = f"layers.{i}.", f"layers.{i}"
-        residual = x
-        normed = rms_norm(x, vector(p + "input_layernorm.weight"), eps, p + "input_layernorm")
-        attention_conv = conv(normed, p + "attention_conv")
-        if attention_conv:
-            normed = attention_conv.apply(normed, 0)  # queries and the block's keys/values read the conv
-        q_len = dim(normed, 1)
-        q = ops.reshape(linear(normed, weight(p + "self_attn.q_proj.weight"), p + "self_attn.q_proj"),
-                        const([0, 0, heads, hd], np.int64), True)
-        q = ops.transpose(rms_norm(q, vector(p + "self_attn.q_norm.weight"), eps, p + "self_attn.q_norm"),
-                          const([0, 2, 1, 3], np.int64))
-        kv_in = ops.concat([context, normed], 1)
-        k = ops.reshape(linear(kv_in, weight(p + "self_attn.k_proj.weight"), p + "self_attn.k_proj"),
-                        const([0, 0, kv_heads, hd], np.int64), True)
-        k = ops.transpose(rms_norm(k, vector(p + "self_attn.k_norm.weight"), eps, p + "self_attn.k_norm"),
-                          const([0, 2, 1, 3], np.int64))
-        v = ops.reshape(linear(kv_in, weight(p + "self_attn.v_proj.weight"), p + "self_attn.v_proj"),
-                        const([0, 0, kv_heads, hd], np.int64), True)
-        v = ops.transpose(v, const([0, 2, 1, 3], np.int64))
+        x, assigns = layers.attention(i, x)
+        sinks += assigns
+        x = layers.mlp(i, x)
 
-        q = apply_rope(q, last_rows(cos, q_len, 2), last_rows(sin, q_len, 2), hd // 2)
-        k = apply_rope(k, cos, sin, hd // 2)
-        split = ops.concat([ctx_len, q_len], 0)
-        k_ctx, k_block = ops.variadic_split(k, const(2, np.int64), split).outputs()
-        v_ctx, v_block = ops.variadic_split(v, const(2, np.int64), split).outputs()
-        k_ctx, assign_k = kv_state(k_ctx, batch, f"past_key_values.{i}.keypresent.{i}.key", kv_heads, hd, beam_idx)
-        v_ctx, assign_v = kv_state(v_ctx, batch, f"past_key_values.{i}.valuepresent.{i}.value", kv_heads, hd, beam_idx)
-        sinks += [assign_k, assign_v]
-        window = windows[i]
-        if window:
-            k_ctx, v_ctx = (last_rows(t, const([window], np.int64), 2) for t in (k_ctx, v_ctx))
-        keys = ops.concat([k_ctx, k_block], 2)
-        values = ops.concat([v_ctx, v_block], 2)
-        kv_len = dim(keys, 2)
-        mask = last_rows(additive, kv_len, 3)
-        if window or causal[i]:
-            mask = ops.add(mask, _block_mask(q_len, kv_len, window, causal[i]))
-        keys = repeat_kv(keys, kv_heads, heads // kv_heads, hd)
-        values = repeat_kv(values, kv_heads, heads // kv_heads, hd)
-        attn = ops.scaled_dot_product_attention(q, keys, values, mask, const(hd ** -0.5), causal=False)
-        attn = ops.reshape(ops.transpose(attn, const([0, 2, 1, 3], np.int64)), const([0, 0, heads * hd], np.int64), True)
-        attn = linear(attn, weight(p + "self_attn.o_proj.weight"), p + "self_attn.o_proj")
-        if attention_conv:
-            attn = attention_conv.apply(attn, 1)
-        x = named(ops.add(residual, attn), f"__module.{scope}/aten::add/Add")
-
-        residual = x
-        normed = rms_norm(x, vector(p + "post_attention_layernorm.weight"), eps, p + "post_attention_layernorm")
-        mlp_conv = conv(normed, p + "mlp_conv")
-        if mlp_conv:
-            normed = mlp_conv.apply(normed, 0)
-        gate = named(ops.swish(linear(normed, weight(p + "mlp.gate_proj.weight"), p + "mlp.gate_proj")),
-                      f"__module.{p}mlp.act_fn/aten::silu/Swish")
-        up = linear(normed, weight(p + "mlp.up_proj.weight"), p + "mlp.up_proj")
-        mlp = linear(ops.multiply(gate, up), weight(p + "mlp.down_proj.weight"), p + "mlp.down_proj")
-        if mlp_conv:
-            mlp = mlp_conv.apply(mlp, 1)
-        x = named(ops.add(residual, mlp), f"__module.{scope}/aten::add/Add_1")
-
-    out = rms_norm(x, vector("norm.weight"), eps, "norm")
+    out = rms_norm(x, vector("norm.weight"), config.rms_norm_eps, "norm")
     # drop the seed row: the proposals line up with the candidate tokens GenAI scores
     out = ops.slice(out, const([1], np.int64), const([I64_MAX], np.int64), const([1], np.int64),
                     const([1], np.int64))
     result = ops.result(out)
     result.output(0).get_tensor().set_names({"last_hidden_state"})
     return ov.Model([result], sinks, params, "dflash_draft")
+
+
+def _draft_parameters(config: DraftConfig) -> list:
+    """The draft's inputs, named as optimum names them: inputs_embeds, hidden_states, position_ids,
+    attention_mask, beam_idx."""
+    ops = _ops()
+    h, n_ids = config.hidden_size, len(config.target_layer_ids)
+    params = [ops.parameter([-1, -1, h], np.float32, name="inputs_embeds"),
+              ops.parameter([-1, -1, n_ids * h], np.float32, name="hidden_states"),
+              ops.parameter([-1, -1], np.int64, name="position_ids"),
+              ops.parameter([-1, -1], np.int64, name="attention_mask"),
+              ops.parameter([-1], np.int32, name="beam_idx")]
+    for p in params:
+        p.output(0).get_tensor().set_names({p.get_friendly_name()})
+    return params
+
+
+class _DraftLayers:
+    """What every decoder layer of the draft reads beside its own weights: the context features
+    `hidden_norm(fc(hidden_states))` (made here, the graph's first weights), the RoPE tables over all
+    positions, the additive padding mask, and the batch and beam order of its K/V state. `attention`
+    and `mlp` add a layer's two halves, asking `weight`/`vector` for its tensors in graph order."""
+
+    def __init__(self, config: DraftConfig, weight, vector, inputs_embeds, hidden_states, position_ids,
+                 attention_mask, beam_idx):
+        ops = _ops()
+        self.config, self.weight, self.vector, self.beam_idx = config, weight, vector, beam_idx
+        self.eps = config.rms_norm_eps
+        self.batch = dim(inputs_embeds, 0)
+        self.context = rms_norm(linear(hidden_states, weight("fc.weight"), "fc"), vector("hidden_norm.weight"),
+                                self.eps, "hidden_norm")
+        self.ctx_len = dim(self.context, 1)
+        inv_freq, scaling = config.rope()
+        self.cos, self.sin = rope_tables(position_ids, inv_freq, scaling)
+        # (1 - mask) * min, as optimum turns the 2-D padding mask into an additive one
+        additive = ops.multiply(ops.subtract(const(1.0), ops.convert(attention_mask, "f32")), const(F32_MIN))
+        self.additive = ops.unsqueeze(additive, const([1, 2], np.int64))
+
+    def _conv(self, normed, name: str):
+        """DFlash 2's dynamic convolution of `name` (None for a v1 draft)."""
+        if not self.config.is_dflash2:
+            return None
+        return DynamicConv(self.config, normed, self.vector(f"{name}.base_kernel"),
+                           self.weight(f"{name}.kernel_projection.weight"), name)
+
+    def _projection(self, x, p: str, proj: str, heads: int):
+        """`proj`'s Linear of layer prefix `p` as [B, heads, T, head_dim], its q/k norm applied when it has one."""
+        ops, hd = _ops(), self.config.head_dim
+        y = ops.reshape(linear(x, self.weight(f"{p}self_attn.{proj}.weight"), f"{p}self_attn.{proj}"),
+                        const([0, 0, heads, hd], np.int64), True)
+        if proj != "v_proj":
+            norm = f"{p}self_attn.{proj[0]}_norm"
+            y = rms_norm(y, self.vector(f"{norm}.weight"), self.eps, norm)
+        return ops.transpose(y, const([0, 2, 1, 3], np.int64))
+
+    def attention(self, i: int, x):
+        """Layer `i`'s attention half, residual added: queries from the block rows, keys and values from
+        [context, block], the context's K/V kept in the layer's state. Returns (x, the state's Assigns)."""
+        ops, c = _ops(), self.config
+        heads, kv_heads, hd = c.num_heads, c.num_kv_heads, c.head_dim
+        p, window, causal = f"layers.{i}.", c.layer_windows[i], c.causal_layers[i]
+        residual = x
+        normed = rms_norm(x, self.vector(p + "input_layernorm.weight"), self.eps, p + "input_layernorm")
+        conv = self._conv(normed, p + "attention_conv")
+        if conv:
+            normed = conv.apply(normed, 0)  # queries and the block's keys/values read the conv
+        q_len = dim(normed, 1)
+        q = self._projection(normed, p, "q_proj", heads)
+        kv_in = ops.concat([self.context, normed], 1)
+        k = self._projection(kv_in, p, "k_proj", kv_heads)
+        v = self._projection(kv_in, p, "v_proj", kv_heads)
+
+        q = apply_rope(q, last_rows(self.cos, q_len, 2), last_rows(self.sin, q_len, 2), hd // 2)
+        k = apply_rope(k, self.cos, self.sin, hd // 2)
+        split = ops.concat([self.ctx_len, q_len], 0)
+        k_ctx, k_block = ops.variadic_split(k, const(2, np.int64), split).outputs()
+        v_ctx, v_block = ops.variadic_split(v, const(2, np.int64), split).outputs()
+        k_ctx, assign_k = kv_state(k_ctx, self.batch, f"past_key_values.{i}.keypresent.{i}.key", kv_heads, hd,
+                                   self.beam_idx)
+        v_ctx, assign_v = kv_state(v_ctx, self.batch, f"past_key_values.{i}.valuepresent.{i}.value", kv_heads, hd,
+                                   self.beam_idx)
+        if window:
+            k_ctx, v_ctx = (last_rows(t, const([window], np.int64), 2) for t in (k_ctx, v_ctx))
+        keys = ops.concat([k_ctx, k_block], 2)
+        values = ops.concat([v_ctx, v_block], 2)
+        kv_len = dim(keys, 2)
+        mask = last_rows(self.additive, kv_len, 3)
+        if window or causal:
+            mask = ops.add(mask, _block_mask(q_len, kv_len, window, causal))
+        keys = repeat_kv(keys, kv_heads, heads // kv_heads, hd)
+        values = repeat_kv(values, kv_heads, heads // kv_heads, hd)
+        attn = ops.scaled_dot_product_attention(q, keys, values, mask, const(hd ** -0.5), causal=False)
+        attn = ops.reshape(ops.transpose(attn, const([0, 2, 1, 3], np.int64)), const([0, 0, heads * hd], np.int64), True)
+        attn = linear(attn, self.weight(p + "self_attn.o_proj.weight"), p + "self_attn.o_proj")
+        if conv:
+            attn = conv.apply(attn, 1)
+        return named(ops.add(residual, attn), f"__module.layers.{i}/aten::add/Add"), [assign_k, assign_v]
+
+    def mlp(self, i: int, x):
+        """Layer `i`'s MLP half (SwiGLU), residual added."""
+        ops, p = _ops(), f"layers.{i}."
+        residual = x
+        normed = rms_norm(x, self.vector(p + "post_attention_layernorm.weight"), self.eps,
+                          p + "post_attention_layernorm")
+        conv = self._conv(normed, p + "mlp_conv")
+        if conv:
+            normed = conv.apply(normed, 0)
+        gate = named(ops.swish(linear(normed, self.weight(p + "mlp.gate_proj.weight"), p + "mlp.gate_proj")),
+                     f"__module.{p}mlp.act_fn/aten::silu/Swish")
+        up = linear(normed, self.weight(p + "mlp.up_proj.weight"), p + "mlp.up_proj")
+        mlp = linear(ops.multiply(gate, up), self.weight(p + "mlp.down_proj.weight"), p + "mlp.down_proj")
+        if conv:
+            mlp = conv.apply(mlp, 1)
+        return named(ops.add(residual, mlp), f"__module.layers.{i}/aten::add/Add_1")
 
 
 def tensor_order(config: DraftConfig, shapes: dict) -> list[str]:
@@ -299,8 +333,7 @@ def draft_ir_bytes(draft, variant: Variant, head=None) -> int:
     c = draft.config
     layer = XML_LAYER_BYTES + (XML_DFLASH2_LAYER_BYTES if c.is_dflash2 else 0)
     own = head.added_bytes if head is not None else 0
-    grid = "folded" if head is not None and head.folded_grid else "compact"
-    weights = WeightForms(draft, variant, grid=grid).stored_bytes()
+    weights = WeightForms(draft, variant, grid=draft_grid(head.own if head is not None else None)).stored_bytes()
     return weights + XML_BASE_BYTES + layer * c.num_layers + SMALL_FILES_BYTES + own
 
 
@@ -309,10 +342,10 @@ def write_draft_ir(draft, folder, variant: Variant, progress: bool = True, obser
     """Build the IR of `variant` from `draft` (a draft.source.DraftSource) and save it in `folder`
     with the draft's config.json and the provenance (`options` added to what the draft and variant
     record); `head` (a draft.head.OwnHead) gives it the target's embedding and lm_head of its own, and
-    its grid the folded form (a draft with its own head is exported for the pair's memory).
+    its grid the form `draft_grid` says.
     Returns (describe_ir of the model, the WeightForms that made its weights)."""
     step(f"building the {variant.name} draft from {draft.describe()}", progress)
-    ov_model, forms = build_draft_ir(draft, variant, progress, observe, grid="compact" if head is None else "folded")
+    ov_model, forms = build_draft_ir(draft, variant, progress, observe, grid=draft_grid(head))
     if head is not None:
         step(f"{variant.name}: the target's embedding and lm_head as the draft's own ({head.form.name})", progress)
         head.attach(ov_model, forms.postponing("lm_head"))

@@ -79,6 +79,14 @@ def head_form(name: str) -> HeadForm:
 HEAD_XML_BYTES = 12_000
 
 
+def draft_grid(own: "OwnHead | None") -> str:
+    """The grid (ir.weights.GRIDS) a `gguf` variant's weights take in a draft: a draft with its own head
+    (`own`) is exported for the pair's memory, so its grid takes the folded form too, which the CPU plugin
+    runs from as stored (an 8B draft's compact Q4_K_M grid held 1.20 GiB private after one call, 2.1x its
+    0.59 GB; folded, 0.85 GiB for 0.84 GB: measured); any other draft keeps the compact one."""
+    return "compact" if own is None else "folded"
+
+
 @dataclass(frozen=True)
 class OwnHead:
     """The target's embedding and lm_head as a draft holds them in `form`; `target` is the
@@ -111,7 +119,8 @@ class OwnHead:
         return total
 
     def record(self) -> dict:
-        return {"draft_head": self.form.name, "draft_head_target": str(self.target.path), "folded_grid": True}
+        return {"draft_head": self.form.name, "draft_head_target": str(self.target.path),
+                "folded_grid": draft_grid(self) == "folded"}
 
     def attach(self, model, postpone=None):
         """`attach_head` of this head onto `model`."""
@@ -315,10 +324,8 @@ class HeadChoice:
 
     @property
     def folded_grid(self) -> bool:
-        """A draft with its own head is exported for the pair's memory: a `gguf` variant's grid takes the
-        folded form too, which the CPU plugin runs from as stored (an 8B draft's compact Q4_K_M grid held
-        1.20 GiB private after one call, 2.1x its 0.59 GB; folded, 0.85 GiB for 0.84 GB: measured)."""
-        return self.own is not None
+        """Whether the draft's grid takes the folded form (`draft_grid`)."""
+        return draft_grid(self.own) == "folded"
 
     def summary(self) -> str:
         grid = "; the draft's grid folded, as the CPU plugin runs it without private copies" if self.folded_grid else ""

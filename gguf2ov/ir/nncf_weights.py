@@ -205,26 +205,42 @@ def plan_modes(variant, weights, values=None, scores: dict | None = None, embedd
     ratio = variant.ratio if variant.ratio is not None else 1.0
     primary = list(ratio_defining)
     if ratio < 1 and ratio_defining:
-        if scores is None:
-            if values is None:
-                raise Gguf2ovError(
-                    f"variant {variant.name!r}: ratio < 1 ranks the weights by their values: pass values(name)"
-                )
-            scores = {name: sensitivity(values(name)) for name, _ in ratio_defining}
-        # MixedPrecisionCriterion.apply, mixed_precision.py l. 85-100
-        total = sum(_num_weights(shape) for _, shape in ratio_defining)
-        order = [i for i, _ in sorted(enumerate(scores[name] for name, _ in ratio_defining), key=lambda x: x[1])]
-        primary, in_int4 = [], 0
-        for i in order:
-            name, shape = ratio_defining[i]
-            if (in_int4 + _num_weights(shape)) / total >= ratio:
-                break
-            primary.append(ratio_defining[i])
-            in_int4 += _num_weights(shape)
+        primary = _within_ratio(variant, ratio_defining, values, scores)
         for name, _ in ratio_defining:
             plan[name] = WeightSpec(INT8_ASYM, -1, "backup: ratio")
+    _require_group_size(variant, primary)
+    for name, _ in primary:
+        plan[name] = WeightSpec(mode, variant.group_size, "primary")
+    return plan
+
+
+def _within_ratio(variant, ratio_defining: list, values, scores: dict | None) -> list:
+    """The ratio-defining (name, shape)s that stay in int4 under `variant.ratio` < 1: the least sensitive
+    first, while their share of the weights stays under the ratio (MixedPrecisionCriterion.apply,
+    mixed_precision.py l. 85-100)."""
+    if scores is None:
+        if values is None:
+            raise Gguf2ovError(
+                f"variant {variant.name!r}: ratio < 1 ranks the weights by their values: pass values(name)"
+            )
+        scores = {name: sensitivity(values(name)) for name, _ in ratio_defining}
+    total = sum(_num_weights(shape) for _, shape in ratio_defining)
+    order = [i for i, _ in sorted(enumerate(scores[name] for name, _ in ratio_defining), key=lambda x: x[1])]
+    primary, in_int4 = [], 0
+    for i in order:
+        name, shape = ratio_defining[i]
+        if (in_int4 + _num_weights(shape)) / total >= variant.ratio:
+            break
+        primary.append(ratio_defining[i])
+        in_int4 += _num_weights(shape)
+    return primary
+
+
+def _require_group_size(variant, primary: list) -> None:
+    """Refuse a group size that does not divide the input width of every weight compressed in int4
+    (validate_group_size, algorithm.py l. 654-679)."""
     bad = [(name, shape[-1]) for name, shape in primary if shape[-1] % variant.group_size]
-    if bad:  # validate_group_size, algorithm.py l. 654-679
+    if bad:
         fits = [g for g in GROUP_SIZES if all(shape[-1] % g == 0 for _, shape in primary)]
         raise Gguf2ovError(
             f"group size {variant.group_size} does not divide the input width of {len(bad)} of the {len(primary)} "
@@ -233,9 +249,6 @@ def plan_modes(variant, weights, values=None, scores: dict | None = None, embedd
             hint=f"group sizes that divide every input width: {', '.join(map(str, fits))}" if fits else
             "choose a group size that divides every input width",
         )
-    for name, _ in primary:
-        plan[name] = WeightSpec(mode, variant.group_size, "primary")
-    return plan
 
 
 def _as_f32_2d(w) -> np.ndarray:

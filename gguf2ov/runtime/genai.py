@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import Gguf2ovError
-from ..names import IR_XML, VLM_LANGUAGE_MODEL, VLM_TEXT_EMBEDDINGS
 from ..numerics import F32_HINT
 from ..work import count
 
@@ -137,16 +136,6 @@ def given_prompts(prompts_file, images=(), default=DEFAULT_PROMPTS) -> list[Prom
 
 # --- the pipeline -------------------------------------------------------------------------------------
 
-def target_kind(target_dir) -> str | None:
-    """"vlm" for a VLM folder (language model + text embeddings), "llm" for a text model, else None."""
-    target_dir = Path(target_dir)
-    if (target_dir / VLM_LANGUAGE_MODEL).is_file() and (target_dir / VLM_TEXT_EMBEDDINGS).is_file():
-        return "vlm"
-    if (target_dir / IR_XML).is_file():
-        return "llm"
-    return None
-
-
 def properties(precision: str, device: str = "CPU") -> dict:
     if precision not in PRECISIONS:
         raise Gguf2ovError(f"unknown precision {precision!r}", hint=f"use one of {', '.join(PRECISIONS)}")
@@ -162,21 +151,6 @@ def properties(precision: str, device: str = "CPU") -> dict:
 LIVE_SEQUENCES = 1
 
 
-def _text_config(target_dir) -> dict:
-    """A target folder's config.json (a VLM's text_config); {} when it has none."""
-    from ..hf.checkpoint import read_json_object
-
-    raw = read_json_object(Path(target_dir) / "config.json", required=False) or {}
-    config = raw if "num_hidden_layers" in raw else raw.get("text_config") or raw
-    return config if isinstance(config, dict) else {}
-
-
-def target_layer_types(target_dir) -> list[str]:
-    """The layer types a target folder's config.json states (a VLM's text_config); [] when it states none."""
-    types = _text_config(target_dir).get("layer_types") or []
-    return [str(t) for t in types] if isinstance(types, list) else []
-
-
 def describe_layer_types(types) -> str:
     """" (6 linear_attention, 2 full_attention)": a target's kinds of layer, when it has several."""
     from collections import Counter
@@ -186,18 +160,25 @@ def describe_layer_types(types) -> str:
     return " (" + ", ".join(f"{n} {kind}" for kind, n in Counter(types).items()) + ")"
 
 
-def recurrent_layers(target_dir) -> int:
+def recurrent_layers(config: dict) -> int:
     """How many layers of a target keep a recurrent (linear-attention) state, as the kinds its map names
-    for their layer types say (`LayerKind.RECURRENT`): what GenAI's scheduler must make room for. A
-    model type no map builds is read by every target map's kinds."""
+    for their layer types say (`LayerKind.RECURRENT`): what GenAI's scheduler must make room for.
+    `config`: the target's language-model config (runtime.target.TargetIR.config). A model type no map
+    builds is read by every target map's kinds."""
     from ..maps.load import shipped_maps
     from ..target.layers import REGISTRY
 
     maps = [m for m in shipped_maps() if m.target is not None]
-    own = [m for m in maps if m.hf.get("model_type") == _text_config(target_dir).get("model_type")]
+    own = [m for m in maps if m.hf.get("model_type") == config.get("model_type")]
     recurrent = {t for m in own or maps for t, kind in m.target["mixers"].items()
                  if kind in REGISTRY and REGISTRY[kind].RECURRENT}
-    return sum(t in recurrent for t in target_layer_types(target_dir))
+    return sum(t in recurrent for t in layer_types(config))
+
+
+def layer_types(config: dict) -> list[str]:
+    """The layer types a target's config states (a VLM's text_config); [] when it states none."""
+    types = config.get("layer_types") or []
+    return [str(t) for t in types] if isinstance(types, list) else []
 
 
 def scheduler(linear_attention: bool = False, num_assistant_tokens: int | None = None):
@@ -222,17 +203,16 @@ def scheduler(linear_attention: bool = False, num_assistant_tokens: int | None =
     return s
 
 
-def make_pipeline(target_dir, device: str, props: dict, draft_dir=None, num_assistant_tokens: int | None = None):
-    """`LLMPipeline` or `VLMPipeline` (by the target folder), with the DFlash draft attached when given,
-    its scheduler sized for up to `num_assistant_tokens` proposals per step."""
+def make_pipeline(target, device: str, props: dict, draft_dir=None, num_assistant_tokens: int | None = None):
+    """`LLMPipeline` or `VLMPipeline` (by the target's kind) on `target` (a runtime.target.TargetIR), with the
+    DFlash draft attached when given, its scheduler sized for up to `num_assistant_tokens` proposals per step."""
     import openvino_genai as ov_genai
 
-    target_dir = Path(target_dir)
     count("target compiles (GenAI pipelines)")
-    cls = ov_genai.VLMPipeline if target_kind(target_dir) == "vlm" else ov_genai.LLMPipeline
+    cls = ov_genai.VLMPipeline if target.kind == "vlm" else ov_genai.LLMPipeline
     extra = {} if draft_dir is None else {"draft_model": ov_genai.draft_model(str(draft_dir), device, **props)}
-    s = scheduler(recurrent_layers(target_dir) > 0, num_assistant_tokens if draft_dir is not None else None)
-    return cls(str(target_dir), device, scheduler_config=s, **extra, **props)
+    s = scheduler(recurrent_layers(target.config) > 0, num_assistant_tokens if draft_dir is not None else None)
+    return cls(str(target.path), device, scheduler_config=s, **extra, **props)
 
 
 def generation_config(pipe, max_new_tokens: int, num_assistant_tokens: int | None, apply_chat_template: bool = False):

@@ -29,13 +29,12 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import Gguf2ovError
-from ..names import (DETOKENIZER_IR, IR_XML, LOCATORS_KEY, TOKENIZER_IR, VLM_LANGUAGE_MODEL, VLM_PER_LAYER_EMBEDDINGS,
-                     VLM_TEXT_EMBEDDINGS)
+from ..names import (CONFIG_FILE, DETOKENIZER_IR, IR_XML, LOCATORS_KEY, TOKENIZER_IR, VLM_LANGUAGE_MODEL,
+                     VLM_PER_LAYER_EMBEDDINGS, VLM_TEXT_EMBEDDINGS)
 from ..numerics import compile_exact, compile_plain, core
 from ..work import count
 from ..ir.irweights import gather_rows, matmul_rows
 from ..target.ir import embedding_lookup, logits_matmul, read_locators
-from .genai import target_kind
 
 # --- what a target folder must hold -----------------------------------------------------------------
 
@@ -45,6 +44,16 @@ def require_not_gguf_named(what: str, d: Path) -> None:
         # GenAI reads any path ending in .gguf as a GGUF file, even a folder of IR files.
         raise Gguf2ovError(f"{what} path {d} ends in .gguf; OpenVINO GenAI would read it as a GGUF file",
                            hint="pass the exported OpenVINO folder, renamed without the .gguf suffix")
+
+
+def target_kind(target_dir) -> str | None:
+    """"vlm" for a VLM folder (language model + text embeddings), "llm" for a text model, else None."""
+    target_dir = Path(target_dir)
+    if (target_dir / VLM_LANGUAGE_MODEL).is_file() and (target_dir / VLM_TEXT_EMBEDDINGS).is_file():
+        return "vlm"
+    if (target_dir / IR_XML).is_file():
+        return "llm"
+    return None
 
 
 def no_target_ir(target_dir: Path) -> Gguf2ovError:
@@ -62,20 +71,22 @@ def no_target_ir(target_dir: Path) -> Gguf2ovError:
                              "image-text-to-text for a VLM)")
 
 
-def require_target_dir(target_dir) -> None:
-    """What GenAI needs of a target folder, checked before any work: the IR and its tokenizers."""
+def require_target_dir(target_dir) -> "TargetIR":
+    """What GenAI needs of a target folder, checked before any work: the IR and its tokenizers. Returns
+    the folder opened, its kind read."""
     target_dir = Path(target_dir)
     require_not_gguf_named("target", target_dir)
     if not target_dir.is_dir():
         raise Gguf2ovError(f"target folder {target_dir} does not exist")
-    if target_kind(target_dir) is None:
+    kind = target_kind(target_dir)
+    if kind is None:
         raise no_target_ir(target_dir)
     missing = [n for n in (TOKENIZER_IR, DETOKENIZER_IR) if not (target_dir / n).is_file()]
     if missing:
         raise Gguf2ovError(f"target folder {target_dir} has no {' / '.join(missing)}",
                            hint="convert the target's tokenizer with openvino_tokenizers.convert_tokenizer("
                                 "tok, with_detokenizer=True); GenAI takes the tokenizer from the target")
-
+    return TargetIR(target_dir, kind)
 
 
 @dataclass
@@ -104,12 +115,25 @@ class TargetIR:
         return core().read_model(str(self.model_path))
 
     @cached_property
-    def config(self) -> dict:
-        """The language model's config (a VLM's `text_config`)."""
+    def raw_config(self) -> dict | None:
+        """The folder's config.json as written, read once; None when it has none."""
         from ..hf.checkpoint import read_json_object
 
-        raw = read_json_object(self.path / "config.json", required=False) or {}
-        return raw if "num_hidden_layers" in raw else raw.get("text_config") or raw
+        return read_json_object(self.path / CONFIG_FILE, required=False)
+
+    @cached_property
+    def config(self) -> dict:
+        """The language model's config (a VLM's `text_config`); {} without a config.json."""
+        raw = self.raw_config or {}
+        config = raw if "num_hidden_layers" in raw else raw.get("text_config") or raw
+        return config if isinstance(config, dict) else {}
+
+    @property
+    def layer_types(self) -> list[str]:
+        """The layer types its config states; [] when it states none."""
+        from .genai import layer_types
+
+        return layer_types(self.config)
 
     @cached_property
     def locators(self) -> dict[int, dict] | None:
@@ -126,7 +150,7 @@ class TargetIR:
         if self.kind == "vlm":
             return None
         try:
-            return target_config(self.config, self.path / "config.json")
+            return target_config(self.config, self.path / CONFIG_FILE)
         except Gguf2ovError:
             return None
 

@@ -26,9 +26,8 @@ from ..progress import progress as progress_bar
 from ..progress import step
 from ..report import Table
 from ..runtime.genai import (PIPELINES, Generation, GenerationSettings, Prompt, as_prompts, describe_layer_types,
-                             generate, generation_config, make_pipeline, properties, target_kind,
-                             target_layer_types)
-from ..runtime.target import require_not_gguf_named, require_target_dir
+                             generate, generation_config, make_pipeline, properties)
+from ..runtime.target import TargetIR, require_not_gguf_named
 from ..work import count
 
 EXACT_RECHECK = "with dynamic quantization off and an f32 KV cache"
@@ -185,9 +184,9 @@ def _first_difference(a: str, b: str) -> int | None:
     return next((i for i in range(n) if a[i] != b[i]), n)
 
 
-def require_dirs(target_dir: Path, draft_dir: Path) -> None:
-    """What an acceptance run needs of its folders, checked before the minutes the target alone takes."""
-    require_target_dir(target_dir)
+def require_draft_dir(draft_dir: Path) -> None:
+    """What an acceptance run needs of the draft's folder, checked before the minutes the target alone takes
+    (the target's was checked when it was opened: runtime.target.require_target_dir)."""
     require_not_gguf_named("draft", draft_dir)
     if not draft_dir.is_dir():
         raise Gguf2ovError(f"draft folder {draft_dir} does not exist")
@@ -279,15 +278,14 @@ def judge(overall: PromptAcceptance, precision: str) -> tuple[str, list[str]]:
     return "PASS", reasons
 
 
-def target_cause(target_dir):
+def target_cause(target: TargetIR):
     """The failing finding of the target's graph that changes its text with a draft attached, whatever
     the draft proposes (RoPE positions wrong in a multi-token step once paged: target.positions); None
     when the graph shows none."""
-    from ..runtime.target import TargetIR
     from ..target.checks import paged_model
     from ..target.positions import positions_finding
 
-    model = TargetIR.open(target_dir).model
+    model = TargetIR(target.path, target.kind).model  # read for this check alone: `target` stays released
     try:
         finding = positions_finding(paged_model(model), model)
     except RuntimeError:  # a conversion GenAI would have failed first
@@ -295,7 +293,7 @@ def target_cause(target_dir):
     return finding if finding.status == "fail" else None
 
 
-def _pipeline_runs(target_dir, draft_dir, settings: GenerationSettings, props: dict, prompts, warm_up: bool = True,
+def _pipeline_runs(target: TargetIR, draft_dir, settings: GenerationSettings, props: dict, prompts, warm_up: bool = True,
                    show: bool = False, failed: str = "", hint: str | None = None,
                    probes: tuple[int, ...] = ()) -> tuple[list[list[Generation]], dict[int, float]]:
     """Per prompt, its `settings.repeats` greedy generations in one GenAI pipeline (the target alone
@@ -305,7 +303,7 @@ def _pipeline_runs(target_dir, draft_dir, settings: GenerationSettings, props: d
     `failed` says what was being run, `hint` what to check."""
     s = settings
     try:
-        pipe = make_pipeline(target_dir, s.device, props, draft_dir, s.num_assistant_tokens)
+        pipe = make_pipeline(target, s.device, props, draft_dir, s.num_assistant_tokens)
         speculative = draft_dir is not None
         cfg = generation_config(pipe, s.max_new_tokens, s.num_assistant_tokens if speculative else None,
                                 s.apply_chat_template)
@@ -371,98 +369,61 @@ def _prompts(prompts) -> tuple[Prompt, ...]:
     return prompts
 
 
-def target_alone(target_dir, prompts, settings: GenerationSettings = GenerationSettings(),
+def target_alone(target: TargetIR, prompts, settings: GenerationSettings = GenerationSettings(),
                  progress: bool = True) -> Baseline:
-    """Greedy generation with the target alone, once, for any number of drafts' runs."""
-    target_dir, prompts, settings = Path(target_dir), _prompts(prompts), settings.check().alone()
-    require_target_dir(target_dir)
-    kind = target_kind(target_dir)
-    if kind != "vlm" and any(p.images for p in prompts):
-        raise Gguf2ovError(f"image prompts need a VLM target; {target_dir} is a text model",
+    """Greedy generation with the target alone (runtime.target.TargetIR, as the job opened it), once, for
+    any number of drafts' runs."""
+    prompts, settings = _prompts(prompts), settings.check().alone()
+    if target.kind != "vlm" and any(p.images for p in prompts):
+        raise Gguf2ovError(f"image prompts need a VLM target; {target.path} is a text model",
                            hint="pass a folder exported with optimum-intel's image-text-to-text task")
-    step(f"target alone ({PIPELINES[kind]}): {len(prompts)} prompt(s) x {settings.repeats}", progress)
+    step(f"target alone ({PIPELINES[target.kind]}): {len(prompts)} prompt(s) x {settings.repeats}", progress)
     count("target-alone baselines (GenAI)")
-    runs, probed = _pipeline_runs(target_dir, None, settings, properties(settings.precision, settings.device), prompts,
-                                  show=progress, failed=f"on target {target_dir}",
+    runs, probed = _pipeline_runs(target, None, settings, properties(settings.precision, settings.device), prompts,
+                                  show=progress, failed=f"on target {target.path}",
                                   hint="check that the target folder runs on its own (gguf2ov verify --target)",
                                   probes=(0,))
-    return Baseline(target_dir, prompts, settings, tuple(tuple(r) for r in runs), probed[0])
+    return Baseline(target.path, prompts, settings, tuple(tuple(r) for r in runs), probed[0])
 
 
-def run_acceptance(target_dir, draft_dir, prompts, settings: GenerationSettings = GenerationSettings(),
+def run_acceptance(target: TargetIR, draft_dir, prompts, settings: GenerationSettings = GenerationSettings(),
                    baseline: Baseline | None = None, explain=None, progress: bool = True) -> AcceptResult:
     """Generate greedily with the target alone (or take `baseline`, made once for several drafts)
-    and with the draft attached; compare and count. `explain() -> [reasons]` says why a draft that
-    is never accepted is not working (the job gives verify's findings)."""
-    target_dir, draft_dir = Path(target_dir), Path(draft_dir)
+    and with the draft attached; compare and count. `target`: the runtime.target.TargetIR the job
+    opened. `explain() -> [reasons]` says why a draft that is never accepted is not working (the job
+    gives verify's findings)."""
+    draft_dir = Path(draft_dir)
     prompts, gen = _prompts(prompts), settings.check()
-    require_dirs(target_dir, draft_dir)
+    require_draft_dir(draft_dir)
     if baseline is None:
-        baseline = target_alone(target_dir, prompts, gen, progress=progress)
-    elif (baseline.target_dir, baseline.prompts, baseline.settings) != (target_dir, prompts, gen.alone()):
+        baseline = target_alone(target, prompts, gen, progress=progress)
+    elif (baseline.target_dir, baseline.prompts, baseline.settings) != (target.path, prompts, gen.alone()):
         raise ValueError("the baseline was made for another target, prompts or settings")
-    kind = target_kind(target_dir)
     props = properties(gen.precision, gen.device)
     base = [list(r) for r in baseline.runs]
 
     step(f"target + draft (K={gen.num_assistant_tokens}): {len(prompts)} prompt(s) x {gen.repeats}", progress)
-    spec, probed = _pipeline_runs(target_dir, draft_dir, gen, props, prompts, show=progress,
-                                  failed=f"on target {target_dir} with draft {draft_dir}",
+    spec, probed = _pipeline_runs(target, draft_dir, gen, props, prompts, show=progress,
+                                  failed=f"on target {target.path} with draft {draft_dir}",
                                   probes=probed_lengths(gen.num_assistant_tokens))
-
-    per_prompt = []
-    for p, b_runs, s_runs in zip(prompts, base, spec):
-        b, s = b_runs[-1], s_runs[-1]
-        tok_s_t = statistics.median(r.generated / r.seconds for r in b_runs)
-        tok_s_d = statistics.median(r.generated / r.seconds for r in s_runs)
-        per_prompt.append(PromptAcceptance(
-            prompt=p.text,
-            images=p.images,
-            identical=b.text == s.text,
-            generated_tokens=s.generated,
-            accepted_tokens=s.accepted,
-            draft_candidates=s.drafted,
-            target_steps=s.steps,
-            acceptance_rate=_ratio(s.accepted, s.drafted),
-            accepted_share=_ratio(s.accepted, s.generated),
-            mean_acceptance_length=1 + _ratio(s.accepted, s.steps),
-            tok_s_target=tok_s_t,
-            tok_s_draft=tok_s_d,
-            speedup=_ratio(tok_s_d, tok_s_t),
-            first_difference=_first_difference(b.text, s.text),
-            text_target=b.text,
-            text_draft=s.text,
-        ))
-
-    in_force = numerics(gen.device, props, model_runtime_options(_model_xml(target_dir)))
+    per_prompt = [_prompt_acceptance(p, b_runs, s_runs) for p, b_runs, s_runs in zip(prompts, base, spec)]
+    in_force = numerics(gen.device, props, model_runtime_options(target.model_path))
     if gen.precision == "f32" and rounds_unlike_exact(in_force):
-        per_prompt = _recheck_exactly(per_prompt, prompts, target_dir, draft_dir, gen, props, progress)
+        per_prompt = _recheck_exactly(per_prompt, prompts, target, draft_dir, gen, props, progress)
     overall = _total(per_prompt, base, spec)
-    kinds = sorted({p.kind for p in prompts})
-    by_kind = {} if len(kinds) < 2 else {
-        k: _total(*zip(*[(a, b, c) for a, b, c, p in zip(per_prompt, base, spec, prompts) if p.kind == k]))
-        for k in kinds}
+    by_kind = _totals_by_kind(per_prompt, base, spec, prompts)
     # Image prompts count for identical text; acceptance is judged on the text prompts when there are any.
     judged = dataclasses.replace(by_kind["text"], identical=overall.identical,
                                  identical_exact=overall.identical_exact) if by_kind else overall
     positions = per_position_acceptance([runs[-1] for runs in spec], gen.num_assistant_tokens)
     lengths = draft_lengths(positions, probed, baseline.token_seconds)
     best = max(lengths, key=lambda d: d.speedup).k if lengths else None
-    verdict, reasons = judge(judged, gen.precision)
-    if verdict == "MISMATCH" and (cause := target_cause(target_dir)) is not None:
-        reasons = [f"{MISMATCH_AT_F32}, and the target's graph says why ({cause.name}): {cause.reason}"]
-    if verdict == "BROKEN" and explain is not None:
-        reasons += explain()
-    if verdict == "SLOW" and best is not None and best != gen.num_assistant_tokens and \
-            next(d for d in lengths if d.k == best).speedup > 1.0:
-        d = next(d for d in lengths if d.k == best)
-        reasons.append(f"with {best} proposals per step instead of {gen.num_assistant_tokens} the draft would pay on "
-                       f"this device (estimated {d.speedup:.2f}x): pass --num-assistant-tokens {best}")
+    verdict, reasons = _verdict(judged, gen, target, lengths, best, explain)
     return AcceptResult(
         verdict=verdict,
         reasons=tuple(reasons),
         per_position_acceptance=positions,
-        target_dir=str(target_dir),
+        target_dir=str(target.path),
         draft_dir=str(draft_dir),
         device=gen.device,
         precision=gen.precision,
@@ -472,24 +433,68 @@ def run_acceptance(target_dir, draft_dir, prompts, settings: GenerationSettings 
         prompts=tuple(per_prompt),
         overall=overall,
         properties=props,
-        pipeline=PIPELINES[kind],
+        pipeline=PIPELINES[target.kind],
         by_kind=by_kind,
         numerics=in_force,
-        target_layers=describe_layer_types(target_layer_types(target_dir)),
+        target_layers=describe_layer_types(target.layer_types),
         draft_lengths=lengths,
         best_num_assistant_tokens=best,
     )
 
 
-def _model_xml(target_dir: Path) -> Path:
-    """The IR of a target folder whose rt_info holds its runtime options: a VLM's language model."""
-    from ..names import VLM_LANGUAGE_MODEL
-    from ..runtime.genai import target_kind
+def _prompt_acceptance(prompt: Prompt, base: list[Generation], spec: list[Generation]) -> PromptAcceptance:
+    """One prompt's figures: its last runs alone (`base`) and with the draft (`spec`) compared and counted,
+    throughput the median over its runs."""
+    b, s = base[-1], spec[-1]
+    tok_s_t = statistics.median(r.generated / r.seconds for r in base)
+    tok_s_d = statistics.median(r.generated / r.seconds for r in spec)
+    return PromptAcceptance(
+        prompt=prompt.text,
+        images=prompt.images,
+        identical=b.text == s.text,
+        generated_tokens=s.generated,
+        accepted_tokens=s.accepted,
+        draft_candidates=s.drafted,
+        target_steps=s.steps,
+        acceptance_rate=_ratio(s.accepted, s.drafted),
+        accepted_share=_ratio(s.accepted, s.generated),
+        mean_acceptance_length=1 + _ratio(s.accepted, s.steps),
+        tok_s_target=tok_s_t,
+        tok_s_draft=tok_s_d,
+        speedup=_ratio(tok_s_d, tok_s_t),
+        first_difference=_first_difference(b.text, s.text),
+        text_target=b.text,
+        text_draft=s.text,
+    )
 
-    return Path(target_dir) / (VLM_LANGUAGE_MODEL if target_kind(target_dir) == "vlm" else IR_XML)
+
+def _totals_by_kind(per_prompt, base, spec, prompts) -> dict[str, PromptAcceptance]:
+    """The totals over the text prompts and over the image prompts, when a run has both ({} otherwise)."""
+    kinds = sorted({p.kind for p in prompts})
+    if len(kinds) < 2:
+        return {}
+    return {k: _total(*zip(*[(a, b, c) for a, b, c, p in zip(per_prompt, base, spec, prompts) if p.kind == k]))
+            for k in kinds}
 
 
-def _recheck_exactly(per_prompt, prompts, target_dir, draft_dir, settings: GenerationSettings, props,
+def _verdict(judged: PromptAcceptance, gen: GenerationSettings, target: TargetIR, lengths, best: int | None,
+             explain) -> tuple[str, list[str]]:
+    """`judge`'s verdict, with what explains it: the target graph's own cause of a MISMATCH, `explain()`'s
+    of a BROKEN draft, and for a SLOW one the number of proposals per step that would pay."""
+    verdict, reasons = judge(judged, gen.precision)
+    if verdict == "MISMATCH" and (cause := target_cause(target)) is not None:
+        reasons = [f"{MISMATCH_AT_F32}, and the target's graph says why ({cause.name}): {cause.reason}"]
+    if verdict == "BROKEN" and explain is not None:
+        reasons += explain()
+    if verdict == "SLOW" and best is not None and best != gen.num_assistant_tokens and \
+            next(d for d in lengths if d.k == best).speedup > 1.0:
+        d = next(d for d in lengths if d.k == best)
+        reasons.append(f"with {best} proposals per step instead of {gen.num_assistant_tokens} the draft would pay on "
+                       f"this device (estimated {d.speedup:.2f}x): pass --num-assistant-tokens {best}")
+    return verdict, reasons
+
+
+def _recheck_exactly(per_prompt, prompts, target: TargetIR, draft_dir, settings: GenerationSettings, props,
                      progress) -> list[PromptAcceptance]:
     """The prompts whose texts part, generated again with the plugin's dynamic quantization off and a
     float32 KV cache (its default is u8 on x86: the real Gemma 3 target's greedy text
@@ -508,8 +513,8 @@ def _recheck_exactly(per_prompt, prompts, target_dir, draft_dir, settings: Gener
     step(f"texts part on {len(subset)} prompt(s) under the plugin's arithmetic: rechecking {EXACT_RECHECK}", progress)
     once = dataclasses.replace(settings, repeats=1)
     texts = [[runs[0].text for runs in _pipeline_runs(
-        target_dir, draft, once, exact, subset, warm_up=False,
-        failed=f"rechecking {draft_dir} on {target_dir} {EXACT_RECHECK}")[0]] for draft in (None, draft_dir)]
+        target, draft, once, exact, subset, warm_up=False,
+        failed=f"rechecking {draft_dir} on {target.path} {EXACT_RECHECK}")[0]] for draft in (None, draft_dir)]
     out = list(per_prompt)
     for i, alone, drafted in zip(differing, *texts):
         out[i] = dataclasses.replace(out[i], identical_exact=alone == drafted)

@@ -123,7 +123,7 @@ def ovms_repository(target_dir, draft_dir, out_dir, name: str | None = None, dev
     require_device(device)
     if num_assistant_tokens < 1:
         raise Gguf2ovError(f"--num-assistant-tokens must be at least 1, not {num_assistant_tokens}")
-    require_serving_target(target_dir)
+    target = require_serving_target(target_dir)
     subdir = draft_subdir(draft_dir, target_dir)
     require_output_dir(out_dir, overwrite, inputs=(target_dir, draft_dir))
     require_outside(out_dir, (target_dir, draft_dir))
@@ -150,7 +150,7 @@ def ovms_repository(target_dir, draft_dir, out_dir, name: str | None = None, dev
         out_dir=str(out_dir), name=name, target_dir=str(target_dir), draft_dir=str(draft_dir),
         draft_models_path=draft_models_path, device=device, options=options, draft_rt_info=rt_info,
         files=files, skipped=[GRAPH_FILE] if (target_dir / GRAPH_FILE).exists() else [], warnings=warnings,
-        num_assistant_tokens=num_assistant_tokens, linear_attention_layers=recurrent_layers(target_dir),
+        num_assistant_tokens=num_assistant_tokens, linear_attention_layers=recurrent_layers(target.config),
         seconds=time.perf_counter() - start)
 
 
@@ -305,16 +305,17 @@ def require_device(device: str) -> None:
                            hint="serve on CPU or GPU")
 
 
-def require_serving_target(target_dir: Path) -> None:
-    """A text target with its IR, tokenizer and detokenizer (what OVMS's LM_CB servable loads)."""
-    from ..runtime.genai import target_kind
+def require_serving_target(target_dir: Path):
+    """A text target with its IR, tokenizer and detokenizer (what OVMS's LM_CB servable loads), opened
+    (runtime.target.TargetIR)."""
     from ..runtime.target import require_target_dir
 
-    require_target_dir(target_dir)
-    if target_kind(target_dir) != "llm":
+    target = require_target_dir(target_dir)
+    if target.kind != "llm":
         raise Gguf2ovError(f"target folder {target_dir} is a VLM: `gguf2ov ovms` writes OVMS's LM_CB graph for "
                            f"text targets ({IR_XML})",
                            hint="OVMS's VLM_CB servable with a DFlash draft was not checked; serve text targets")
+    return target
 
 
 def draft_subdir(draft_dir: Path, target_dir: Path) -> str:

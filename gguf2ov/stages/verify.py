@@ -20,7 +20,7 @@ from ..ir.variants import format_of_ir
 from ..names import (CONFIG_FILE, DETOKENIZER_IR, IR_XML, PROVENANCE_FILE, SAFETENSORS_FILE, TOKENIZER_IR)
 from ..report import Table
 from ..runtime.draft_ir import CONTEXT_STEPS, synthetic_steps
-from ..runtime.genai import describe_layer_types, target_layer_types
+from ..runtime.genai import describe_layer_types
 from ..runtime.target import TargetIR
 from ..work import count
 
@@ -404,13 +404,12 @@ def _weights_check(d: _Draft, figures: dict | None = None) -> Finding:
 
 
 def _target_checks(d: _Draft, target: TargetIR) -> list[Finding]:
-    raw = _read_json(target.path / CONFIG_FILE)
-    if raw is None:
+    if target.raw_config is None:
         return [Finding("target", "target", "fail", f"{target.path} lacks {CONFIG_FILE}")]
     cfg = target.config  # a VLM's text_config
     n_layers, hidden, vocab = cfg.get("num_hidden_layers"), cfg.get("hidden_size"), cfg.get("vocab_size")
-    out = [Finding("target", "target", "pass", f"{target.model_path.name}: {n_layers} layers{describe_layer_types(target_layer_types(target.path))}, "
-                                               f"hidden {hidden}, vocab {vocab}")]
+    out = [Finding("target", "target", "pass", f"{target.model_path.name}: {n_layers} layers"
+                                               f"{describe_layer_types(target.layer_types)}, hidden {hidden}, vocab {vocab}")]
     out += target.findings(taps=d.ids or [])
 
     if d.hidden is None or hidden is None:

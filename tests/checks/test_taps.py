@@ -65,7 +65,7 @@ def test_genai_accepts_far_less_from_a_draft_one_layer_off(fixtures_dir, drafts,
     assert up.target_layer_ids == [2, 3]
     accepted = {}
     for label, draft in (("right", drafts["right"]), ("down", drafts["wrong"]), ("up", up.out_dir)):
-        result = run_acceptance(fixtures_dir / "target", draft, prompts, progress=False)
+        result = run_acceptance(TargetIR.open(fixtures_dir / "target"), draft, prompts, progress=False)
         assert result.overall.identical, label
         accepted[label] = result.overall.accepted_tokens
     assert accepted["right"] >= 380

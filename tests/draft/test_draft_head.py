@@ -170,7 +170,7 @@ def _generate(target, draft, prompts, tokens=40):
     from gguf2ov.runtime.genai import Prompt, generate, generation_config, make_pipeline
     from gguf2ov.numerics import F32_HINT
 
-    pipe = make_pipeline(target, "CPU", dict(F32_HINT), draft_dir=draft, num_assistant_tokens=7 if draft else None)
+    pipe = make_pipeline(TargetIR.open(target), "CPU", dict(F32_HINT), draft_dir=draft, num_assistant_tokens=7 if draft else None)
     cfg = generation_config(pipe, tokens, 7 if draft else None)
     return [generate(pipe, Prompt(p), cfg, speculative=draft is not None) for p in prompts]
 

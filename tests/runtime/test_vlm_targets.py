@@ -87,7 +87,7 @@ def test_a_vlm_target_without_annotation_is_refused_as_genai_would(vlm, draft, t
 
 @pytest.mark.slow
 def test_vlm_pipeline_accepts_the_converted_draft_on_text_and_image_prompts(vlm, draft):
-    r = run_acceptance(vlm / "target", draft, _prompts(vlm), GenerationSettings(max_new_tokens=100, num_assistant_tokens=7, precision="f32"), progress=False)
+    r = run_acceptance(TargetIR.open(vlm / "target"), draft, _prompts(vlm), GenerationSettings(max_new_tokens=100, num_assistant_tokens=7, precision="f32"), progress=False)
     assert r.pipeline == "VLMPipeline" and r.device == "CPU"
     assert r.overall.identical, [p.first_difference for p in r.prompts]
     text, image = r.by_kind["text"], r.by_kind["image"]
@@ -102,5 +102,5 @@ def test_a_random_draft_on_a_vlm_target_is_broken(vlm, tmp_path):
     config = json.loads((vlm / "draft-ref" / "config.json").read_text())
     b.random_checkpoint(config, tmp_path / "random")
     Job.of(tmp_path / "random", None, Options(progress=False)).export(tmp_path / "draft")
-    r = run_acceptance(vlm / "target", tmp_path / "draft", read_prompts(vlm / "prompts.txt"), GenerationSettings(max_new_tokens=60, num_assistant_tokens=7, precision="f32"), progress=False)
+    r = run_acceptance(TargetIR.open(vlm / "target"), tmp_path / "draft", read_prompts(vlm / "prompts.txt"), GenerationSettings(max_new_tokens=60, num_assistant_tokens=7, precision="f32"), progress=False)
     assert r.overall.identical and r.verdict == "BROKEN", r.summary()

@@ -10,10 +10,12 @@ from opened import open_draft
 from gguf2ov.report import render
 from gguf2ov.runtime.genai import Generation, read_prompts
 from gguf2ov.runtime.genai import GenerationSettings
+from gguf2ov.runtime.target import require_target_dir
 from gguf2ov.stages.accept import AcceptResult, PromptAcceptance, judge, per_position_acceptance, run_acceptance
 
 
 def _ir_folder(path, tokenizer=True):
+    """A folder that passes the folder checks (not one OpenVINO can read)."""
     path.mkdir()
     (path / "openvino_model.xml").write_text("<net/>")
     if tokenizer:
@@ -22,34 +24,41 @@ def _ir_folder(path, tokenizer=True):
     return path
 
 
+# The target folder is checked where it is opened, once (`require_target_dir`: the command line's
+# --target); acceptance takes it opened.
+
 def test_missing_target(tmp_path):
     with pytest.raises(Gguf2ovError, match="does not exist"):
-        run_acceptance(tmp_path / "nope", tmp_path, ["a"])
+        require_target_dir(tmp_path / "nope")
 
 
 def test_target_without_tokenizer(tmp_path):
     target = _ir_folder(tmp_path / "target", tokenizer=False)
-    draft = _ir_folder(tmp_path / "draft")
     with pytest.raises(Gguf2ovError, match="openvino_tokenizer.xml"):
-        run_acceptance(target, draft, ["a"])
+        require_target_dir(target)
+
+
+def test_the_opened_target_has_its_kind(tmp_path):
+    target = require_target_dir(_ir_folder(tmp_path / "target"))
+    assert (target.path, target.kind) == (tmp_path / "target", "llm")
 
 
 def test_draft_without_ir(tmp_path):
-    target = _ir_folder(tmp_path / "target")
+    target = require_target_dir(_ir_folder(tmp_path / "target"))
     (tmp_path / "draft").mkdir()
     with pytest.raises(Gguf2ovError, match="no openvino_model.xml"):
         run_acceptance(target, tmp_path / "draft", ["a"])
 
 
 def test_gguf_suffix_refused(tmp_path):
-    target = _ir_folder(tmp_path / "target")
+    target = require_target_dir(_ir_folder(tmp_path / "target"))
     draft = _ir_folder(tmp_path / "draft.gguf")
     with pytest.raises(Gguf2ovError, match="GGUF file"):
         run_acceptance(target, draft, ["a"])
 
 
 def test_bad_precision_and_prompts(tmp_path):
-    target = _ir_folder(tmp_path / "target")
+    target = require_target_dir(_ir_folder(tmp_path / "target"))
     draft = _ir_folder(tmp_path / "draft")
     with pytest.raises(Gguf2ovError, match="precision"):
         run_acceptance(target, draft, ["a"], GenerationSettings(precision="bf16"))
@@ -153,7 +162,7 @@ def test_image_prompts_need_a_vlm_target(fixtures_dir, tmp_path):
     (tmp_path / "draft").mkdir()
     (tmp_path / "draft" / "openvino_model.xml").write_text("<net/>")
     with pytest.raises(Gguf2ovError, match="image prompts need a VLM target"):
-        run_acceptance(fixtures_dir / "target", tmp_path / "draft", [Prompt("look", ("x.png",))])
+        run_acceptance(require_target_dir(fixtures_dir / "target"), tmp_path / "draft", [Prompt("look", ("x.png",))])
 
 
 @pytest.mark.slow

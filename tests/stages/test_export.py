@@ -76,7 +76,7 @@ def test_genai_runs_the_fp16_draft(tmp_path_factory, checkpoint):
 
     draft = tmp_path_factory.mktemp("genai") / "draft"
     export_draft(open_draft(checkpoint), draft, parse_variant("fp16"), progress=False)
-    target, props = b.target_dir(tmp_path_factory), properties("f32")
+    target, props = TargetIR.open(b.target_dir(tmp_path_factory)), properties("f32")
     alone = make_pipeline(target, "CPU", props)
     with_draft = make_pipeline(target, "CPU", props, draft)
     prompt = Prompt("The red fox lives in the forest. It likes to eat")  # the fixture's own kind of text

@@ -49,6 +49,31 @@ def test_a_checkpoint_becomes_a_checked_target_folder(tmp_path, fixtures_dir, ca
     assert report["locators"]["3"] == "__module.model.norm/aten::mul/Multiply_1"
 
 
+def test_the_job_on_the_built_target_is_a_new_job_that_takes_it_opened(tmp_path, fixtures_dir):
+    """`run`'s target stage: the job that builds the target stays as it was (frozen, nothing stored in
+    it), and `with_target` is the job on the folder built, whose target every later stage takes as
+    opened there (its kind read once, its config.json read by the TargetIR)."""
+    import dataclasses
+
+    from gguf2ov.cli.args import target_build
+    from gguf2ov.job import Job, Options
+    from gguf2ov.sources import TargetFolder, model_source
+
+    job = Job(target_spec=target_build(None)(model_source(fixtures_dir / "target-hf", "target")),
+              options=Options(progress=False))
+    result = job.build_target(tmp_path / "t")
+    built = job.with_target(result.out_dir)
+    assert job.builds_target and not built.builds_target
+    with pytest.raises(Gguf2ovError, match="built from .* first"):
+        job.target  # noqa: B018
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        job.target_spec = built.target_spec
+    assert built.target_spec == TargetFolder(tmp_path / "t", "llm")
+    assert (built.target.path, built.target.kind) == (tmp_path / "t", "llm")
+    hf = json.loads((fixtures_dir / "target-hf" / "config.json").read_text())
+    assert built.target.config["num_hidden_layers"] == hf["num_hidden_layers"]
+
+
 def test_a_gguf_target_states_its_config_and_generation_ids(tmp_path, q4_k_m, fixtures_dir):
     result = build_target(q4_k_m, tmp_path / "t", tokenizer_dir=fixtures_dir / "target-hf", progress=False)
     assert result.weight_format == "gguf" and result.transcoded == 29  # every 2-D weight; 17 F32 norms
@@ -343,9 +368,10 @@ def test_streamed_nncf_equals_whole_model_nncf_on_optimums_export(tmp_path, opti
 def _accept(target, draft, fixtures_dir):
     from gguf2ov.runtime.genai import GenerationSettings
     from gguf2ov.stages.accept import run_acceptance
+    from gguf2ov.runtime.target import TargetIR
 
     prompts = [line.strip() for line in (fixtures_dir / "prompts.txt").read_text().splitlines() if line.strip()]
-    return run_acceptance(target, draft, prompts, GenerationSettings(max_new_tokens=100, num_assistant_tokens=7), progress=False)
+    return run_acceptance(TargetIR.open(target), draft, prompts, GenerationSettings(max_new_tokens=100, num_assistant_tokens=7), progress=False)
 
 
 @pytest.mark.slow

@@ -22,6 +22,7 @@ import target_builders as tb
 from ggufs import write_gguf
 
 from gguf2ov.cli import main
+from gguf2ov.runtime.target import TargetIR
 from opened import build_target, open_target
 
 HYBRID_MOE = {
@@ -523,6 +524,6 @@ def test_genai_runs_the_target_with_a_dflash_draft_attached(tmp_path, fixtures_d
     b.random_checkpoint(config, tmp_path / "draft-hf")
     Job.of(tmp_path / "draft-hf", None, Options(progress=False)).export(tmp_path / "draft")
     prompts = read_prompts(fixtures_dir / "prompts.txt")
-    r = run_acceptance(tmp_path / "target", tmp_path / "draft", prompts,
+    r = run_acceptance(TargetIR.open(tmp_path / "target"), tmp_path / "draft", prompts,
                        GenerationSettings(max_new_tokens=24, num_assistant_tokens=5, precision="f32"), progress=False)
     assert r.overall.identical, [p.first_difference for p in r.prompts]

@@ -198,9 +198,10 @@ def test_the_recurrent_layers_genai_makes_room_for_are_the_kinds(tmp_path, confi
     import json
 
     from gguf2ov.runtime.genai import recurrent_layers
+    from gguf2ov.runtime.target import TargetIR
 
     (tmp_path / "config.json").write_text(json.dumps(config))
-    assert recurrent_layers(tmp_path) == layers
+    assert recurrent_layers(TargetIR(tmp_path).config) == layers
 
 
 # --- a map and its kinds, held against each other when the map is read ----------------------------

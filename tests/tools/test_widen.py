@@ -13,6 +13,7 @@ import dflash_builders as b
 import pytest
 
 from gguf2ov.errors import Gguf2ovError
+from gguf2ov.runtime.target import TargetIR
 from gguf2ov.tools.widen import DEFAULT_EXTRA_LAYERS as EXTRA_LAYERS
 from gguf2ov.tools.widen import DEFAULT_INTERMEDIATE_SIZE
 
@@ -235,7 +236,7 @@ def test_widened_target_folder_runs_in_genai_like_the_original(fixtures_dir, hea
 
     # Same function in GenAI: greedy text equal, and a draft attached to either target sees the same
     # hidden states, so it proposes and gets accepted exactly the same tokens.
-    runs = [run_acceptance(t, fixture_draft, [PROMPT], GenerationSettings(max_new_tokens=NEW_TOKENS, num_assistant_tokens=3), progress=False) for t in (out / "base", folder)]
+    runs = [run_acceptance(TargetIR.open(t), fixture_draft, [PROMPT], GenerationSettings(max_new_tokens=NEW_TOKENS, num_assistant_tokens=3), progress=False) for t in (out / "base", folder)]
     texts = {r.prompts[0].text_target for r in runs} | {r.prompts[0].text_draft for r in runs}
     assert len(texts) == 1 and runs[0].overall.generated_tokens > 0
     assert runs[0].overall.accepted_tokens == runs[1].overall.accepted_tokens
@@ -281,7 +282,7 @@ def test_widened_hybrid_and_moe_targets_run_in_genai_like_the_originals(fixture,
         tmp_path / "draft", parse_variant("gguf")).out_dir
     prompts = read_prompts(fixture / "prompts.txt")[:2]
     settings = GenerationSettings(max_new_tokens=NEW_TOKENS, num_assistant_tokens=3)
-    runs = [run_acceptance(t, draft, prompts, settings, progress=False) for t in (tmp_path / "base", tmp_path / "wide")]
+    runs = [run_acceptance(TargetIR.open(t), draft, prompts, settings, progress=False) for t in (tmp_path / "base", tmp_path / "wide")]
     for a, w in zip(runs[0].prompts, runs[1].prompts):
         assert a.text_target == a.text_draft == w.text_target == w.text_draft
     assert runs[0].overall.accepted_tokens == runs[1].overall.accepted_tokens >= NEW_TOKENS // 2
