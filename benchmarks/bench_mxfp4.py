@@ -2,7 +2,7 @@
 
 Two workloads, each form saved as an IR and compiled from disk with the f32 hint in a fresh process:
 - `fc`: 8 chained MatMuls of 4096 x 4096 (134 M weights, FACTS §18's method), at M = 1 and M = 8 rows;
-- `experts`: one mixture-of-experts block as gguf2ov builds it (target/layers/moe.py: the tiled pattern the
+- `experts`: one mixture-of-experts block as gguf2ov builds it (targets/layers/moe.py: the tiled pattern the
   plugin rewrites into GatherMatmul), 16 experts of 2048 x 2048, top 4 (201 M expert weights), at 1 and 8 tokens.
 For each form it records:
 - the runtime precision and weight type of the FullyConnected / GatherMatmul nodes (compressed or not);
@@ -134,7 +134,7 @@ def build_experts(form: str, out: Path) -> None:
     import openvino as ov
     from openvino import opset13 as ops
 
-    from gguf2ov.target.layers import moe
+    from gguf2ov.targets.layers import moe
 
     rng = np.random.default_rng(2)
     h = EXPERT_SIZE

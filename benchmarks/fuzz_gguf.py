@@ -883,8 +883,8 @@ def _warm_up(scratch: Path, seeds: dict, entries) -> None:
         import openvino_tokenizers  # noqa: F401
 
         import gguf2ov.stages.target  # noqa: F401
-        import gguf2ov.target.graph  # noqa: F401
-        import gguf2ov.target.probe  # noqa: F401
+        import gguf2ov.targets.graph  # noqa: F401
+        import gguf2ov.targets.probe  # noqa: F401
     _clear(scratch)
 
 

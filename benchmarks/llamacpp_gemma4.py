@@ -11,7 +11,7 @@ llama-quantize makes a Q4_K_M file of it (rows of 64 are too narrow for K-quants
 Q5_0 and Q8_0), on which llama.cpp quantizes activations to 8 bits and the target does not.
 
 The JSON records, per prompt, llama-tokenize's ids (BOS first, as llama.cpp adds it for Gemma 4) and
-llama-simple's greedy continuation on each file; tests/target/test_gemma4_target.py decodes the target's greedy
+llama-simple's greedy continuation on each file; tests/targets/test_gemma4_target.py decodes the target's greedy
 tokens with the file's own vocabulary and compares.
 """
 

@@ -1,4 +1,4 @@
-"""llama.cpp's own gpt-oss GGUF and greedy text, recorded for tests/target/test_gpt_oss_target.py.
+"""llama.cpp's own gpt-oss GGUF and greedy text, recorded for tests/targets/test_gpt_oss_target.py.
 
     python benchmarks/llamacpp_gpt_oss.py      # writes tests/data/gpt-oss-tiny/ and tests/data/gpt-oss-llamacpp.json
 

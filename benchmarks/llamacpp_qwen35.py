@@ -96,8 +96,8 @@ def compare(gguf: Path, hf: Path, variant: str, work: Path) -> dict:
     from gguf2ov.hf.checkpoint import Checkpoint
     from gguf2ov.ir.variants import parse_variant
     from gguf2ov.ir.weights import save_ir
-    from gguf2ov.target.checks import target_findings
-    from gguf2ov.target.graph import build_target_ir
+    from gguf2ov.targets.checks import target_findings
+    from gguf2ov.targets.graph import build_target_ir
 
     source = open_target(gguf)
     checkpoint = Checkpoint(hf)

@@ -427,7 +427,7 @@ def ensure_target_gguf(geom, cache_dir: Path = CACHE) -> dict:
     from gguf import GGMLQuantizationType as Q
 
     from gguf2ov.maps.load import load_map
-    from gguf2ov.target.config import arch_of
+    from gguf2ov.targets.config import arch_of
     from random_target import write_tokenizer
 
     path = Path(cache_dir) / f"target-{geom.name}-{geom.key()}-{MIX}.gguf"

@@ -196,10 +196,10 @@ class Job:
         """The model a target is built from (target.source.TargetSource), opened once."""
         spec = self.target_spec.source
         if isinstance(spec, GgufSpec):
-            from .target.source import open_target_gguf
+            from .targets.source import open_target_gguf
 
             return open_target_gguf(spec.open(), self.target_spec.map_path)
-        from .target.source import open_target_checkpoint
+        from .targets.source import open_target_checkpoint
 
         return open_target_checkpoint(spec.path)
 
@@ -207,7 +207,7 @@ class Job:
     def target_forms(self):
         """The form every weight of the target to build takes (ir.weights.WeightForms; NNCF's plan made,
         and refused here if NNCF would refuse it)."""
-        from .target.graph import target_forms
+        from .targets.graph import target_forms
 
         build = self.target_spec
         return target_forms(self.target_source, build.variant, build.grid, build.allow_nonfinite)
@@ -270,7 +270,7 @@ class Job:
         if not self.builds_target:
             return self.head
         from .draft.head import decide
-        from .target.decoder import EMBEDDING, LM_HEAD
+        from .targets.decoder import EMBEDDING, LM_HEAD
 
         forms = self.target_forms
         tied = forms.source.last_matmul_shared

@@ -1,6 +1,6 @@
 """The gemma4_text checkpoint behind tests/data/gemma4-llamacpp-F32.gguf, which llama.cpp's own converter
 wrote from it (benchmarks/llamacpp_gemma4.py), its Q4_K_M by llama-quantize, and llama.cpp's greedy text on both
-(tests/data/gemma4-llamacpp.json, which CI reads without llama.cpp): tests/target/test_gemma4_target.py's
+(tests/data/gemma4-llamacpp.json, which CI reads without llama.cpp): tests/targets/test_gemma4_target.py's
 shared-KV geometry (sliding and global layers of head sizes 16 and 32, attention_k_eq_v, two shared-KV
 layers) on the vocabulary of a small SentencePiece-style BPE tokenizer, as Gemma 4's converter requires.
 

@@ -204,8 +204,8 @@ def model_from_map(amap, rng, layers: int = 2):
 
 def _target_shapes(amap, config: dict) -> dict:
     """The shapes a target map's layer kinds read under `config`, other layouts' tensors included."""
-    from gguf2ov.target.config import target_config
-    from gguf2ov.target.decoder import stored_shapes
+    from gguf2ov.targets.config import target_config
+    from gguf2ov.targets.decoder import stored_shapes
 
     return stored_shapes(target_config(merged(amap.hf, config), f"a model from {amap.path}", arch=amap.arch))
 

@@ -97,7 +97,7 @@ def layers(graph: dict[str, set[str]]) -> dict[str, int]:
     return depth
 
 
-WINGS = ("gguf", "maps", "hf", "ir", "draft", "target", "runtime", "checks", "stages", "cli", "tools")
+WINGS = ("gguf", "maps", "hf", "ir", "draft", "targets", "runtime", "checks", "stages", "cli", "tools")
 JOB = ("job", "run", "sources")
 
 

@@ -254,7 +254,7 @@ def target_ir(hf_dir: Path, out: Path, variant: str = "fp32") -> Path:
     and extras: the path of its openvino_model.xml."""
     from gguf2ov.ir.variants import parse_variant
     from gguf2ov.ir.weights import save_ir
-    from gguf2ov.target.graph import build_target_ir
+    from gguf2ov.targets.graph import build_target_ir
     from opened import open_target
 
     out.mkdir(parents=True, exist_ok=True)

@@ -26,7 +26,7 @@ def test_the_folders_follow_the_datas_way():
     wings = wing_graph(module_graph())
     depth = layers(wings)  # raises on a cycle among the folders
     for order in (["base", "gguf", "maps", "ir", "draft", "runtime", "checks", "stages", "job", "cli"],
-                  ["base", "gguf", "maps", "ir", "target", "runtime", "checks", "stages", "job", "cli"]):
+                  ["base", "gguf", "maps", "ir", "targets", "runtime", "checks", "stages", "job", "cli"]):
         assert [depth[w] for w in order] == sorted(depth[w] for w in order), depth
     assert wings["base"] == set() and "stages" not in wings["tools"]
 
@@ -35,8 +35,8 @@ def test_the_draft_and_the_target_stand_apart():
     """The two wings share the weights below them (`ir/`) and nothing else: building a Llama target
     needs nothing of the DFlash draft, and the draft nothing of the target builder."""
     wings = wing_graph(module_graph())
-    assert "ir" in wings["draft"] and "ir" in wings["target"]
-    assert "draft" not in wings["target"] and "target" not in wings["draft"]
+    assert "ir" in wings["draft"] and "ir" in wings["targets"]
+    assert "draft" not in wings["targets"] and "targets" not in wings["draft"]
 
 
 def test_lazy_relative_and_absolute_imports_count(tmp_path):

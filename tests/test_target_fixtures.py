@@ -398,7 +398,7 @@ def test_the_hybrid_target_built_from_the_checkpoint_is_optimums_export(tmp_path
     and the function over two stateful steps (logits, every locator, the linear layers' too) is within
     what NNCF's int8 rounding of the six conv1d kernels in optimum's export moves it (1.3e-3 measured):
     gguf2ov keeps those kernels (4 taps a channel) in float. Equality within 1e-5 in f32 is held
-    against transformers (tests/target/test_hybrid_target.py) and the fixture checkpoint's greedy text
+    against transformers (tests/targets/test_hybrid_target.py) and the fixture checkpoint's greedy text
     below."""
     import openvino as ov
 

@@ -16,7 +16,7 @@ HELP = "build a DFlash-ready OpenVINO target from a GGUF or a checkpoint, weight
 
 
 def configure_parser(parser) -> None:
-    from ..target.config import target_arches
+    from ..targets.config import target_arches
 
     parser.add_argument("source", help=f"a target GGUF ({', '.join(target_arches())}), " + a.HUB_NAME + ", or a "
                                        "Hugging Face checkpoint folder")

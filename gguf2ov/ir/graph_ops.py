@@ -1,6 +1,6 @@
 """The OpenVINO opset pieces the draft and the target graphs share, as optimum-intel's trace writes them.
 
-Both graph builders (draft/graph.py, target/graph.py) reproduce what optimum-intel 2.2.0 exports
+Both graph builders (draft/graph.py, targets/graph.py) reproduce what optimum-intel 2.2.0 exports
 from transformers' PyTorch modules, node names included where tools look nodes up by name
 (`__module.<path>/aten::linear/MatMul`, a norm's `aten::mul/Multiply_1`). The pieces here are
 those of every Qwen3/Llama-style decoder: RMSNorm, Linear, RoPE tables and their application, the

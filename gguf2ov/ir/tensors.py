@@ -1,5 +1,5 @@
 """A model's tensors read one at a time, from a GGUF through its map or from a checkpoint folder:
-what both the draft (`draft/source.py`) and the target (`target/source.py`) are opened as, and the
+what both the draft (`draft/source.py`) and the target (`targets/source.py`) are opened as, and the
 one strict comparison of the tensors a file holds with those a graph reads.
 """
 

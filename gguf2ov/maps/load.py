@@ -53,7 +53,7 @@ Map sections:
   that states another value for one of them (through a config rule) contradicts its own tensors
   and is refused.
 - `shapes`: HF template -> expected PyTorch shape, as expressions over config keys; not in a map with
-  a `target:` section, whose shapes are its layer kinds' (`gguf2ov/target/layers/`).
+  a `target:` section, whose shapes are its layer kinds' (`gguf2ov/targets/layers/`).
 - `legacy`: config rules an older converter used (only used to write GGUF in the old layout).
 - `compare`: HF config key -> other places a published config may hold it; the keys `check`
   compares with a reference.
@@ -73,7 +73,7 @@ Map sections:
   layers slide when a config states no layer_types), `head_dim` (a layer type's own head size key),
   `rope_factors` (the layer types a file's rope_freqs turns) and `refuse` (config keys of variants
   not built, with why). The kinds are
-  `gguf2ov/target/layers/`; `gguf2ov/target/decoder.py` reads this section and holds it against them.
+  `gguf2ov/targets/layers/`; `gguf2ov/targets/decoder.py` reads this section and holds it against them.
 
 Maps are found in the shipped `tensor_maps/` and in the folders named by GGUF2OV_MAPS (paths
 separated like PATH) or passed as `maps_dir`: adding an architecture is one YAML file there.
@@ -379,7 +379,7 @@ def _build(data: dict, name: str) -> ArchMap:
     shapes = data.get("shapes") or {}
     if shapes and data.get("target") is not None:
         raise bad("a map with a `target:` section states no `shapes`: a target's shapes are its layer kinds' "
-                  "(gguf2ov/target/layers/)")
+                  "(gguf2ov/targets/layers/)")
     for hf, expr in shapes.items():
         if hf not in hf_templates:
             raise bad(f"shape given for {hf}, which no tensor entry produces")

@@ -1,7 +1,7 @@
 """The shapes a map states (`shapes:`, expressions over config keys), for a model no layer kinds
 describe (the DFlash draft, a map made for `convert`), and the check of a file's stored shapes
 against expected ones, whoever states them: the map, or a target's layer kinds
-(`target/decoder.py`), through the same function.
+(`targets/decoder.py`), through the same function.
 """
 
 from collections.abc import Callable, Iterable

@@ -92,7 +92,7 @@ class TensorMatcher:
     def problems(self, gguf, config: dict) -> list[str]:
         """Everything that keeps this map from converting the file, one check after another; empty when
         it fits. The shapes checked are the map's own (a target's are its kinds', checked once they are
-        known: `target/source.py`)."""
+        known: `targets/source.py`)."""
         n_blocks = config.get("num_hidden_layers")
         if n_blocks is not None and not (is_int(n_blocks) and n_blocks >= 0):
             return [f"num_hidden_layers is {n_blocks!r}: the file's block count is not a number of layers"]

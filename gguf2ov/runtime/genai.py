@@ -166,7 +166,7 @@ def recurrent_layers(config: dict) -> int:
     `config`: the target's language-model config (runtime.target.TargetIR.config). A model type no map
     builds is read by every target map's kinds."""
     from ..maps.load import shipped_maps
-    from ..target.layers import REGISTRY
+    from ..targets.layers import REGISTRY
 
     maps = [m for m in shipped_maps() if m.target is not None]
     own = [m for m in maps if m.hf.get("model_type") == config.get("model_type")]

@@ -34,7 +34,7 @@ from ..names import (CONFIG_FILE, DETOKENIZER_IR, IR_XML, LOCATORS_KEY, TOKENIZE
 from ..numerics import compile_exact, compile_plain, core
 from ..work import count
 from ..ir.irweights import gather_rows, matmul_rows
-from ..target.ir import embedding_lookup, logits_matmul, read_locators
+from ..targets.ir import embedding_lookup, logits_matmul, read_locators
 
 # --- what a target folder must hold -----------------------------------------------------------------
 
@@ -145,7 +145,7 @@ class TargetIR:
         this tool builds; None for another, whose checks need no layer kinds, and for a VLM's language
         model (optimum's, which takes embeddings: not the graph `gguf2ov target` builds, even of a
         gemma4 text model)."""
-        from ..target.config import target_config
+        from ..targets.config import target_config
 
         if self.kind == "vlm":
             return None
@@ -157,7 +157,7 @@ class TargetIR:
     def findings(self, taps=()) -> list:
         """What GenAI needs of this target (target.checks.target_findings), `taps` the layer ids a draft
         reads; the paged conversion, which copies the graph, is made once."""
-        from ..target.checks import target_findings
+        from ..targets.checks import target_findings
 
         n_layers = self.config.get("num_hidden_layers")
         return target_findings(self.model, self.built_as, taps, paged=self._paged_findings,
@@ -166,7 +166,7 @@ class TargetIR:
 
     @cached_property
     def _paged_findings(self):
-        from ..target.checks import paged_findings
+        from ..targets.checks import paged_findings
 
         return paged_findings(self.model, self.built_as) if self.built_as is not None else None
 

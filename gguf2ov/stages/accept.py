@@ -282,8 +282,8 @@ def target_cause(target: TargetIR):
     """The failing finding of the target's graph that changes its text with a draft attached, whatever
     the draft proposes (RoPE positions wrong in a multi-token step once paged: target.positions); None
     when the graph shows none."""
-    from ..target.checks import paged_model
-    from ..target.positions import positions_finding
+    from ..targets.checks import paged_model
+    from ..targets.positions import positions_finding
 
     model = TargetIR(target.path, target.kind).model  # read for this check alone: `target` stays released
     try:

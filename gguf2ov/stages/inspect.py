@@ -71,7 +71,7 @@ def inspect(gguf_path, map_path=None) -> InspectResult:
     """`gguf_path` is a GGUF file, or a hub name `org/repo[:QUANT]` as llama.cpp's `-hf` takes it."""
     from ..maps.load import map_for
     from ..maps.not_run import NotRunError
-    from ..target.source import target_problems
+    from ..targets.source import target_problems
 
     source = resolve_gguf(gguf_path)
     gguf = open_gguf(source, duplicate_keys=True)  # shown with a warning: inspect is where a bad file is looked at

@@ -3,13 +3,13 @@
 GenAI's own GGUF reader cannot drive a DFlash draft (its graph has no hidden-state locators and no
 embedding Gather that the draft attaches to), and optimum-intel needs the full checkpoint in
 PyTorch (6-9 GB for an 8B model). This stage builds the graph optimum-intel writes, with the
-locators DFlash needs, weight by weight (target/graph.py), and writes a folder GenAI's
+locators DFlash needs, weight by weight (targets/graph.py), and writes a folder GenAI's
 LLMPipeline loads as a target: the IR, config.json, generation_config.json, the OpenVINO tokenizer
 and detokenizer, and gguf2ov.json. Before the folder is put in place, the written IR is checked as `verify --target`
-checks any target (`target/checks.py`): interface, state variables, locators on live nodes of the
+checks any target (`targets/checks.py`): interface, state variables, locators on live nodes of the
 hidden width, the embedding and lm_head GenAI attaches a draft to, OpenVINO's paged conversion
 making of every layer what its kind must become, and, where a kind expects it (a mixture of experts'
-GatherMatmul), what the CPU plugin compiles it into (`target/probe.py`).
+GatherMatmul), what the CPU plugin compiles it into (`targets/probe.py`).
 """
 
 import json
@@ -105,7 +105,7 @@ def export_target(forms, out_dir, tokenizer_from, overwrite: bool = False, progr
     `tokenizer_from`: "gguf" (the file's vocabulary) or a folder (`tokenizer_source`). `sources`:
     further inputs provenance records (a --tokenizer folder).
     """
-    from ..target.probe import compiled_check
+    from ..targets.probe import compiled_check
 
     target, variant = forms.source, forms.variant
     if tokenizer_from == "gguf":
@@ -156,7 +156,7 @@ SMALL_FILES_BYTES = 12_000
 def target_folder_bytes(forms, tokenizer_from) -> int:
     """The bytes `export_target` writes (the IR, the tokenizers and the small files), within a few
     percent (measured)."""
-    from ..target.graph import target_ir_bytes
+    from ..targets.graph import target_ir_bytes
 
     return target_ir_bytes(forms) + tokenizer_bytes(tokenizer_from, forms.source) + SMALL_FILES_BYTES
 
@@ -207,7 +207,7 @@ def write_target(folder: Path, target, variant, tokenizer_from, progress: bool =
     """The target's files in `folder`: tokenizer (none when `tokenizer_from` is None), IR, config.json and
     generation_config.json. Returns the WeightForms that made the IR's weights (`forms`, if given, else
     `target.graph.target_forms`)."""
-    from ..target.graph import build_target_ir
+    from ..targets.graph import build_target_ir
     from ..ir.weights import save_ir
 
     if tokenizer_from is not None:
@@ -320,8 +320,8 @@ def check_target_ir(folder, config) -> tuple[list[Finding], dict]:
     paged conversion are compiled (target.positions)."""
     import openvino as ov
 
-    from ..target.checks import target_findings
-    from ..target.ir import read_locators
+    from ..targets.checks import target_findings
+    from ..targets.ir import read_locators
 
     model = ov.Core().read_model(str(Path(folder) / IR_XML))
     locators = read_locators(model) or {}

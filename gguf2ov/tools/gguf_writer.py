@@ -20,7 +20,7 @@ from ..errors import Gguf2ovError
 from ..hf.checkpoint import Checkpoint, read_json_object
 from ..maps.load import load_map
 from ..progress import progress as progress_bar
-from ..target.source import ROPE_FACTORS, rope_factors_of
+from ..targets.source import ROPE_FACTORS, rope_factors_of
 
 Q = GGMLQuantizationType
 ARCH = "dflash"

@@ -18,7 +18,7 @@ The draft's target layer ids keep pointing at the same tensors: ids 0..N-2 of th
 decoder-layer residual outputs, which appended layers do not touch; only the last id (the
 final-norm output) moves, to N'-1, and it holds the same values.
 
-Which tensors those are is data, by the kinds of layer the target is built from (`target/layers/`,
+Which tensors those are is data, by the kinds of layer the target is built from (`targets/layers/`,
 named by the model type's map): `BRANCH_OUTPUTS` and `MLP_WIDTHS` below.
 
 This module works on the checkpoint in NumPy (`write_widened_checkpoint`) and compares two built
@@ -62,7 +62,7 @@ LAYER_TENSOR = re.compile(r"^(?P<prefix>(?:.+\.)?layers\.)(?P<index>\d+)\.(?P<re
 
 # The model types widened (each one tested against transformers' forward): their layers' kinds below.
 WIDENED_TYPES = ("qwen3", "qwen3_5_text", "qwen3_moe")
-# Per kind of layer (target/layers/, as the model type's map names them): the tensors, by their name
+# Per kind of layer (targets/layers/, as the model type's map names them): the tensors, by their name
 # inside a layer, that write the kind's branch into the residual stream. Zero, the branch adds nothing.
 BRANCH_OUTPUTS = {
     "attention": r"self_attn\.o_proj\.",
@@ -158,8 +158,8 @@ class Widening:
 def read_widening(target_hf_dir: Path) -> Widening:
     """The config.json of a checkpoint folder of a model type that can be widened, resolved as the target
     is built from it; any other model is refused."""
-    from ..target.config import target_config
-    from ..target.decoder import batched_weights
+    from ..targets.config import target_config
+    from ..targets.decoder import batched_weights
 
     if not (target_hf_dir / CONFIG_FILE).is_file():
         raise Gguf2ovError(f"{target_hf_dir} is not a Hugging Face checkpoint folder: config.json is missing")

@@ -84,7 +84,7 @@ def test_the_real_file_becomes_a_target_that_generates_transformers_tokens(gemma
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
     from gguf2ov.gguf.read import open_gguf
-    from gguf2ov.target.graph import target_forms
+    from gguf2ov.targets.graph import target_forms
     from opened import open_target
     from gguf2ov.ir.variants import parse_variant
     from gguf2ov.numerics import EXACT

@@ -406,7 +406,7 @@ def test_mxfp4_experts_fuse_into_an_i8_gather_matmul(tmp_path):
     from openvino import opset13 as ops
 
     from gguf2ov.numerics import compile_exact
-    from gguf2ov.target.layers.kind import REGISTRY
+    from gguf2ov.targets.layers.kind import REGISTRY
 
     experts, width = 4, 256
     rng = np.random.default_rng(12)

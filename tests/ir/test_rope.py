@@ -27,7 +27,7 @@ import pytest
 from gguf2ov.errors import Gguf2ovError
 from gguf2ov.draft.config import draft_config, hf_config
 from gguf2ov.ir.rope import rope_table
-from gguf2ov.target.source import target_config
+from gguf2ov.targets.source import target_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _ROTARY = {"llama": ("llama", "LlamaRotaryEmbedding"), "qwen2": ("qwen2", "Qwen2RotaryEmbedding"),
@@ -283,7 +283,7 @@ _BUILD = """
 import json, re, sys
 {block}
 from gguf2ov.draft.config import draft_config
-from gguf2ov.target.source import target_config
+from gguf2ov.targets.source import target_config
 targets, draft = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 tables = {{name: {{t: [v.tolist(), s] for t, (v, s) in target_config(raw, name).rope.items()}}
           for name, raw in targets.items()}}

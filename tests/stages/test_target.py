@@ -338,7 +338,7 @@ def test_streamed_nncf_equals_whole_model_nncf_on_optimums_export(tmp_path, opti
     import openvino as ov
 
     from gguf2ov.ir import nncf_weights
-    from gguf2ov.target.graph import build_target_ir
+    from gguf2ov.targets.graph import build_target_ir
     from gguf2ov.ir.variants import parse_variant
     from gguf2ov.ir.weights import save_ir
 

@@ -151,7 +151,7 @@ def test_a_map_op_refuses_a_value_it_cannot_take_naming_the_tensor_and_the_op(tm
 def test_the_decay_of_an_a_log_beyond_float32_is_refused():
     from gguf2ov.errors import Gguf2ovError
     from gguf2ov.maps.rules import apply_ops
-    from gguf2ov.target.layers.gated_deltanet import _negated_exp
+    from gguf2ov.targets.layers.gated_deltanet import _negated_exp
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")

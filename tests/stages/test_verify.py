@@ -123,7 +123,7 @@ def test_target_without_locators_nor_the_pattern_fails_as_genai_would(tmp_path, 
     """No annotation and no Llama/Qwen-style residual add under the layer names: GenAI refuses."""
     import openvino as ov
 
-    from gguf2ov.target.ir import pattern_fallback_layers
+    from gguf2ov.targets.ir import pattern_fallback_layers
 
     bare = b.edit_ir(target, tmp_path, drop_rt_info=("hidden_states_decoder_layers",))
     xml = bare / "openvino_model.xml"

@@ -43,7 +43,7 @@ class TargetConfig:
     rms_norm_eps: float
     tie_word_embeddings: bool
     layer_types: tuple[str, ...]
-    mixers: tuple[str, ...]        # the kind of layer that mixes tokens, per layer (target/layers/)
+    mixers: tuple[str, ...]        # the kind of layer that mixes tokens, per layer (targets/layers/)
     mlp: str                       # the kind of every layer's MLP
     layer: tuple                   # the decoder layer's residual steps (decoder.Step)
     options: dict                  # the map's forward options, defaults filled in (decoder.py)

@@ -107,7 +107,7 @@ def test_the_paged_conversion_keeps_windows_head_sizes_and_shared_caches(gemma4)
     the sliding layers' window and each type's heads; a shared layer's paged attention reads the key and
     value caches of the layer it shares (and writes the same keys and values there), so there is one
     cache per layer with keys and values of its own; no state op left (the `target-paged` check)."""
-    from gguf2ov.target.checks import target_findings
+    from gguf2ov.targets.checks import target_findings
 
     hf, xml = gemma4
     config = tb.config_of(hf)

@@ -1,6 +1,6 @@
 """The contract of a kind of layer: every hook a kind may state, named and defaulted.
 
-A kind is a subclass of `LayerKind` in a module of its own (`target/layers/<kind>.py`), registered
+A kind is a subclass of `LayerKind` in a module of its own (`targets/layers/<kind>.py`), registered
 by the class statement itself under its `NAME` (as gguf-py registers its quant kernels by type):
 
     class GatedDeltaNet(LayerKind, name="gated_deltanet", role="mixer"):
@@ -10,17 +10,17 @@ by the class statement itself under its `NAME` (as gguf-py registers its quant k
 
 A map's `target:` section names the kind of each layer type's mixer (`mixers`, by the config's
 `layer_types`), the kind of every layer's MLP (`mlp`), and where they and any other block sit between
-the decoder layer's norms and residual adds (`layer`, `target/decoder.py`). A kind states, from the
-config alone (`c`, always a TargetConfig, `target/config.py`; `i`, the layer's index):
+the decoder layer's norms and residual adds (`layer`, `targets/decoder.py`). A kind states, from the
+config alone (`c`, always a TargetConfig, `targets/config.py`; `i`, the layer's index):
 - `tensors(c, i)`: the tensors it reads in layer `i`, HF names and shapes, in the order `build` asks
   for them: the one statement of those shapes (a map names the tensors only);
 - `names(options)`: the names of every tensor it may read, from the map's options alone, which a
   map's tensor names are held against when it loads (`decoder.py`);
 - `build(g, x, i)`: its part of the graph on `x` (the normed hidden states, or the residual stream
   where the map's layer puts no norm before the block), asking `g` (the graph under construction,
-  `target/graph.py`) for each weight by name and adding its state variables.
+  `targets/graph.py`) for each weight by name and adding its state variables.
 Every other hook has a default that states nothing. Helpers that several kinds use live in
-`pieces.py`; a kind module defines no other public name (tests/target/test_kinds.py holds it), so
+`pieces.py`; a kind module defines no other public name (tests/targets/test_kinds.py holds it), so
 a misspelt hook is an error, not a hook that silently never runs.
 """
 
@@ -34,7 +34,7 @@ class LayerKind:
 
     NAME: ClassVar[str]
     # mixer: mixes tokens (a map's `mixers`); mlp: the MLP of every layer (`mlp`); block: another step of
-    # the decoder layer, placed by the map's `layer` section by its name (`target/decoder.py`)
+    # the decoder layer, placed by the map's `layer` section by its name (`targets/decoder.py`)
     ROLE: ClassVar[str]
     # Whether a layer of this kind keeps a recurrent state (a Gated DeltaNet's): GenAI's scheduler then
     # needs its linear-attention state pool sized for the draft's proposals (`runtime/genai.py`).
@@ -78,7 +78,7 @@ class LayerKind:
         the other layouts `layouts` reads."""
         raise NotImplementedError
 
-    # --- what the IR checks must find of it (`target/checks.py`) ------------------------------------
+    # --- what the IR checks must find of it (`targets/checks.py`) ------------------------------------
 
     def states(self, c, i: int) -> list[str]:
         """The state variables the kind keeps in layer `i` (none)."""
@@ -114,12 +114,12 @@ class LayerKind:
 
     def layouts(self, c, i: int) -> dict:
         """{tensor: [Stack | Split, ...]}: other layouts a source may store layer `i`'s tensors in
-        (`target/layouts.py`; none)."""
+        (`targets/layouts.py`; none)."""
         return {}
 
     def probe(self, c, layers: list[int], width: int) -> dict:
         """Config keys of a smaller model of this kind standing for the target's `layers`, `width` wide
-        (`target/probe.py`; none beyond the widths every kind shares)."""
+        (`targets/probe.py`; none beyond the widths every kind shares)."""
         return {}
 
 
@@ -127,5 +127,5 @@ REGISTRY: dict[str, LayerKind] = {}
 # The hooks a kind must state: the others default to stating nothing.
 REQUIRED = ("tensors", "build", "names")
 
-# What a kind may define: the hooks and constants above (tests/target/test_kinds.py).
+# What a kind may define: the hooks and constants above (tests/targets/test_kinds.py).
 CONTRACT = frozenset(n for n in vars(LayerKind) if not n.startswith("_")) | {"NAME", "ROLE"}

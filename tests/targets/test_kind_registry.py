@@ -16,7 +16,7 @@ from ggufs import decoder_kv, decoder_tensors, write_gguf
 
 from gguf2ov.ir.graph_ops import const, linear, named
 from gguf2ov.ir.graph_ops import ops as _ops
-from gguf2ov.target.layers import REGISTRY, LayerKind, layer_prefix
+from gguf2ov.targets.layers import REGISTRY, LayerKind, layer_prefix
 
 MAP = """
 # A Llama decoder whose MLP is down(relu(up(x))^2) and whose layers end with a learned scale.
@@ -119,9 +119,9 @@ def test_a_new_kind_is_one_module_and_a_map_builds_it(tmp_path, toy_gguf, new_ki
     from gguf2ov.gguf.read import open_gguf
     from gguf2ov.ir.variants import parse_variant
     from gguf2ov.ir.weights import save_ir
-    from gguf2ov.target.checks import target_findings
-    from gguf2ov.target.graph import build_target_ir
-    from gguf2ov.target.source import open_target_gguf
+    from gguf2ov.targets.checks import target_findings
+    from gguf2ov.targets.graph import build_target_ir
+    from gguf2ov.targets.source import open_target_gguf
 
     source = open_target_gguf(open_gguf(toy_gguf))
     assert (source.config.mlp, [s.block for s in source.config.layer]) == ("relu2_mlp", ["mixer", "mlp", "layer_scale"])
@@ -144,7 +144,7 @@ def test_a_map_of_the_new_kinds_is_held_against_them(tmp_path, toy_gguf, new_kin
     """Without the scale tensor in the map, it is refused when read, naming what the kind reads."""
     from gguf2ov.errors import Gguf2ovError
     from gguf2ov.maps.load import load_map
-    from gguf2ov.target.decoder import decoder_of
+    from gguf2ov.targets.decoder import decoder_of
 
     assert decoder_of(load_map("toyscaled")).layer[-1].block == "layer_scale"
     bad = tmp_path / "bad.yaml"

@@ -165,7 +165,7 @@ def test_openvino_fuses_every_layer_and_pages_every_state(hybrid_moe):
     import openvino as ov
     from openvino._offline_transformations import paged_attention_transformation
 
-    from gguf2ov.target.checks import compiled_finding, target_findings
+    from gguf2ov.targets.checks import compiled_finding, target_findings
 
     hf, xml = hybrid_moe
     c = open_target(hf).config
@@ -420,7 +420,7 @@ def test_the_vlm_and_per_expert_checkpoints_build_the_text_checkpoints_target(tm
 def test_a_large_target_is_checked_on_a_probe_of_its_kinds(tmp_path, grouped, fixtures_dir, monkeypatch):
     """Above the compile budget the compiled-model check runs on a small model of the target's distinct
     layers: a linear and a full one, each with its experts."""
-    from gguf2ov.target import probe
+    from gguf2ov.targets import probe
 
     monkeypatch.setattr(probe, "COMPILE_BUDGET", 0)
     result = build_target(grouped, tmp_path / "t", tokenizer_dir=fixtures_dir / "target-hf")

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import target_builders as tb
 
-from gguf2ov.target.graph import build_target_ir
+from gguf2ov.targets.graph import build_target_ir
 from opened import open_target
 from gguf2ov.ir.variants import parse_variant
 from gguf2ov.ir.weights import save_ir

@@ -4,7 +4,7 @@ Each kind is a `LayerKind` (`kind.py`: the contract, every hook named and defaul
 itself under its name when its module is imported: the import line below is the registry. A new
 kind of layer is one module here and its name on that line; an architecture made of known kinds is
 a map alone. Where the kinds sit in a decoder layer (norms and residuals) is the map's, read by
-`target/decoder.py`.
+`targets/decoder.py`.
 """
 
 # the registry: each registers

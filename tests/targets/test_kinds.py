@@ -9,9 +9,9 @@ import inspect
 
 import pytest
 
-from gguf2ov.target.decoder import PRE_NORM, Step, decoder_of, layer_steps
-from gguf2ov.target.layers import REGISTRY
-from gguf2ov.target.layers.kind import CONTRACT, ROLES, LayerKind
+from gguf2ov.targets.decoder import PRE_NORM, Step, decoder_of, layer_steps
+from gguf2ov.targets.layers import REGISTRY
+from gguf2ov.targets.layers.kind import CONTRACT, ROLES, LayerKind
 
 SHIPPED = ["attention", "gated_attention", "gated_deltanet", "dense", "moe"]
 
@@ -47,7 +47,7 @@ def test_a_kind_module_defines_its_kind_and_nothing_else_public(name):
 def test_a_misspelt_hook_is_seen(tmp_path):
     """The check above on a kind whose author wrote `int8_weight` for `int8_weights`."""
     source = tmp_path / "misspelt_kind.py"
-    source.write_text("from gguf2ov.target.layers.kind import LayerKind\n\n\n"
+    source.write_text("from gguf2ov.targets.layers.kind import LayerKind\n\n\n"
                       "class Misspelt(LayerKind):\n"
                       "    def tensors(self, c, i):\n        return {}\n\n"
                       "    def build(self, g, x, i):\n        return x\n\n"
@@ -137,7 +137,7 @@ def test_a_target_section_the_decoder_cannot_build_is_one_error_naming_the_map(t
 def test_which_layers_slide_when_a_config_states_no_layer_types(tmp_path, monkeypatch, sliding, window, types):
     """MistralConfig states no layer_types: the map says that its window, when set, is every layer's."""
     from gguf2ov.maps.load import MAPS_ENV
-    from gguf2ov.target.config import target_config
+    from gguf2ov.targets.config import target_config
 
     (tmp_path / "toy.yaml").write_text("arch: toy\nextends: _decoder.yaml\nhf: {model_type: mistral}\ntarget:\n"
                                        "  mixers: {full_attention: attention, sliding_attention: attention}\n"
@@ -208,7 +208,7 @@ def test_the_recurrent_layers_genai_makes_room_for_are_the_kinds(tmp_path, confi
 
 def test_every_shipped_target_map_fits_its_kinds():
     from gguf2ov.maps.load import load_map
-    from gguf2ov.target.config import target_arches
+    from gguf2ov.targets.config import target_arches
 
     assert {"qwen3", "llama", "gemma", "gemma3", "qwen2", "qwen3moe", "qwen35", "qwen35moe"} <= set(target_arches())
     for arch in target_arches():
@@ -258,7 +258,7 @@ def _configs():
 
     import target_builders as tb
 
-    from gguf2ov.target.config import target_config
+    from gguf2ov.targets.config import target_config
 
     configs = [tb.GEOMETRIES[name] for name in tb.GEOMETRIES]
     configs.append(dict(model_type="qwen3_5_moe_text", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -275,7 +275,7 @@ def _configs():
 def test_the_names_a_kind_states_cover_the_tensors_it_reads():
     """`names(options)` (what a map is held against) covers every name `tensors(c, i)` gives, and the
     names it says every layer reads are read in every layer, over configs of every kind."""
-    from gguf2ov.target.decoder import layer_kinds
+    from gguf2ov.targets.decoder import layer_kinds
 
     seen = set()
     for c in _configs():
@@ -293,7 +293,7 @@ def test_the_attention_pieces_take_a_layers_own_geometry():
     its tensors with the same piece as the config-wide attention."""
     from types import SimpleNamespace
 
-    from gguf2ov.target.layers.pieces import Heads, attention_tensors, heads_of
+    from gguf2ov.targets.layers.pieces import Heads, attention_tensors, heads_of
 
     c = SimpleNamespace(hidden_size=64, num_heads=4, num_kv_heads=2, head_dim=16)
     assert heads_of(c) == Heads(4, 2, 16)

@@ -7,7 +7,7 @@ weight arrives in its variant's form (float32, float16, NNCF codes, the GGUF's o
 made only while the IR is written.
 
 The graph is what optimum-intel 2.2.0 writes for `text-generation-with-past` (the reference in
-tests/target/test_target_graph.py: interface, state variables, rt_info, and logits and hidden states over
+tests/targets/test_target_graph.py: interface, state variables, rt_info, and logits and hidden states over
 two stateful steps):
 - inputs `input_ids`, `attention_mask`, `position_ids`, `beam_idx`; output `logits`; the state
   variables each layer's kinds keep, reordered by `beam_idx` and named as optimum names them: an

@@ -8,7 +8,7 @@ exactly, the compiled-model check (on the target, or on a probe of its kinds and
 weight against the whole-model pass on optimum's export, and bad input.
 
 The whole target against optimum-intel's export and transformers' forward over two stateful steps,
-logits and every locator, is tests/target/test_target_graph.py's (target_builders.GEOMETRIES holds two
+logits and every locator, is tests/targets/test_target_graph.py's (target_builders.GEOMETRIES holds two
 qwen3_moe geometries: renormalised top 2, and top 3 of 6 not renormalised with a dense layer).
 """
 
@@ -23,7 +23,7 @@ from ggufs import Q, decoder_kv, decoder_tensors
 from gguf2ov.cli import main
 from gguf2ov.ir.variants import parse_variant
 from gguf2ov.ir.weights import save_ir
-from gguf2ov.target.graph import build_target_ir
+from gguf2ov.targets.graph import build_target_ir
 from opened import build_target, open_target
 
 # hidden 256 and expert width 256: every GGUF block type applies (K-quants need 256-wide rows)
@@ -68,7 +68,7 @@ def _block_ir(config, weights: dict, tmp_path):
     import openvino as ov
     from openvino import opset13 as ops
 
-    from gguf2ov.target.layers import REGISTRY
+    from gguf2ov.targets.layers import REGISTRY
 
     class Block:  # what a kind sees of the graph under construction: the config and its weights by name
         def __init__(self):
@@ -94,7 +94,7 @@ def test_the_block_equals_transformers_sparse_moe_block(tmp_path, kind):
     from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBlock
 
     from gguf2ov.numerics import compile_exact
-    from gguf2ov.target.config import target_config
+    from gguf2ov.targets.config import target_config
 
     common = dict(hidden_size=64, moe_intermediate_size=32, num_experts=16, num_experts_per_tok=4, num_hidden_layers=1)
     if kind == "qwen3_moe":
@@ -134,7 +134,7 @@ def test_a_swish_with_a_beta_input_leaves_the_block_dense(tmp_path, monkeypatch)
     """The trap the kind avoids: opset4.swish's beta input, and the plugin's rewrite does not match."""
     from openvino import opset4
 
-    from gguf2ov.target.layers import moe
+    from gguf2ov.targets.layers import moe
 
     hf = tb.write_target_checkpoint(tmp_path / "hf", SMALL)
     monkeypatch.setattr(moe, "swish", lambda x: opset4.swish(x))
@@ -396,7 +396,7 @@ def test_a_checkpoint_with_fused_experts_builds_the_same_target(tmp_path, fixtur
 def test_a_large_target_is_checked_on_a_probe_of_its_kinds_and_forms(tmp_path, q4_k_m, fixtures_dir, monkeypatch):
     """Above the compile budget, the check compiles a small model of the target's distinct layers
     (layer 0, and layer 2 whose ffn_down_exps is Q6_K), with the same kinds, GGUF types and experts."""
-    from gguf2ov.target import probe
+    from gguf2ov.targets import probe
 
     monkeypatch.setattr(probe, "COMPILE_BUDGET", 0)
     result = build_target(q4_k_m, tmp_path / "t", tokenizer_dir=fixtures_dir / "target-hf")
@@ -416,7 +416,7 @@ def test_a_block_the_plugin_leaves_dense_fails_the_check(tmp_path, fixtures_dir,
     error line, before the folder is put in place."""
     from openvino import opset4
 
-    from gguf2ov.target.layers import moe
+    from gguf2ov.targets.layers import moe
 
     hf = tb.write_target_checkpoint(tmp_path / "hf", SMALL)
     monkeypatch.setattr(moe, "swish", lambda x: opset4.swish(x))

@@ -88,7 +88,7 @@ def test_openvino_fuses_every_linear_layer_and_pages_every_state(hybrid):
     from openvino._offline_transformations import paged_attention_transformation
 
     from gguf2ov.numerics import compile_exact
-    from gguf2ov.target.checks import target_findings
+    from gguf2ov.targets.checks import target_findings
 
     hf, xml = hybrid
     c = open_target(hf).config

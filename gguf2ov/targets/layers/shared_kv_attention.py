@@ -65,7 +65,7 @@ def _window(c, i: int) -> int | None:
 
 class SharedKvAttention(LayerKind, name="shared_kv_attention", role="mixer"):
     # a layer of this kind with a dense MLP and its layer_scalar, weights' decompression aside (measured on the
-    # fp32 targets of tests/target/test_gemma4_target.py: 72.9 KB a layer over 5 layers, two of them shared;
+    # fp32 targets of tests/targets/test_gemma4_target.py: 72.9 KB a layer over 5 layers, two of them shared;
     # 86.1 KB over 4 layers with keys and values of their own)
     IR_XML_BYTES = 80_000
 

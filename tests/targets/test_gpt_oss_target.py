@@ -138,7 +138,7 @@ def test_the_paged_check_sees_lost_sinks(tmp_path, gpt_oss_hf, fixtures_dir, mon
     """The command's target-paged check holds every paged attention to its sinks: an attention built
     without them (SDPA's five inputs) is stopped in one error line, before the folder is put in place."""
     from gguf2ov.cli import main
-    from gguf2ov.target.layers import pieces
+    from gguf2ov.targets.layers import pieces
 
     monkeypatch.setattr(pieces, "_sdpa_with_sinks", lambda q, k, v, mask, scale, sinks:
                         pieces._ops().scaled_dot_product_attention(q, k, v, mask, scale, causal=False))
@@ -239,7 +239,7 @@ def test_a_large_target_is_checked_on_a_probe_of_its_kinds_and_forms(tmp_path, m
                                                                       monkeypatch):
     """Above the compile budget, the check compiles a small model of the target's distinct layers, with the
     same kinds (sliding and full attention with sinks, the clamped experts) and MXFP4 experts."""
-    from gguf2ov.target import probe
+    from gguf2ov.targets import probe
     from opened import build_target
 
     monkeypatch.setattr(probe, "COMPILE_BUDGET", 0)
