@@ -145,8 +145,10 @@ def test_run_with_its_defaults_builds_the_target_from_llama_cpps_mxfp4_file_and_
     report = _run(out, d / "draft-Q4_K_M.gguf", "--target", d / TARGET_GGUF, min_acceptance=DEFAULT_PROMPTS_ACCEPTANCE)
     stages = {s["name"]: s for s in report["stages"]}
     assert stages["target"]["status"] == "pass"
-    accepts = [r for stage, r in report["results"].items() if stage.startswith("accept:")]
-    assert accepts and all(r["identical"] for r in accepts)
+    accepts = {stage: r for stage, r in report["results"].items() if stage.startswith("accept:")}
+    assert "accept:gguf" in accepts
+    for stage, r in accepts.items():  # most proposals accepted (62.5% and 59.2% measured)
+        assert r["identical"] and r["accepted_tokens"] > 0.5 * r["draft_candidates"], (stage, r["reasons"])
     llama = _json(NAME, "fixture.json")["greedy_llamacpp_vs_transformers"]
     prompts = (d / "prompts.txt").read_text().splitlines()
     ours = _greedy(out / "target", prompts, llama["new_tokens"])
