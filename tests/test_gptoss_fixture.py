@@ -121,6 +121,7 @@ def test_recorded_figures():
     info = _json(NAME, "fixture.json")
     acc = info["acceptance"]
     assert info["closing_check_target"] == f"gguf2ov target {TARGET_GGUF}"
+    assert info["target_ir"]["export"] is None and "no hidden_states_decoder_layers" in info["target_ir"]["why"]
     for draft in ("draft-ref", "draft-Q4_K_M.gguf"):
         r = acc[draft]
         assert r["identical"] and r["accepted"] >= MIN_ACCEPTANCE * r["generated"], (draft, r)
