@@ -189,6 +189,75 @@ _DENSE_FIELDS = ("name", "hidden", "layers", "ffn", "heads", "kv_heads", "head_d
 _DEFAULTS = {f.name: f.default for f in fields(TargetGeometry)}
 
 
+@dataclass(frozen=True)
+class Gemma4Geometry:
+    """A dense Gemma 4 text model (`gemma4_text`): sliding-window layers with `kv_heads` heads of `head_dim`,
+    every `global_every`-th layer global with `global_kv_heads` heads of `global_head_dim` and, with `k_eq_v`,
+    no V projection; the last `shared_kv_layers` layers read earlier layers' keys and values; tied head."""
+    name: str
+    hidden: int
+    layers: int
+    ffn: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    global_kv_heads: int
+    global_head_dim: int
+    vocab: int
+    global_every: int = 6
+    sliding_window: int = 1024
+    k_eq_v: bool = True
+    shared_kv_layers: int = 0
+    note: str = ""
+    tied = True
+    hybrid = False
+    moe = False
+    model_type = "gemma4_text"
+
+    def layer_types(self) -> list[str]:
+        return ["full_attention" if (i + 1) % self.global_every == 0 else "sliding_attention"
+                for i in range(self.layers)]
+
+    def config(self) -> dict:
+        return {
+            "architectures": ["Gemma4ForCausalLM"], "model_type": "gemma4_text", "vocab_size": self.vocab,
+            "hidden_size": self.hidden, "intermediate_size": self.ffn, "num_hidden_layers": self.layers,
+            "num_attention_heads": self.heads, "num_key_value_heads": self.kv_heads, "head_dim": self.head_dim,
+            "global_head_dim": self.global_head_dim, "num_global_key_value_heads": self.global_kv_heads,
+            "attention_k_eq_v": self.k_eq_v, "num_kv_shared_layers": self.shared_kv_layers,
+            "sliding_window": self.sliding_window, "layer_types": self.layer_types(),
+            "final_logit_softcapping": 30.0, "hidden_size_per_layer_input": 0,
+            "hidden_activation": "gelu_pytorch_tanh", "rms_norm_eps": 1e-6, "max_position_embeddings": 262144,
+            "tie_word_embeddings": True, "pad_token_id": 0, "eos_token_id": 1, "bos_token_id": 2,
+            "dtype": "bfloat16",
+            "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                                   "rope_theta": 1000000.0}},
+        }
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every parameter of transformers' Gemma4ForCausalLM of this config, by its saved name (the
+        model built on the meta device: no memory)."""
+        import torch
+        from transformers import AutoModelForCausalLM, CONFIG_MAPPING
+
+        config = CONFIG_MAPPING["gemma4_text"].from_dict({k: v for k, v in self.config().items() if k != "model_type"})
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config)
+        return {n: tuple(p.shape) for n, p in model.state_dict().items()
+                if n != "lm_head.weight" and "rotary_emb" not in n and "embed_scale" not in n}
+
+    @property
+    def parameters(self) -> int:
+        return sum(math.prod(s) for s in self.shapes().values())
+
+    def key(self) -> str:
+        import hashlib
+
+        fields = {k: v for k, v in asdict(self).items() if k != "note"}
+        return hashlib.sha256(json.dumps({"v": BUILDER_VERSION, **fields}, sort_keys=True).encode()).hexdigest()[:10]
+
+
 GEOMETRIES = {g.name: g for g in [
     TargetGeometry("tiny", hidden=256, layers=4, ffn=768, heads=4, kv_heads=2, head_dim=64, vocab=2048, tied=True),
     TargetGeometry("qwen3-1.7b", hidden=2048, layers=28, ffn=6144, heads=16, kv_heads=8, head_dim=128, vocab=151936,
@@ -211,6 +280,12 @@ GEOMETRIES = {g.name: g for g in [
     TargetGeometry("qwen3-30b-a3b", hidden=2048, layers=48, ffn=6144, heads=32, kv_heads=4, head_dim=128,
                    vocab=151936, tied=False, experts=128, experts_per_tok=8, moe_ffn=768,
                    note="Qwen3-30B-A3B / Qwen3-Coder-30B-A3B"),
+    Gemma4Geometry("gemma4-tiny", hidden=256, layers=6, ffn=512, heads=4, kv_heads=2, head_dim=128, global_kv_heads=1,
+                   global_head_dim=256, vocab=2048, global_every=3, sliding_window=16, note="smoke run"),
+    # google/gemma-4-31B-it's text model: 60 layers, every 6th global (10), 32 query heads; sliding layers
+    # 16 key/value heads of 256, global ones 4 of 512 with K as V; no shared-KV layers; tied head
+    Gemma4Geometry("gemma-4-31b", hidden=5376, layers=60, ffn=21504, heads=32, kv_heads=16, head_dim=256,
+                   global_kv_heads=4, global_head_dim=512, vocab=262144, note="Gemma 4 31B's text model"),
 ]}
 
 

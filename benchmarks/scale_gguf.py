@@ -241,18 +241,19 @@ def write_scale_gguf(geom: Geometry, out_path: Path, seed: int | None = None) ->
 def write_random_gguf(out_path: Path, arch: str, name: str, config: dict, shapes: dict, n_layers: int, rng,
                       vocab: tuple[int, int | None] | None = None, types: dict | None = None,
                       tokenizer_dir: Path | None = None, extra: dict | None = None, order: list | None = None,
-                      llamacpp: bool = False) -> dict:
+                      llamacpp: bool = False, constants: dict | None = None) -> dict:
     """An `arch` GGUF of random blocks for the HF tensors `shapes` (in that order), metadata from
     the map of `arch` run backwards on `config`. `vocab` = (size, token that must be in it) writes a
     synthetic gpt2-style token list, `tokenizer_dir` an HF tokenizer's as llama.cpp does
     (`gguf_writer`); `types`: GGUF name -> type, overriding the mix; `extra`: GGUF name -> numpy shape
     of tensors the map does not name (an MTP block's own); `order`: the GGUF names in the order to
     write them (default: `shapes`' order, then `extra`'s); `llamacpp`: the metadata as llama.cpp's
-    converter writes it (`llamacpp_metadata`). Where the map has ops, a quantized tensor's
+    converter writes it (`llamacpp_metadata`); `constants`: GGUF name -> F32 values written as they are
+    (a rope_freqs), first. Where the map has ops, a quantized tensor's
     random blocks take the shape the ops reversed give (head reorders keep it), and an F32 tensor's
     values are the map's ops reversed on random checkpoint values (ssm_a = -exp(A_log) < 0).
     Returns the tensor count, type counts and metadata keys."""
-    from gguf import GGML_QUANT_SIZES, GGUFWriter, TokenType
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter, TokenType
 
     from gguf2ov.maps.load import load_map
     from gguf2ov.maps.rules import apply_ops
@@ -297,6 +298,11 @@ def write_random_gguf(out_path: Path, arch: str, name: str, config: dict, shapes
                              f"only in the geometry: {sorted(set(planned) - set(order))[:5]})")
         planned = {n: planned[n] for n in order}
     plan, counts = [], {}
+    for gguf_name, values in (constants or {}).items():
+        values = np.ascontiguousarray(values, np.float32)
+        plan.append((gguf_name, values, (), values.shape, GGMLQuantizationType.F32))
+        counts["F32"] = counts.get("F32", 0) + 1
+        writer.add_tensor_info(gguf_name, values.shape, np.dtype(np.float32), values.nbytes)
     for gguf_name, (hf_shape, ops, shape) in planned.items():
         qtype = (types or {}).get(gguf_name) or tensor_type(gguf_name, shape, MIX, n_layers, n_expert)
         plan.append((gguf_name, hf_shape, ops, shape, qtype))
@@ -310,7 +316,9 @@ def write_random_gguf(out_path: Path, arch: str, name: str, config: dict, shapes
 
     def write_tensors():
         for gguf_name, hf_shape, ops, shape, qtype in plan:  # one tensor in memory at a time
-            if qtype.name == "F32" and ops:
+            if isinstance(hf_shape, np.ndarray):  # a constant
+                writer.write_tensor_data(hf_shape)
+            elif qtype.name == "F32" and ops:
                 values = apply_ops(ops, random_tensor(rng, qtype, hf_shape), config, reverse=True)
                 writer.write_tensor_data(np.ascontiguousarray(values, np.float32))
             else:
@@ -411,7 +419,28 @@ def llamacpp_metadata(arch: str, metadata: dict, config: dict) -> dict:
         out[sections] = [*out[sections], *[0] * (4 - len(out[sections]))]
     if (key := f"{arch}.attention.key_length") in out:
         out.setdefault(f"{arch}.attention.value_length", out[key])
+    if arch == "gemma4":  # the head sizes again as value and RoPE sizes, per layer kind; no per-layer input
+        for suffix in ("", "_swa"):
+            if (key := f"{arch}.attention.key_length{suffix}") in out:
+                out.setdefault(f"{arch}.attention.value_length{suffix}", out[key])
+                out.setdefault(f"{arch}.rope.dimension_count{suffix}", out[key])
+        out.setdefault(f"{arch}.embedding_length_per_layer_input", 0)
     return out
+
+
+def gemma4_types(geom, amap) -> dict:
+    """llama-quantize's Q4_K_M types where they differ from `gguf_writer.tensor_type`'s for a gemma4 file:
+    the tied token_embd (the output too) in Q6_K, and attn_v in Q6_K by llama-quant.cpp's counter over the
+    attn_v tensors in the file's order (`use_more_bits(i_attention_wv, n_attention_wv)`), not over the
+    layers: global layers with K as V have none."""
+    from gguf import GGMLQuantizationType as Q
+
+    from gguf2ov.tools.gguf_writer import use_more_bits
+
+    names = [amap.writer.gguf_name_for(n)[0] for n in geom.shapes()]
+    attn_v = [n for n in names if n.endswith(".attn_v.weight")]
+    types = {n: Q.Q6_K if use_more_bits(i, len(attn_v)) else Q.Q4_K for i, n in enumerate(attn_v)}
+    return types | {"token_embd.weight": Q.Q6_K}
 
 
 def ensure_target_gguf(geom, cache_dir: Path = CACHE) -> dict:
@@ -428,6 +457,7 @@ def ensure_target_gguf(geom, cache_dir: Path = CACHE) -> dict:
 
     from gguf2ov.maps.load import load_map
     from gguf2ov.targets.config import arch_of
+    from gguf2ov.targets.source import ROPE_FACTORS, rope_factors_of
     from random_target import write_tokenizer
 
     path = Path(cache_dir) / f"target-{geom.name}-{geom.key()}-{MIX}.gguf"
@@ -442,13 +472,20 @@ def ensure_target_gguf(geom, cache_dir: Path = CACHE) -> dict:
         layout = llamacpp_layout(geom, cache_dir)
         shapes, extra = target_tensors(geom, load_map(arch))
         types, order = {n: Q[t] for n, t in layout["tensors"]}, [n for n, _ in layout["tensors"]]
+    elif geom.model_type == "gemma4_text":  # llama.cpp's order (layer by layer), its Q4_K_M rules
+        shapes, extra, order = geom.shapes(), None, None
+        types = gemma4_types(geom, load_map(arch))
+        constants = {ROPE_FACTORS: rope_factors_of(config, load_map(arch))}  # as llama.cpp's converter adds it
     else:
         shapes, extra, order = dict(sorted(geom.shapes().items())), None, None
         types = {"token_embd.weight": Q.Q6_K} if geom.tied else None
+    if geom.model_type != "gemma4_text":
+        constants = None
     with tempfile.TemporaryDirectory() as tokenizer:
         write_tokenizer(Path(tokenizer), geom.vocab)
         built = write_random_gguf(path, arch, geom.name, config, shapes, geom.layers, rng, types=types,
-                                  tokenizer_dir=Path(tokenizer), extra=extra, order=order, llamacpp=order is not None)
+                                  tokenizer_dir=Path(tokenizer), extra=extra, order=order,
+                                  llamacpp=order is not None or constants is not None, constants=constants)
     if order is not None:  # the keys llama.cpp writes that this file lacks, and the reverse (general.* aside)
         theirs = {k for k in layout["metadata"] if not k.startswith("general.")}
         ours = {k for k in built["metadata_keys"] if not k.startswith("general.")}
