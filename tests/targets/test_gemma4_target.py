@@ -19,6 +19,7 @@ import pytest
 import target_builders as tb
 
 from gguf2ov.cli import main
+from gguf2ov.runtime.target import TargetIR
 from opened import build_target, open_target
 
 LAYERS = ["sliding_attention", "sliding_attention", "full_attention", "sliding_attention", "full_attention"]
@@ -411,7 +412,7 @@ def test_the_target_folder_of_llama_cpps_file_alone_generates_llama_simples_text
     out = tmp_path / "target"
     assert main(["target", str(gemma4_data.LLAMACPP_FILE), "-o", str(out)]) == 0
     recorded = gemma4_data.llamacpp_greedy()
-    pipe = make_pipeline(out, "CPU", EXACT)
+    pipe = make_pipeline(TargetIR.open(out), "CPU", EXACT)
     config = generation_config(pipe, recorded["new_tokens"], None)
     texts = [generate(pipe, Prompt(p["prompt"]), config, False).text for p in recorded["prompts"]]
     assert texts == [p["text"] for p in recorded["prompts"]]
@@ -467,6 +468,6 @@ def test_genai_runs_the_target_with_a_dflash_draft_attached(tmp_path, fixtures_d
     b.random_checkpoint(config, tmp_path / "draft-hf")
     Job.of(tmp_path / "draft-hf", None, Options(progress=False)).export(tmp_path / "draft")
     prompts = read_prompts(fixtures_dir / "prompts.txt")
-    r = run_acceptance(tmp_path / "target", tmp_path / "draft", prompts,
+    r = run_acceptance(TargetIR.open(tmp_path / "target"), tmp_path / "draft", prompts,
                        GenerationSettings(max_new_tokens=24, num_assistant_tokens=5, precision="f32"), progress=False)
     assert r.overall.identical, [p.first_difference for p in r.prompts]

@@ -367,6 +367,7 @@ def test_genai_runs_the_target_with_a_dflash_draft_attached(tmp_path, fixtures_d
     import openvino_genai as ov_genai
 
     from gguf2ov.runtime.genai import F32_HINT, GenerationSettings, read_prompts
+    from gguf2ov.runtime.target import TargetIR
     from gguf2ov.stages.accept import run_acceptance, target_alone
     from opened import build_target
 
@@ -380,8 +381,9 @@ def test_genai_runs_the_target_with_a_dflash_draft_attached(tmp_path, fixtures_d
     Job.of(tmp_path / "draft-hf", None, Options(progress=False)).export(tmp_path / "draft")
     prompts = read_prompts(fixtures_dir / "prompts.txt")
     settings = GenerationSettings(max_new_tokens=24, num_assistant_tokens=5, precision="f32")
-    baseline = target_alone(tmp_path / "target", prompts, settings, progress=False)
-    r = run_acceptance(tmp_path / "target", tmp_path / "draft", prompts, settings, baseline=baseline, progress=False)
+    target = TargetIR.open(tmp_path / "target")
+    baseline = target_alone(target, prompts, settings, progress=False)
+    r = run_acceptance(target, tmp_path / "draft", prompts, settings, baseline=baseline, progress=False)
     assert r.overall.identical, [p.first_difference for p in r.prompts]
     stateful = ov_genai.LLMPipeline(str(tmp_path / "target"), "CPU", ATTENTION_BACKEND="SDPA", **F32_HINT)
     config = stateful.get_generation_config()
