@@ -19,6 +19,7 @@ from gguf2ov.numerics import compile_exact
 from gguf2ov.runtime.draft_ir import synthetic_steps
 from gguf2ov.stages.export import export_draft
 from gguf2ov.stages.verify import verify_draft
+from nncf_compare import differences, nncf_compress, signatures
 
 LAYERS = 2
 
@@ -104,8 +105,6 @@ def test_the_convolutions_keep_nothing_between_calls(checkpoints):
 
 
 def test_nncf_per_weight_equals_whole_model_with_convolutions(checkpoints, tmp_path):
-    from test_nncf_weights import differences, nncf_compress, signatures
-
     fp32 = tmp_path / "fp32"
     export_draft(open_draft(checkpoints["live"]), fp32, progress=False)
     for name in ("int8", "int4_asym_g16_r0.8"):

@@ -15,10 +15,11 @@ from openvino import opset13 as ops
 
 from gguf2ov.errors import Gguf2ovError
 from gguf2ov.ir import nncf_weights as nw
-from gguf2ov.ir.irweights import matmul_weights
 from opened import open_draft
+from gguf2ov.ir.irweights import matmul_weights
 from gguf2ov.ir.variants import parse_variant
 from gguf2ov.numerics import compile_exact
+from nncf_compare import differences, nncf_compress, signatures, stored_mode
 
 VARIANTS = ["int8", "int8_sym", "int4_sym_g16", "int4_asym_g16", "int4_sym_g32", "int4_asym_g32",
             "int4_sym_g128", "int4_asym_g128", "int4_asym_g16_r0.8", "int4_asym_g16_all"]
@@ -87,18 +88,6 @@ def _linears(model) -> dict:
             and op.input_value(1).get_node().get_type_name() == "Constant"}
 
 
-def nncf_compress(model, variant):
-    """Whole-model NNCF, called with the arguments the export used before it streamed weights."""
-    import nncf
-
-    kwargs = {"mode": nw.WeightSpec(f"{variant.weight_format}_{'sym' if variant.sym else 'asym'}").nncf_mode}
-    if variant.weight_format == "int4":
-        kwargs.update(group_size=variant.group_size, ratio=variant.ratio if variant.ratio is not None else 1.0)
-    if variant.all_layers:
-        kwargs["all_layers"] = True
-    return nncf.compress_weights(model, **kwargs)
-
-
 _WHOLE = {}
 
 
@@ -139,46 +128,6 @@ def per_weight(make_model, variant_name, order="nncf", mutate=None):
     return model, plan
 
 
-def signatures(model) -> dict:
-    return {name: nw.decompression_signature(mm.input_value(1), with_data=True) for name, mm in _linears_any(model).items()}
-
-
-def _linears_any(model) -> dict:
-    """{name: MatMul} for every MatMul whose weight input is a constant subgraph (compressed or not)."""
-    return {op.get_friendly_name(): op for op in model.get_ordered_ops()
-            if op.get_type_name() == "MatMul" and op.get_attributes()["transpose_b"]
-            and op.get_friendly_name().endswith("aten::linear/MatMul")}
-
-
-def _stored_mode(signature) -> str:
-    """int8_asym / int4_sym / ... from the stored codes' element type and the group reshape."""
-    codes = next(entry for entry in signature if entry[0] == "Constant")[1]
-    grouped = any(entry[0] == "Reshape" for entry in signature)
-    return {"u8": "int8_asym", "i8": "int8_sym", "u4": "int4_asym", "i4": "int4_sym", "f32": "f32"}[codes] + (
-        "/grouped" if grouped else "")
-
-
-def differences(a, b, variant_name) -> list[str]:
-    """Everything that differs between two compressed models; [] when bit for bit equal."""
-    wa, wb = matmul_weights(a), matmul_weights(b)
-    out = [] if wa and _linears_any(a) else ["no Linear weights found: nothing was compared"]
-    if wa.keys() != wb.keys():
-        out.append(f"weights {sorted(set(wa) ^ set(wb))}")
-    for k in sorted(set(wa) & set(wb)):
-        if not np.array_equal(wa[k], wb[k]):
-            out.append(f"{k}: values differ by up to {np.max(np.abs(wa[k] - wb[k])):g}")
-    sa, sb = signatures(a), signatures(b)
-    for k in sorted(set(sa) | set(sb)):
-        if sa.get(k) != sb.get(k):
-            out.append(f"{k}: constants / subgraph differ")
-    keys = nw.nncf_rt_info(parse_variant(variant_name))
-    ra = {k: str(a.get_rt_info(["nncf", "weight_compression", k])) for k in keys}
-    rb = {k: str(b.get_rt_info(["nncf", "weight_compression", k])) for k in keys}
-    if ra != rb:
-        out.append(f"rt_info {ra} != {rb}")
-    return out
-
-
 # --- equality ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("variant_name", [v if v in FAST else pytest.param(v, marks=pytest.mark.slow) for v in VARIANTS])
@@ -188,7 +137,7 @@ def test_per_weight_equals_whole_model_on_a_fixture_like_draft(variant_name):
     streamed, plan = per_weight(make, variant_name)
     assert differences(whole, streamed, variant_name) == []
     # and the plan says what NNCF did, weight by weight
-    stored = {k: _stored_mode(s) for k, s in signatures(whole).items()}
+    stored = {k: stored_mode(s) for k, s in signatures(whole).items()}
     assert {k: f"{spec.mode}{'/grouped' if spec.group_size != -1 else ''}" for k, spec in plan.items()} == stored
 
 
@@ -206,7 +155,7 @@ def test_the_last_matmul_stays_int8_and_is_the_last_in_nncf_order():
     # fc + 3 x 7 + 2 heads; RoPE's constant MatMul is not among the weights NNCF compresses
     assert len(order) == 1 + 3 * 7 + 2 and all(name.endswith("aten::linear/MatMul") for name in order)
     whole = whole_model(lambda: build_draft(**OTHER), "int4_sym_g32", "other")
-    stored = {k: _stored_mode(s) for k, s in signatures(whole).items()}
+    stored = {k: stored_mode(s) for k, s in signatures(whole).items()}
     assert [k for k, mode in stored.items() if mode.startswith("int8")] == [order[-1]]
     assert stored[order[-1]] == "int8_asym"  # backup is INT8_ASYM even in a symmetric int4 variant
     plan = nw.plan_modes(parse_variant("int4_sym_g32"), nw.nncf_weight_order(model))
