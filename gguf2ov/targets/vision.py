@@ -25,6 +25,9 @@ from ..errors import Gguf2ovError
 from ..ir.graph_ops import apply_rope, const, linear, named, repeat_kv, rms_norm
 from ..ir.graph_ops import ops as _ops
 
+# the soft-token budgets transformers' Gemma4ImageProcessor takes (max_soft_tokens), and its default
+IMAGE_TOKENS = (70, 140, 280, 560, 1120)
+MAX_SOFT_TOKENS = 280
 INPUTS = ("pixel_values", "image_position_ids")
 OUTPUT = "last_hidden_state"
 # the additive mask of padding keys: finite, so a padding query's row (dropped later) stays finite
@@ -120,6 +123,48 @@ def vision_config(source: VisionSource) -> dict:
             "pooling_kernel_size": c["pooling_kernel_size"], "position_embedding_size": int(table[1]),
             "rms_norm_eps": c["rms_norm_eps"], "rope_parameters": {"rope_type": "default", "rope_theta": c["rope_theta"]},
             "standardize": c["standardize"], "use_clipped_linears": False}
+
+
+def mmproj_section(arch: str, path) -> dict:
+    """The map's `mmproj:` section for a target of `arch`; refused for an architecture without one."""
+    from ..maps.load import map_data
+
+    section = map_data(arch).get("mmproj")
+    if not section:
+        raise Gguf2ovError(f"--mmproj {path}: a {arch} target is built as a text model only",
+                           hint="leave --mmproj out")
+    return section
+
+
+def vlm_config(text_config: dict, source: VisionSource, vocabulary, section: dict) -> dict:
+    """config.json of the VLM folder: a Gemma4ForConditionalGeneration's, its text_config the text GGUF's, its
+    vision_config the mmproj's, and the special tokens' ids found in the text file's vocabulary by the
+    strings the map names (the image's required: VLMPipeline puts the image between them)."""
+    ids = {}
+    where = {str(t): i for i, t in enumerate(vocabulary or ())}
+    for key, token in section["tokens"].items():
+        if token in where:
+            ids[key] = where[token]
+        elif key in section["required_tokens"]:
+            raise Gguf2ovError(f"the text GGUF's vocabulary has no {token!r} ({key}), which the image prompt needs",
+                               hint="give the text GGUF of the same VLM as the mmproj")
+    text = {k: v for k, v in text_config.items() if k != "architectures"}
+    return {"architectures": [section["architecture"]], "model_type": section["model_type"], **ids,
+            "text_config": text, "vision_config": vision_config(source), "audio_config": None,
+            "tie_word_embeddings": text.get("tie_word_embeddings", True)}
+
+
+def preprocessor_config(source: VisionSource, max_soft_tokens: int) -> dict:
+    """preprocessor_config.json: transformers' Gemma4ImageProcessor with the mmproj's patch size and pooling
+    (Gemma 4 scales pixels to [-1, 1] in the graph; the file's mean and std are 0 and 1)."""
+    g, c = source.gguf, source.config
+    mean = [float(v) for v in g.get("clip.vision.image_mean", [0.0] * 3)]
+    std = [float(v) for v in g.get("clip.vision.image_std", [1.0] * 3)]
+    return {"image_processor_type": "Gemma4ImageProcessor", "do_convert_rgb": True,
+            "do_normalize": (mean, std) != ([0.0] * 3, [1.0] * 3), "do_rescale": True, "do_resize": True,
+            "image_mean": mean, "image_std": std, "max_soft_tokens": max_soft_tokens,
+            "patch_size": c["patch_size"], "pooling_kernel_size": c["pooling_kernel_size"], "resample": 3,
+            "rescale_factor": 1 / 255}
 
 
 # --- the graph -------------------------------------------------------------------------------------
