@@ -1,0 +1,242 @@
+"""`gguf2ov target TEXT.gguf --mmproj MMPROJ.gguf`: a Gemma 4 VLM folder from llama.cpp's two files.
+
+The files are llama.cpp 0c1e570's converter's, of fixtures/tiny-vlm/target-hf (a Gemma4ForConditionalGeneration
+with a one-layer vision tower; benchmarks/llamacpp_gemma4_vlm.py): the text GGUF in F32 and as llama-quantize's
+Q4_K_M, and the gemma4v mmproj in F32. The folder is checked against transformers 5.5.4 on that checkpoint (the
+vision embeddings numerically, the greedy answer on fixtures/tiny-vlm/image.png in VLMPipeline) and against
+fixtures/tiny-vlm/target, optimum-intel's image-text-to-text export of it (its layout and its answer).
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gguf2ov.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+DATA = REPO / "tests" / "data"
+TEXT_F32 = DATA / "gemma4-vlm-llamacpp-F32.gguf"
+TEXT_Q4_K_M = DATA / "gemma4-vlm-llamacpp-Q4_K_M.gguf"
+MMPROJ = DATA / "gemma4-vlm-mmproj-llamacpp-F32.gguf"
+VLM = REPO / "fixtures" / "tiny-vlm"
+HF = VLM / "target-hf"
+IMAGE = VLM / "image.png"
+IMAGE_PROMPT = "The red fox lives in the forest. It likes to eat"  # fixtures/tiny-vlm's image prompt
+NEW_TOKENS = 100
+SOFT_TOKENS = "70"  # the fixture's preprocessor_config (max_soft_tokens)
+
+
+def _build(out: Path, text: Path = TEXT_F32) -> Path:
+    assert main(["target", str(text), "--mmproj", str(MMPROJ), "--image-max-tokens", SOFT_TOKENS, "-o", str(out),
+                 "--quiet"]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    return _build(tmp_path_factory.mktemp("vlm") / "target")
+
+
+@pytest.fixture(scope="module")
+def hf_model():
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    return AutoModelForImageTextToText.from_pretrained(str(HF), dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="module")
+def image_inputs():
+    """transformers' Gemma4 image processor on the fixture image, as the fixture states it (70 soft tokens)."""
+    from PIL import Image
+    from transformers.models.gemma4.image_processing_pil_gemma4 import Gemma4ImageProcessorPil
+
+    with Image.open(IMAGE) as image:
+        return Gemma4ImageProcessorPil.from_pretrained(str(HF))(images=image.convert("RGB"), return_tensors="pt")
+
+
+def _ports(model) -> list:
+    return [(p.get_any_name(), p.get_element_type().get_type_name(), p.get_partial_shape().rank.get_length())
+            for p in (*model.inputs, *model.outputs)]
+
+
+def test_the_folder_has_the_layout_of_optimums_export(folder):
+    """The same models with the same inputs and outputs (names, types, ranks) as fixtures/tiny-vlm/target, and
+    config.json / preprocessor_config.json stating what the fixture's do for images."""
+    import openvino as ov
+
+    core = ov.Core()
+    ours = sorted(p.name for p in folder.glob("openvino_*.xml"))
+    assert ours == sorted(p.name for p in (VLM / "target").glob("openvino_*.xml"))
+    for name in ours:
+        if "tokenizer" not in name:
+            assert _ports(core.read_model(folder / name)) == _ports(core.read_model(VLM / "target" / name)), name
+    # the per-layer model gives what optimum's gives without per-layer embeddings: [B, L, layers, 0]
+    per_layer = core.read_model(folder / "openvino_text_embeddings_per_layer_model.xml")
+    assert str(per_layer.output(0).get_partial_shape()) == "[?,?,4,0]"
+
+    config = json.loads((folder / "config.json").read_text())
+    fixture = json.loads((VLM / "target" / "config.json").read_text())
+    for key in ("architectures", "model_type", "boi_token_id", "image_token_id", "eoi_token_id", "video_token_id",
+                "boa_token_id", "audio_token_id", "eoa_token_index"):
+        assert config[key] == fixture[key], key
+    for key, value in config["vision_config"].items():
+        assert value == fixture["vision_config"][key], key
+    for key in ("hidden_size", "num_hidden_layers", "layer_types", "head_dim", "global_head_dim", "sliding_window",
+                "final_logit_softcapping", "vocab_size", "rope_parameters", "hidden_size_per_layer_input"):
+        assert config["text_config"][key] == fixture["text_config"][key], key
+    pre = json.loads((folder / "preprocessor_config.json").read_text())
+    fixture_pre = json.loads((VLM / "target" / "preprocessor_config.json").read_text())
+    assert pre == {k: fixture_pre[k] for k in pre}
+    assert json.loads((folder / "gguf2ov.json").read_text())["sources"]["mmproj"]["path"] == str(MMPROJ)
+
+
+def test_the_vision_embeddings_equal_transformers_get_image_features(folder, hf_model, image_inputs):
+    """The vision embeddings model built from the mmproj computes transformers' get_image_features (vision tower,
+    pooler, embedder) within float32 rounding: 64 soft tokens of the text width from 630 patches (padded)."""
+    import openvino as ov
+    import torch
+
+    pixels, positions = image_inputs["pixel_values"], image_inputs["image_position_ids"]
+    with torch.no_grad():
+        want = hf_model.model.get_image_features(pixel_values=pixels, image_position_ids=positions).pooler_output
+    model = ov.Core().compile_model(folder / "openvino_vision_embeddings_model.xml", "CPU",
+                                    {"INFERENCE_PRECISION_HINT": "f32"})
+    got = model({"pixel_values": pixels.numpy(), "image_position_ids": positions.numpy()})[0]
+    assert got.shape == tuple(want.shape) == (64, 128)
+    assert np.abs(got - want.numpy()).max() <= 1e-5 * np.abs(want.numpy()).max()  # measured 1.2e-7 (of 0.40)
+
+
+def test_the_text_embeddings_are_gemmas_scaled_embedding(folder, hf_model):
+    """openvino_text_embeddings_model: the embedding table times sqrt(hidden), as transformers' scaled embedding."""
+    import openvino as ov
+    import torch
+
+    ids = np.arange(512, dtype=np.int64)[None]
+    with torch.no_grad():
+        want = hf_model.model.language_model.embed_tokens(torch.from_numpy(ids)).numpy()
+    got = ov.Core().compile_model(folder / "openvino_text_embeddings_model.xml", "CPU",
+                                  {"INFERENCE_PRECISION_HINT": "f32"})({"input": ids})[0]
+    assert np.abs(got - want).max() <= 1e-6 * np.abs(want).max()
+
+
+def _hf_greedy(hf_model, image_inputs) -> str:
+    """transformers' greedy answer to the image prompt, its ids as VLMPipeline lays them out for Gemma 4 (the
+    image's <|image>, soft tokens and <image|> before the prompt's, no BOS: the tokenizer adds none)."""
+    import torch
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(HF))
+    c = hf_model.config
+    n = int(image_inputs["num_soft_tokens_per_image"][0])
+    ids = torch.tensor([[c.boi_token_id] + [c.image_token_id] * n + [c.eoi_token_id] + tok(IMAGE_PROMPT)["input_ids"]])
+    with torch.no_grad():
+        out = hf_model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS,
+                                do_sample=False, pixel_values=image_inputs["pixel_values"],
+                                image_position_ids=image_inputs["image_position_ids"])
+    return tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+
+
+def _genai_answers(folder: Path) -> tuple[str, str]:
+    """VLMPipeline's greedy answers to the image prompt with the image and without it."""
+    from gguf2ov.runtime.genai import Prompt, generate, generation_config, make_pipeline, properties
+    from gguf2ov.runtime.target import TargetIR
+
+    pipe = make_pipeline(TargetIR.open(folder), "CPU", properties("f32"))
+    cfg = generation_config(pipe, NEW_TOKENS, None)
+    return tuple(generate(pipe, Prompt(IMAGE_PROMPT, images), cfg, False).text for images in ((str(IMAGE),), ()))
+
+
+@pytest.mark.slow
+def test_vlm_pipeline_answers_as_transformers_and_the_optimum_folder(folder, hf_model, image_inputs, tmp_path):
+    """The greedy answer on the fixture image (100 tokens) is transformers' and the optimum folder's, and the image
+    changes it; the folder built from llama-quantize's Q4_K_M text file gives the same answer on the image."""
+    with_image, without = _genai_answers(folder)
+    assert with_image == _hf_greedy(hf_model, image_inputs)
+    assert with_image == _genai_answers(VLM / "target")[0]
+    assert with_image != without
+    assert _genai_answers(_build(tmp_path / "q4", TEXT_Q4_K_M))[0] == with_image  # measured on this fixture
+
+
+@pytest.mark.slow
+def test_run_with_mmproj_attaches_the_dflash_draft_in_vlm_pipeline(tmp_path):
+    """`gguf2ov run DRAFT --target TEXT.gguf --mmproj MMPROJ --image IMG`: the VLM target is built, the fixture's
+    DFlash draft attaches in VLMPipeline, and the text with the draft is the target's alone on every prompt."""
+    out = tmp_path / "run"
+    main(["run", str(VLM / "draft-Q4_K_M.gguf"), "--target", str(TEXT_F32), "--mmproj", str(MMPROJ),
+          "--image-max-tokens", SOFT_TOKENS, "--image", str(IMAGE), "--prompts", str(VLM / "prompts.txt"),
+          "--variants", "fp32", "-o", str(out), "--quiet"])
+    report = json.loads((out / "report.json").read_text())
+    stages = {s["name"]: s for s in report["stages"]}
+    assert stages["target"]["status"] == "pass"
+    assert (out / "target" / "openvino_vision_embeddings_model.xml").is_file()
+    accept = report["results"]["accept:gguf"]
+    assert accept["overall"]["identical"] and accept["overall"]["accepted_tokens"] > 0
+    assert accept["by_kind"]["image"]["identical"] and accept["by_kind"]["image"]["accepted_tokens"] > 0
+    assert "VLMPipeline on CPU" in (out / "report.md").read_text()
+
+
+# --- refused -------------------------------------------------------------------------------------------
+
+def _mmproj_with(path: Path, kv: dict, drop=()) -> Path:
+    """A copy of the mmproj with metadata changed (None drops a key)."""
+    from ggufs import write_gguf
+
+    from gguf2ov.gguf.read import open_gguf
+    from gguf2ov.maps.rules import plain_value
+
+    gguf = open_gguf(MMPROJ)
+    meta = {k: plain_value(v) for k, v in gguf.metadata.items() if k != "general.architecture"}
+    meta = {k: v for k, v in (meta | kv).items() if v is not None}
+    write_gguf(path, "clip", meta, {n: gguf.load(n) for n in gguf.tensors if n not in drop})
+    return path
+
+
+def _bad_inputs(tmp_path, request) -> dict:
+    """case -> (target command arguments, the error line's text)."""
+    def target(text, mmproj):
+        return ["target", str(text), "--mmproj", str(mmproj)]
+
+    audio = _mmproj_with(tmp_path / "audio.gguf", {"clip.vision.projector_type": None, "clip.has_vision_encoder": False,
+                                                   "clip.has_audio_encoder": True, "clip.audio.projector_type": "gemma4a"})
+    other = _mmproj_with(tmp_path / "gemma3.gguf", {"clip.vision.projector_type": "gemma3"})
+    cases = {
+        "an audio mmproj": (target(TEXT_F32, audio), "holds an audio projector (gemma4a) and no image projector; "
+                                                     "this target builds images through 'gemma4v' only"),
+        "another projector": (target(TEXT_F32, other), "holds projector 'gemma3'"),
+        "the mmproj of another text model": (
+            target(DATA / "gemma4-llamacpp-F32.gguf", MMPROJ),
+            "projects images to width 128, but the text model's width is 64"),
+        "a text GGUF as the mmproj": (target(TEXT_F32, TEXT_Q4_K_M), "is not an mmproj file"),
+        "a missing tensor": (target(TEXT_F32, _mmproj_with(tmp_path / "no-proj.gguf", {},
+                                                           drop=("mm.input_projection.weight",))),
+                             "has no tensor mm.input_projection.weight"),
+        "a checkpoint target": (target(HF, MMPROJ), "--mmproj applies to a GGUF target only"),
+    }
+    if request.node.callspec.params["case"] == "a qwen3 text GGUF":
+        cases["a qwen3 text GGUF"] = (target(request.getfixturevalue("q4_k_m"), MMPROJ),
+                                      "a qwen3 target is built as a text model only")
+    return cases
+
+
+@pytest.mark.parametrize("case", ["an audio mmproj", "another projector", "the mmproj of another text model",
+                                  "a text GGUF as the mmproj", "a missing tensor", "a checkpoint target",
+                                  "a qwen3 text GGUF"])
+def test_bad_mmproj_input_is_one_error_line_and_no_folder(tmp_path, capsys, request, case):
+    args, message = _bad_inputs(tmp_path, request)[case]
+    capsys.readouterr()
+    out = tmp_path / "out"
+    assert main([*args, "-o", str(out)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) in (1, 2) and err[0].startswith("error: ") and message in err[0], err
+    assert not out.exists()
+
+
+def test_run_refuses_mmproj_beside_an_openvino_folder(tmp_path, capsys):
+    assert main(["run", str(VLM / "draft-Q4_K_M.gguf"), "--target", str(VLM / "target"), "--mmproj", str(MMPROJ),
+                 "-o", str(tmp_path / "run")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith("error: --mmproj applies to a target the run builds"), err
+    assert not (tmp_path / "run").exists()
