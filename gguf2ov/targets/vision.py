@@ -100,8 +100,9 @@ def open_mmproj(path, text_hidden: int, section: dict) -> VisionSource:
                         layouts[h] = layout
                 elif required:
                     raise Gguf2ovError(f"--mmproj {path} has no tensor {g}", hint="give an mmproj of a Gemma 4 VLM")
+    images = [t for t in gguf.tensors if t.startswith(tuple(section["prefixes"]))]  # an audio tower's are left out
     for suffix, why in (section.get("refuse") or {}).items():
-        if found := sorted(t for t in gguf.tensors if t.endswith(suffix)):
+        if found := sorted(t for t in images if t.endswith(suffix)):
             raise Gguf2ovError(f"--mmproj {path}: {why} ({found[0]})")
     config["standardize"] = "model.vision_tower.std_bias" in names
     source = VisionSource(path, config, text_hidden, names, layouts, gguf)

@@ -180,8 +180,8 @@ def test_run_with_mmproj_attaches_the_dflash_draft_in_vlm_pipeline(tmp_path):
 
 # --- refused -------------------------------------------------------------------------------------------
 
-def _mmproj_with(path: Path, kv: dict, drop=()) -> Path:
-    """A copy of the mmproj with metadata changed (None drops a key)."""
+def _mmproj_with(path: Path, kv: dict, drop=(), extra=None) -> Path:
+    """A copy of the mmproj with metadata changed (None drops a key), tensors dropped or `extra` ones added."""
     from ggufs import write_gguf
 
     from gguf2ov.gguf.read import open_gguf
@@ -190,7 +190,7 @@ def _mmproj_with(path: Path, kv: dict, drop=()) -> Path:
     gguf = open_gguf(MMPROJ)
     meta = {k: plain_value(v) for k, v in gguf.metadata.items() if k != "general.architecture"}
     meta = {k: v for k, v in (meta | kv).items() if v is not None}
-    write_gguf(path, "clip", meta, {n: gguf.load(n) for n in gguf.tensors if n not in drop})
+    write_gguf(path, "clip", meta, {n: gguf.load(n) for n in gguf.tensors if n not in drop} | (extra or {}))
     return path
 
 
@@ -213,6 +213,8 @@ def _bad_inputs(tmp_path, request) -> dict:
         "a missing tensor": (target(TEXT_F32, _mmproj_with(tmp_path / "no-proj.gguf", {},
                                                            drop=("mm.input_projection.weight",))),
                              "has no tensor mm.input_projection.weight"),
+        "clipped linears": (target(TEXT_F32, _mmproj_with(tmp_path / "clipped.gguf", {}, extra={
+            "v.blk.0.attn_q.input_max": np.ones(1, np.float32)})), "clipped linears (use_clipped_linears"),
         "a checkpoint target": (target(HF, MMPROJ), "--mmproj applies to a GGUF target only"),
     }
     if request.node.callspec.params["case"] == "a qwen3 text GGUF":
@@ -222,7 +224,7 @@ def _bad_inputs(tmp_path, request) -> dict:
 
 
 @pytest.mark.parametrize("case", ["an audio mmproj", "another projector", "the mmproj of another text model",
-                                  "a text GGUF as the mmproj", "a missing tensor", "a checkpoint target",
+                                  "a text GGUF as the mmproj", "a missing tensor", "clipped linears", "a checkpoint target",
                                   "a qwen3 text GGUF"])
 def test_bad_mmproj_input_is_one_error_line_and_no_folder(tmp_path, capsys, request, case):
     args, message = _bad_inputs(tmp_path, request)[case]
@@ -232,6 +234,19 @@ def test_bad_mmproj_input_is_one_error_line_and_no_folder(tmp_path, capsys, requ
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) in (1, 2) and err[0].startswith("error: ") and message in err[0], err
     assert not out.exists()
+
+
+def test_an_mmproj_with_an_audio_tower_too_builds_its_images(tmp_path, folder):
+    """A vision and audio mmproj (Gemma 4 E2B's kind): the audio tower, clamps and all, is left out, and the
+    vision embeddings model is the one of the vision-only file."""
+    audio = {"a.blk.0.attn_q.weight": np.ones((8, 8), np.float32), "a.blk.0.attn_q.input_max": np.ones(1, np.float32)}
+    both = _mmproj_with(tmp_path / "both.gguf", {"clip.has_audio_encoder": True, "clip.audio.projector_type": "gemma4a"},
+                        extra=audio)
+    out = tmp_path / "target"
+    assert main(["target", str(TEXT_F32), "--mmproj", str(both), "--image-max-tokens", SOFT_TOKENS, "-o", str(out),
+                 "--quiet"]) == 0
+    name = "openvino_vision_embeddings_model.bin"
+    assert (out / name).read_bytes() == (folder / name).read_bytes()
 
 
 def test_run_refuses_mmproj_beside_an_openvino_folder(tmp_path, capsys):
