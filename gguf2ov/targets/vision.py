@@ -78,10 +78,16 @@ def open_mmproj(path, text_hidden: int, section: dict) -> VisionSource:
         value = gguf.get(key)
         if value is None:
             raise Gguf2ovError(f"--mmproj {path} has no {key} (the vision {hf_key})")
-        config[hf_key] = value
+        config[hf_key] = _number(path, key, value, float if hf_key == "rms_norm_eps" else int)
     for hf_key, rule in section["defaults"].items():
-        config[hf_key] = gguf.get(rule["from"], rule["default"]) if isinstance(rule, dict) else rule
-    config = {k: (float(v) if isinstance(v, float) else v) for k, v in config.items()}
+        if isinstance(rule, dict):
+            config[hf_key] = _number(path, rule["from"], gguf.get(rule["from"], rule["default"]), int)
+        else:
+            config[hf_key] = rule
+    heads = config["num_attention_heads"]
+    if config["hidden_size"] % heads or (config["hidden_size"] // heads) % 4:
+        raise Gguf2ovError(f"--mmproj {path}: a vision width of {config['hidden_size']} does not split into "
+                           f"{heads} heads of a size 2-D RoPE turns (a multiple of 4)")
     if config.pop("projection_dim") != text_hidden:
         raise Gguf2ovError(f"--mmproj {path} projects images to width {gguf.get('clip.vision.projection_dim')}, but "
                            f"the text model's width is {text_hidden}",
@@ -105,12 +111,43 @@ def open_mmproj(path, text_hidden: int, section: dict) -> VisionSource:
         if found := sorted(t for t in images if t.endswith(suffix)):
             raise Gguf2ovError(f"--mmproj {path}: {why} ({found[0]})")
     config["standardize"] = "model.vision_tower.std_bias" in names
-    source = VisionSource(path, config, text_hidden, names, layouts, gguf)
-    width = source.gguf.info(names["model.embed_vision.embedding_projection.weight"]).shape
-    if tuple(width) != (text_hidden, config["hidden_size"]):
-        raise Gguf2ovError(f"--mmproj {path}: mm.input_projection.weight is {list(width)}, not "
-                           f"[{text_hidden}, {config['hidden_size']}] (text width, vision width)")
-    return source
+    for hf_name, shape in _shapes(config, text_hidden).items():
+        got = gguf.info(names[hf_name]).shape if hf_name in names else shape
+        if tuple(got) != shape and not (hf_name.endswith("position_embedding_table") and got[::2] == shape[::2]):
+            raise Gguf2ovError(f"--mmproj {path}: tensor {names[hf_name]} is {list(got)}, not {list(shape)} (vision "
+                               f"width {config['hidden_size']}, text width {text_hidden})",
+                               hint="give the mmproj converted from the same checkpoint as the text GGUF")
+    return VisionSource(path, config, text_hidden, names, layouts, gguf)
+
+
+def _number(path, key: str, value, kind):
+    """A metadata value of the mmproj as a positive int or float, else one error line."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or \
+            (kind is int and int(value) != value):
+        raise Gguf2ovError(f"--mmproj {path}: {key} is {value!r}, not a positive {kind.__name__}")
+    return kind(value)
+
+
+def _shapes(c: dict, text_hidden: int) -> dict:
+    """HF name -> the shape (PyTorch order, as the file stores it) each tensor has in this geometry (the position
+    table's length is the file's own)."""
+    h, i, p, inner = c["hidden_size"], c["intermediate_size"], c["patch_size"], c["num_attention_heads"] * c["head_dim"]
+    t = "model.vision_tower."
+    shapes = {t + "patch_embedder.input_proj.weight": (h, 3, p, p),
+              t + "patch_embedder.position_embedding_table": (2, 0, h),
+              "model.embed_vision.embedding_projection.weight": (text_hidden, h)}
+    for n in range(c["num_hidden_layers"]):
+        layer = f"{t}encoder.layers.{n}."
+        shapes |= {layer + f"self_attn.{x}_proj.linear.weight": (inner, h) for x in "qkv"}
+        shapes |= {layer + "self_attn.o_proj.linear.weight": (h, inner),
+                   layer + "self_attn.q_norm.weight": (c["head_dim"],), layer + "self_attn.k_norm.weight": (c["head_dim"],),
+                   layer + "mlp.gate_proj.linear.weight": (i, h), layer + "mlp.up_proj.linear.weight": (i, h),
+                   layer + "mlp.down_proj.linear.weight": (h, i)}
+        shapes |= {layer + f"{norm}.weight": (h,) for norm in ("input_layernorm", "post_attention_layernorm",
+                                                                 "pre_feedforward_layernorm", "post_feedforward_layernorm")}
+    if c["standardize"]:
+        shapes |= {t + "std_bias": (h,), t + "std_scale": (h,)}
+    return shapes
 
 
 def vision_config(source: VisionSource) -> dict:

@@ -215,6 +215,12 @@ def _bad_inputs(tmp_path, request) -> dict:
                              "has no tensor mm.input_projection.weight"),
         "clipped linears": (target(TEXT_F32, _mmproj_with(tmp_path / "clipped.gguf", {}, extra={
             "v.blk.0.attn_q.input_max": np.ones(1, np.float32)})), "clipped linears (use_clipped_linears"),
+        "a tensor of another shape": (
+            target(TEXT_F32, _mmproj_with(tmp_path / "wide.gguf", {}, extra={
+                "v.blk.0.ffn_up.weight": np.ones((96, 32), np.float32)})),
+            "tensor v.blk.0.ffn_up.weight is [96, 32], not [64, 32]"),
+        "a head count of 0": (target(TEXT_F32, _mmproj_with(tmp_path / "heads.gguf", {
+            "clip.vision.attention.head_count": 0})), "clip.vision.attention.head_count is 0, not a positive int"),
         "a checkpoint target": (target(HF, MMPROJ), "--mmproj applies to a GGUF target only"),
     }
     if request.node.callspec.params["case"] == "a qwen3 text GGUF":
@@ -224,7 +230,8 @@ def _bad_inputs(tmp_path, request) -> dict:
 
 
 @pytest.mark.parametrize("case", ["an audio mmproj", "another projector", "the mmproj of another text model",
-                                  "a text GGUF as the mmproj", "a missing tensor", "clipped linears", "a checkpoint target",
+                                  "a text GGUF as the mmproj", "a missing tensor", "clipped linears",
+                                  "a tensor of another shape", "a head count of 0", "a checkpoint target",
                                   "a qwen3 text GGUF"])
 def test_bad_mmproj_input_is_one_error_line_and_no_folder(tmp_path, capsys, request, case):
     args, message = _bad_inputs(tmp_path, request)[case]
