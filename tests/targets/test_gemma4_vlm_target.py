@@ -20,6 +20,7 @@ DATA = REPO / "tests" / "data"
 TEXT_F32 = DATA / "gemma4-vlm-llamacpp-F32.gguf"
 TEXT_Q4_K_M = DATA / "gemma4-vlm-llamacpp-Q4_K_M.gguf"
 MMPROJ = DATA / "gemma4-vlm-mmproj-llamacpp-F32.gguf"
+LLAMACPP_ANSWER = DATA / "gemma4-vlm-llamacpp.json"
 VLM = REPO / "fixtures" / "tiny-vlm"
 HF = VLM / "target-hf"
 IMAGE = VLM / "image.png"
@@ -151,11 +152,14 @@ def _genai_answers(folder: Path) -> tuple[str, str]:
 
 @pytest.mark.slow
 def test_vlm_pipeline_answers_as_transformers_and_the_optimum_folder(folder, hf_model, image_inputs, tmp_path):
-    """The greedy answer on the fixture image (100 tokens) is transformers' and the optimum folder's, and the image
-    changes it; the folder built from llama-quantize's Q4_K_M text file gives the same answer on the image."""
+    """The greedy answer on the fixture image (100 tokens) is transformers', the optimum folder's and llama.cpp's
+    (llama-mtmd-cli, recorded by benchmarks/llamacpp_gemma4_vlm.py), and the image changes it; the folder built from llama-quantize's Q4_K_M text file gives the same answer on the image."""
     with_image, without = _genai_answers(folder)
     assert with_image == _hf_greedy(hf_model, image_inputs)
     assert with_image == _genai_answers(VLM / "target")[0]
+    llamacpp = json.loads(LLAMACPP_ANSWER.read_text())  # llama-mtmd-cli on the same pair (81 soft tokens)
+    assert (llamacpp["prompt"], llamacpp["new_tokens"]) == (IMAGE_PROMPT, NEW_TOKENS)
+    assert with_image == llamacpp["text"]
     assert with_image != without
     assert _genai_answers(_build(tmp_path / "q4", TEXT_Q4_K_M))[0] == with_image  # measured on this fixture
 
