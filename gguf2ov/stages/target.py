@@ -63,6 +63,7 @@ class TargetExportResult:
     nncf_backup_why: dict[str, str] = field(default_factory=dict)  # weight -> why NNCF keeps it in int8
     nonfinite: dict[str, int] = field(default_factory=dict)  # weight -> NaN/Inf values written (--allow-nonfinite)
     seconds: float = 0.0
+    vision: dict | None = None  # a VLM folder's image encoder (targets/vision.py's vision_config, and its mmproj)
 
     def tables(self) -> list[Table]:
         io_rows = [["input", *row] for row in self.inputs] + [["output", *row] for row in self.outputs]
@@ -84,6 +85,11 @@ class TargetExportResult:
             lines.append("layers: " + ", ".join(f"{n} {kind}" for kind, n in self.layer_kinds.items()))
         if self.sliding_layers:
             lines.append(f"sliding-window layers: {self.sliding_layers}")
+        if self.vision:
+            v = self.vision
+            lines.append(f"vision (VLMPipeline folder) from {v['mmproj']}: {v['num_hidden_layers']} layers, hidden "
+                         f"{v['hidden_size']}, patches of {v['patch_size']}, pooled {v['pooling_kernel_size']} x "
+                         f"{v['pooling_kernel_size']}, images up to {v['max_soft_tokens']} soft tokens")
         if self.transcoded:
             lines.append(f"{self.transcoded} weights carry the GGUF's own grid ({self.grid})")
         if self.nncf_backup:
@@ -109,6 +115,7 @@ def export_target(forms, out_dir, tokenizer_from, overwrite: bool = False, progr
     folder is then written (`write_vlm_target`), images taking `image_max_tokens` soft tokens at most.
     """
     from ..targets.probe import compiled_check
+    from ..targets.vision import vision_config
 
     target, variant = forms.source, forms.variant
     if tokenizer_from == "gguf":
@@ -154,7 +161,9 @@ def export_target(forms, out_dir, tokenizer_from, overwrite: bool = False, progr
         rt_info=info["rt_info"], tokenizer=str(tokenizer_from), files=files, checks=checks,
         transcoded=len(forms.transcoded), grid=options["grid"], nncf_backup=options["nncf_backup"],
         nncf_backup_why={n: forms.plan[n].reason.removeprefix("backup: ") for n in options["nncf_backup"]},
-        nonfinite=dict(forms.nonfinite), seconds=time.perf_counter() - start)
+        nonfinite=dict(forms.nonfinite), seconds=time.perf_counter() - start,
+        vision=None if vision is None else {**vision_config(vision), "mmproj": str(vision.path),
+                                            "max_soft_tokens": image_max_tokens})
 
 
 # config.json, generation_config.json and gguf2ov.json
@@ -248,7 +257,6 @@ def write_vlm_target(folder: Path, target, variant, tokenizer_from, vision, imag
     model (taking `inputs_embeds`), the text embeddings model (Gemma's scale in it), the per-layer
     embeddings model, the vision embeddings model (`vision`, the mmproj), config.json with the
     vision_config, preprocessor_config.json, generation_config.json and the tokenizers."""
-    from ..ir.weights import save_ir
     from ..maps.load import map_data
     from ..targets.graph import (build_per_layer_embeddings_model, build_target_ir, build_text_embeddings_model,
                                  target_forms)
@@ -260,14 +268,13 @@ def write_vlm_target(folder: Path, target, variant, tokenizer_from, vision, imag
     step(f"building the {variant.name} language model from {target.describe()}", progress)
     model, forms = build_target_ir(target, variant, forms=forms, inputs_embeds=True,
                                    progress=(lambda m: step(f"{variant.name}: {m}", progress)) if progress else None)
-    _save_as(save_ir, model, folder, VLM_LANGUAGE_MODEL, forms)
+    _save_as(model, folder, VLM_LANGUAGE_MODEL, forms)
     del model
     step("building the text, per-layer and vision embeddings models", progress)
     embedding = target_forms(target, variant, forms.grid, forms.allow_nonfinite)
-    _save_as(save_ir, build_text_embeddings_model(target.config, embedding.weight), folder, VLM_TEXT_EMBEDDINGS,
-             embedding)
-    _save_as(save_ir, build_per_layer_embeddings_model(target.config), folder, VLM_PER_LAYER_EMBEDDINGS)
-    _save_as(save_ir, build_vision_model(vision), folder, VLM_VISION_EMBEDDINGS)
+    _save_as(build_text_embeddings_model(target.config, embedding.weight), folder, VLM_TEXT_EMBEDDINGS, embedding)
+    _save_as(build_per_layer_embeddings_model(target.config), folder, VLM_PER_LAYER_EMBEDDINGS)
+    _save_as(build_vision_model(vision), folder, VLM_VISION_EMBEDDINGS)
     section = map_data(target.arch)["mmproj"]
     config = vlm_config(target.config.raw, vision, target.gguf.metadata.get("tokenizer.ggml.tokens"), section)
     atomic_write_text(folder / CONFIG_FILE, json.dumps(config, indent=2) + "\n")
@@ -277,8 +284,10 @@ def write_vlm_target(folder: Path, target, variant, tokenizer_from, vision, imag
     return forms
 
 
-def _save_as(save_ir, model, folder: Path, name: str, forms=None) -> None:
+def _save_as(model, folder: Path, name: str, forms=None) -> None:
     """`model` saved as `name` (.xml and .bin) in `folder`: save_ir writes the IR's one name, then renamed."""
+    from ..ir.weights import save_ir
+
     save_ir(model, folder, forms)
     for suffix in (".xml", ".bin"):
         (folder / IR_XML).with_suffix(suffix).rename((folder / name).with_suffix(suffix))

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import Gguf2ovError
-from ..ir.graph_ops import apply_rope, const, linear, named, repeat_kv, rms_norm
+from ..ir.graph_ops import apply_rope, const, dim, linear, named, repeat_kv, rms_norm
 from ..ir.graph_ops import ops as _ops
 
 # the soft-token budgets transformers' Gemma4ImageProcessor takes (max_soft_tokens), and its default
@@ -236,7 +236,7 @@ def build_vision_model(source: VisionSource):
     # the pooler (Gemma4VisionPooler): k x k blocks of patches averaged by position
     k = c["pooling_kernel_size"]
     x = o.select(pad3, const(0.0), x)
-    length = o.divide(_dim(pixels, 1), const(k * k, np.int64))  # patches // k^2 (optimum's output_length)
+    length = o.divide(dim(pixels, 1), const(k * k, np.int64))  # patches // k^2 (optimum's output_length)
     blocks = o.divide(clamped, const(k, np.int64))
     width = o.divide(o.add(o.reduce_max(_axis(clamped, 0), const([-1], np.int64), True), const(1, np.int64)),
                      const(k, np.int64))
@@ -261,11 +261,6 @@ def _axis(x, i: int):
     """x[..., i] of an [..., 2] tensor."""
     o = _ops()
     return o.gather(x, const(i, np.int64), const(-1, np.int64))
-
-
-def _dim(x, axis: int):
-    o = _ops()
-    return o.gather(o.shape_of(x, "i64"), const([axis], np.int64), const(0, np.int64))
 
 
 def _rope_2d(positions, head_dim: int, theta: float):

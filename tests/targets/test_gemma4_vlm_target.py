@@ -123,6 +123,42 @@ def test_the_text_embeddings_are_gemmas_scaled_embedding(folder, hf_model):
     assert np.abs(got - want).max() <= 1e-6 * np.abs(want).max()
 
 
+# an untied head and its own keys and values in every layer (the fixture's head is tied)
+UNTIED = dict(model_type="gemma4_text", hidden_size=48, intermediate_size=64, num_hidden_layers=2,
+              num_attention_heads=2, num_key_value_heads=1, head_dim=8, global_head_dim=16,
+              layer_types=["sliding_attention", "full_attention"], sliding_window=3, final_logit_softcapping=30.0,
+              hidden_size_per_layer_input=0, tie_word_embeddings=False)
+
+
+@pytest.mark.parametrize("geometry", ["tied", "untied"])
+def test_the_language_model_on_the_text_embeddings_is_the_text_target(tmp_path, geometry):
+    """The VLM's language model fed the text embeddings model's output gives the text target's logits over two
+    stateful steps (the same weights and arithmetic, the embedding lookup moved out), tied head or not."""
+    import target_builders as tb
+    from opened import open_target
+
+    from gguf2ov.ir.variants import parse_variant
+    from gguf2ov.numerics import EXACT, core
+    from gguf2ov.targets.graph import build_target_ir, build_text_embeddings_model, target_forms
+
+    source_path = TEXT_F32 if geometry == "tied" else tb.write_target_checkpoint(tmp_path / "hf", UNTIED, seed=4)
+    text_xml = tb.target_ir(source_path, tmp_path / "text")
+    source, variant = open_target(source_path), parse_variant("fp32")
+    language, _ = build_target_ir(source, variant, inputs_embeds=True)
+    embeddings = build_text_embeddings_model(source.config, target_forms(source, variant).weight)
+    language, embeddings = (core().compile_model(m, "CPU", EXACT) for m in (language, embeddings))
+    request, past = language.create_infer_request(), 0
+    layers = source.config.num_layers
+    for (want, _), ids in zip(tb.run_steps(text_xml, steps := tb.steps(source.config.vocab_size)), steps):
+        n = len(ids)
+        got = request.infer({"inputs_embeds": embeddings({"input": ids[None]})[0],
+                             "per_layer_inputs": np.zeros((1, n, layers, 0), np.float32),
+                             "attention_mask": np.ones((1, past + n), np.int64),
+                             "position_ids": np.arange(past, past + n)[None], "beam_idx": np.zeros(1, np.int32)})
+        assert np.array_equal(got[language.outputs[0]], want)
+        past += n
+
+
 def _hf_greedy(hf_model, image_inputs) -> str:
     """transformers' greedy answer to the image prompt, its ids as VLMPipeline lays them out for Gemma 4 (the
     image's <|image>, soft tokens and <image|> before the prompt's, no BOS: the tokenizer adds none)."""
