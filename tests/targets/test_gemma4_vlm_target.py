@@ -201,6 +201,19 @@ def test_vlm_pipeline_answers_as_transformers_and_the_optimum_folder(folder, hf_
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("flags", [["--weight-format", "int8"], ["--weight-format", "int4"], ["--grid", "compact"]])
+def test_other_weight_forms_of_the_language_model_keep_the_vision_model(tmp_path, folder, flags):
+    """From the Q4_K_M file in NNCF's int8 and int4 and in the file's own factorisation: the folder builds, its
+    checks pass, VLMPipeline answers the image prompt, and the vision model is the float32 one."""
+    out = tmp_path / "target"
+    assert main(["target", str(TEXT_Q4_K_M), "--mmproj", str(MMPROJ), "--image-max-tokens", SOFT_TOKENS, *flags,
+                 "-o", str(out), "--quiet"]) == 0
+    name = "openvino_vision_embeddings_model.bin"
+    assert (out / name).read_bytes() == (folder / name).read_bytes()
+    assert _genai_answers(out)[0].strip()
+
+
+@pytest.mark.slow
 def test_run_with_mmproj_attaches_the_dflash_draft_in_vlm_pipeline(tmp_path):
     """`gguf2ov run DRAFT --target TEXT.gguf --mmproj MMPROJ --image IMG`: the VLM target is built, the fixture's
     DFlash draft attaches in VLMPipeline, and the text with the draft is the target's alone on every prompt."""
