@@ -105,13 +105,13 @@ class TargetExportResult:
 
 
 def export_target(forms, out_dir, tokenizer_from, overwrite: bool = False, progress: bool = True,
-                  sources: dict | None = None, mmproj=None, image_max_tokens: int = 280) -> TargetExportResult:
+                  sources: dict | None = None, vision=None, image_max_tokens: int = 280) -> TargetExportResult:
     """Build the OpenVINO target `forms` describe (target.graph.target_forms: its source, a GGUF through
     its map or a checkpoint folder, and the form of its weights: the variant, `gguf` weights folded or
     in the file's own factorisation) in `out_dir`.
 
     `tokenizer_from`: "gguf" (the file's vocabulary) or a folder (`tokenizer_source`). `sources`:
-    further inputs provenance records (a --tokenizer folder). `mmproj`: the projector GGUF of a VLM, whose
+    further inputs provenance records (a --tokenizer folder). `vision`: a VLM's mmproj (`open_vision`), whose
     folder is then written (`write_vlm_target`), images taking `image_max_tokens` soft tokens at most.
     """
     from ..targets.probe import compiled_check
@@ -120,8 +120,7 @@ def export_target(forms, out_dir, tokenizer_from, overwrite: bool = False, progr
     target, variant = forms.source, forms.variant
     if tokenizer_from == "gguf":
         _require_vocabulary(target)
-    vision = open_vision(target, mmproj) if mmproj is not None else None
-    require_space(out_dir, target_folder_bytes(forms, tokenizer_from), f"the {variant.name} target",
+    require_space(out_dir, target_folder_bytes(forms, tokenizer_from, vision), f"the {variant.name} target",
                   hint="write to another folder (-o)" + (", or keep the file's own factorisation (--compact-grid: "
                                                          "~0.74x the folded IR)" if forms.transcoded and
                                                          forms.grid != "compact" else ""))
@@ -170,12 +169,16 @@ def export_target(forms, out_dir, tokenizer_from, overwrite: bool = False, progr
 SMALL_FILES_BYTES = 12_000
 
 
-def target_folder_bytes(forms, tokenizer_from) -> int:
+def target_folder_bytes(forms, tokenizer_from, vision=None) -> int:
     """The bytes `export_target` writes (the IR, the tokenizers and the small files), within a few
-    percent (measured)."""
+    percent (measured); a VLM folder (`vision`, its mmproj) adds the text embeddings model (a second copy of
+    the table) and the float32 vision embeddings model."""
+    from ..targets.decoder import EMBEDDING
     from ..targets.graph import target_ir_bytes
+    from ..targets.vision import vision_ir_bytes
 
-    return target_ir_bytes(forms) + tokenizer_bytes(tokenizer_from, forms.source) + SMALL_FILES_BYTES
+    vlm = forms.tensor_bytes(EMBEDDING) + vision_ir_bytes(vision) if vision is not None else 0
+    return target_ir_bytes(forms) + tokenizer_bytes(tokenizer_from, forms.source) + SMALL_FILES_BYTES + vlm
 
 
 def tokenizer_bytes(tokenizer_from, target) -> int:
