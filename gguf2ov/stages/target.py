@@ -265,6 +265,8 @@ def write_vlm_target(folder: Path, target, variant, tokenizer_from, vision, imag
                                  target_forms)
     from ..targets.vision import build_vision_model, preprocessor_config, vlm_config
 
+    section = map_data(target.arch)["mmproj"]  # the config first: a vocabulary without the image's tokens is refused
+    config = vlm_config(target.config.raw, vision, target.gguf.metadata.get("tokenizer.ggml.tokens"), section)
     if tokenizer_from is not None:
         step("converting the tokenizer", progress)
         write_tokenizers(folder, tokenizer_from, target)
@@ -278,8 +280,6 @@ def write_vlm_target(folder: Path, target, variant, tokenizer_from, vision, imag
     _save_as(build_text_embeddings_model(target.config, embedding.weight), folder, VLM_TEXT_EMBEDDINGS, embedding)
     _save_as(build_per_layer_embeddings_model(target.config), folder, VLM_PER_LAYER_EMBEDDINGS)
     _save_as(build_vision_model(vision), folder, VLM_VISION_EMBEDDINGS)
-    section = map_data(target.arch)["mmproj"]
-    config = vlm_config(target.config.raw, vision, target.gguf.metadata.get("tokenizer.ggml.tokens"), section)
     atomic_write_text(folder / CONFIG_FILE, json.dumps(config, indent=2) + "\n")
     atomic_write_text(folder / PREPROCESSOR_CONFIG,
                       json.dumps(preprocessor_config(vision, image_max_tokens), indent=2) + "\n")

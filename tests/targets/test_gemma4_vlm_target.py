@@ -247,47 +247,54 @@ def _mmproj_with(path: Path, kv: dict, drop=(), extra=None) -> Path:
     return path
 
 
-def _bad_inputs(tmp_path, request) -> dict:
-    """case -> (target command arguments, the error line's text)."""
-    def target(text, mmproj):
-        return ["target", str(text), "--mmproj", str(mmproj)]
+def _text_without_image_tokens(path: Path) -> Path:
+    """A copy of the F32 text GGUF whose vocabulary names the image token otherwise."""
+    from ggufs import write_gguf
 
-    audio = _mmproj_with(tmp_path / "audio.gguf", {"clip.vision.projector_type": None, "clip.has_vision_encoder": False,
-                                                   "clip.has_audio_encoder": True, "clip.audio.projector_type": "gemma4a"})
-    other = _mmproj_with(tmp_path / "gemma3.gguf", {"clip.vision.projector_type": "gemma3"})
-    cases = {
-        "an audio mmproj": (target(TEXT_F32, audio), "holds an audio projector (gemma4a) and no image projector; "
-                                                     "this target builds images through 'gemma4v' only"),
-        "another projector": (target(TEXT_F32, other), "holds projector 'gemma3'"),
-        "the mmproj of another text model": (
-            target(DATA / "gemma4-llamacpp-F32.gguf", MMPROJ),
-            "projects images to width 128, but the text model's width is 64"),
-        "a text GGUF as the mmproj": (target(TEXT_F32, TEXT_Q4_K_M), "is not an mmproj file"),
-        "a missing tensor": (target(TEXT_F32, _mmproj_with(tmp_path / "no-proj.gguf", {},
-                                                           drop=("mm.input_projection.weight",))),
-                             "has no tensor mm.input_projection.weight"),
-        "clipped linears": (target(TEXT_F32, _mmproj_with(tmp_path / "clipped.gguf", {}, extra={
-            "v.blk.0.attn_q.input_max": np.ones(1, np.float32)})), "clipped linears (use_clipped_linears"),
-        "a tensor of another shape": (
-            target(TEXT_F32, _mmproj_with(tmp_path / "wide.gguf", {}, extra={
-                "v.blk.0.ffn_up.weight": np.ones((96, 32), np.float32)})),
-            "tensor v.blk.0.ffn_up.weight is [96, 32], not [64, 32]"),
-        "a head count of 0": (target(TEXT_F32, _mmproj_with(tmp_path / "heads.gguf", {
-            "clip.vision.attention.head_count": 0})), "clip.vision.attention.head_count is 0, not a positive int"),
-        "a checkpoint target": (target(HF, MMPROJ), "--mmproj applies to a GGUF target only"),
-    }
-    if request.node.callspec.params["case"] == "a qwen3 text GGUF":
-        cases["a qwen3 text GGUF"] = (target(request.getfixturevalue("q4_k_m"), MMPROJ),
-                                      "a qwen3 target is built as a text model only")
-    return cases
+    from gguf2ov.gguf.read import open_gguf
+    from gguf2ov.maps.rules import plain_value
+
+    gguf = open_gguf(TEXT_F32)
+    meta = {k: plain_value(v) for k, v in gguf.metadata.items() if k != "general.architecture"}
+    meta["tokenizer.ggml.tokens"] = [t if t != "<|image|>" else "<image_soft_token>" for t in
+                                     meta["tokenizer.ggml.tokens"]]
+    write_gguf(path, "gemma4", meta, {n: gguf.load(n) for n in gguf.tensors})
+    return path
 
 
-@pytest.mark.parametrize("case", ["an audio mmproj", "another projector", "the mmproj of another text model",
-                                  "a text GGUF as the mmproj", "a missing tensor", "clipped linears",
-                                  "a tensor of another shape", "a head count of 0", "a checkpoint target",
-                                  "a qwen3 text GGUF"])
+BAD_INPUTS = {
+    # case -> (the text GGUF, the mmproj, each a path or a maker of one in tmp_path), the error line's text
+    "an audio mmproj": (TEXT_F32, lambda tmp: _mmproj_with(tmp / "audio.gguf", {
+        "clip.vision.projector_type": None, "clip.has_vision_encoder": False, "clip.has_audio_encoder": True,
+        "clip.audio.projector_type": "gemma4a"}),
+        "holds an audio projector (gemma4a) and no image projector; this target builds images through 'gemma4v' only"),
+    "another projector": (TEXT_F32, lambda tmp: _mmproj_with(tmp / "gemma3.gguf", {"clip.vision.projector_type": "gemma3"}),
+                          "holds projector 'gemma3'"),
+    "the mmproj of another text model": (DATA / "gemma4-llamacpp-F32.gguf", MMPROJ,
+                                         "projects images to width 128, but the text model's width is 64"),
+    "a text GGUF as the mmproj": (TEXT_F32, TEXT_Q4_K_M, "is not an mmproj file"),
+    "a missing tensor": (TEXT_F32, lambda tmp: _mmproj_with(tmp / "no-proj.gguf", {}, drop=("mm.input_projection.weight",)),
+                         "has no tensor mm.input_projection.weight"),
+    "clipped linears": (TEXT_F32, lambda tmp: _mmproj_with(tmp / "clipped.gguf", {}, extra={
+        "v.blk.0.attn_q.input_max": np.ones(1, np.float32)}), "clipped linears (use_clipped_linears"),
+    "a tensor of another shape": (TEXT_F32, lambda tmp: _mmproj_with(tmp / "wide.gguf", {}, extra={
+        "v.blk.0.ffn_up.weight": np.ones((96, 32), np.float32)}), "tensor v.blk.0.ffn_up.weight is [96, 32], not [64, 32]"),
+    "a head count of 0": (TEXT_F32, lambda tmp: _mmproj_with(tmp / "heads.gguf", {"clip.vision.attention.head_count": 0}),
+                          "clip.vision.attention.head_count is 0, not a positive int"),
+    "a vocabulary without the image's tokens": (lambda tmp: _text_without_image_tokens(tmp / "text.gguf"), MMPROJ,
+                                                "the text GGUF's vocabulary has no '<|image|>' (image_token_id)"),
+    "a checkpoint target": (HF, MMPROJ, "--mmproj applies to a GGUF target only"),
+    "a qwen3 text GGUF": ("q4_k_m", MMPROJ, "a qwen3 target is built as a text model only"),  # a conftest fixture
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
 def test_bad_mmproj_input_is_one_error_line_and_no_folder(tmp_path, capsys, request, case):
-    args, message = _bad_inputs(tmp_path, request)[case]
+    def made(path):
+        return request.getfixturevalue(path) if isinstance(path, str) else path(tmp_path) if callable(path) else path
+
+    text, mmproj, message = BAD_INPUTS[case]
+    args = ["target", str(made(text)), "--mmproj", str(made(mmproj))]
     capsys.readouterr()
     out = tmp_path / "out"
     assert main([*args, "-o", str(out)]) == 1
