@@ -131,7 +131,8 @@ def _number(path, key: str, value, kind):
 def _shapes(c: dict, text_hidden: int) -> dict:
     """HF name -> the shape (PyTorch order, as the file stores it) each tensor has in this geometry (the position
     table's length is the file's own)."""
-    h, i, p, inner = c["hidden_size"], c["intermediate_size"], c["patch_size"], c["num_attention_heads"] * c["head_dim"]
+    h, i, p, hd = c["hidden_size"], c["intermediate_size"], c["patch_size"], c["head_dim"]
+    inner = c["num_attention_heads"] * hd
     t = "model.vision_tower."
     shapes = {t + "patch_embedder.input_proj.weight": (h, 3, p, p),
               t + "patch_embedder.position_embedding_table": (2, 0, h),
@@ -140,11 +141,11 @@ def _shapes(c: dict, text_hidden: int) -> dict:
         layer = f"{t}encoder.layers.{n}."
         shapes |= {layer + f"self_attn.{x}_proj.linear.weight": (inner, h) for x in "qkv"}
         shapes |= {layer + "self_attn.o_proj.linear.weight": (h, inner),
-                   layer + "self_attn.q_norm.weight": (c["head_dim"],), layer + "self_attn.k_norm.weight": (c["head_dim"],),
+                   layer + "self_attn.q_norm.weight": (hd,), layer + "self_attn.k_norm.weight": (hd,),
                    layer + "mlp.gate_proj.linear.weight": (i, h), layer + "mlp.up_proj.linear.weight": (i, h),
                    layer + "mlp.down_proj.linear.weight": (h, i)}
-        shapes |= {layer + f"{norm}.weight": (h,) for norm in ("input_layernorm", "post_attention_layernorm",
-                                                                 "pre_feedforward_layernorm", "post_feedforward_layernorm")}
+        norms = ("input", "post_attention", "pre_feedforward", "post_feedforward")
+        shapes |= {layer + f"{norm}_layernorm.weight": (h,) for norm in norms}
     if c["standardize"]:
         shapes |= {t + "std_bias": (h,), t + "std_scale": (h,)}
     return shapes
@@ -169,8 +170,8 @@ def vision_config(source: VisionSource) -> dict:
             "num_key_value_heads": c["num_key_value_heads"], "head_dim": c["head_dim"],
             "hidden_activation": c["hidden_activation"], "patch_size": c["patch_size"],
             "pooling_kernel_size": c["pooling_kernel_size"], "position_embedding_size": int(table[1]),
-            "rms_norm_eps": c["rms_norm_eps"], "rope_parameters": {"rope_type": "default", "rope_theta": c["rope_theta"]},
-            "standardize": c["standardize"], "use_clipped_linears": False}
+            "rms_norm_eps": c["rms_norm_eps"], "standardize": c["standardize"], "use_clipped_linears": False,
+            "rope_parameters": {"rope_type": "default", "rope_theta": c["rope_theta"]}}
 
 
 def mmproj_section(arch: str, path) -> dict:
@@ -232,7 +233,8 @@ def build_vision_model(source: VisionSource):
 
     tower = "vision_tower"
     scaled = o.subtract(o.multiply(pixels, const(2.0)), const(1.0))
-    x = linear(scaled, const(w(f"model.{tower}.patch_embedder.input_proj.weight")), f"{tower}.patch_embedder.input_proj")
+    x = linear(scaled, const(w(f"model.{tower}.patch_embedder.input_proj.weight")),
+               f"{tower}.patch_embedder.input_proj")
     table = w(f"model.{tower}.patch_embedder.position_embedding_table")  # [2, P, hidden]
     embedded = [o.gather(const(table[i]), _axis(clamped, i), const(0, np.int64)) for i in range(2)]
     x = o.add(x, o.select(pad3, const(0.0), o.add(*embedded)))
@@ -260,7 +262,8 @@ def build_vision_model(source: VisionSource):
         x = o.multiply(o.subtract(x, const(w(f"model.{tower}.std_bias"))), const(w(f"model.{tower}.std_scale")))
 
     # the embedder (Gemma4MultimodalEmbedder): RMSNorm without a weight, then the projection
-    x = rms_norm(x, np.ones(c["hidden_size"], np.float32), c["rms_norm_eps"], "embed_vision.embedding_pre_projection_norm")
+    x = rms_norm(x, np.ones(c["hidden_size"], np.float32), c["rms_norm_eps"],
+                 "embed_vision.embedding_pre_projection_norm")
     x = linear(x, const(w("model.embed_vision.embedding_projection.weight")), "embed_vision.embedding_projection")
     result = o.result(x)
     result.output(0).get_tensor().set_names({OUTPUT})
@@ -278,7 +281,8 @@ def _rope_2d(positions, head_dim: int, theta: float):
     gives x and y the same frequencies over half the head each."""
     o = _ops()
     spatial = head_dim // 2
-    inv_freq = (1.0 / theta ** (np.arange(0, spatial, 2, dtype=np.int64).astype(np.float32) / spatial)).astype(np.float32)
+    exponents = np.arange(0, spatial, 2, dtype=np.int64).astype(np.float32) / spatial
+    inv_freq = (1.0 / theta ** exponents).astype(np.float32)
     tables = []
     for i in range(2):
         freqs = o.multiply(o.unsqueeze(o.convert(_axis(positions, i), "f32"), const([-1], np.int64)), const(inv_freq))
@@ -324,5 +328,6 @@ def _encoder_layer(x, i: int, c: dict, w, tables, keep):
     h = norm(x, "pre_feedforward_layernorm")
     gate = linear(h, const(w(p + "mlp.gate_proj.linear.weight")), scope + "mlp.gate_proj")
     up = linear(h, const(w(p + "mlp.up_proj.linear.weight")), scope + "mlp.up_proj")
-    mlp = linear(o.multiply(o.gelu(gate, "tanh"), up), const(w(p + "mlp.down_proj.linear.weight")), scope + "mlp.down_proj")
+    mlp = linear(o.multiply(o.gelu(gate, "tanh"), up), const(w(p + "mlp.down_proj.linear.weight")),
+                 scope + "mlp.down_proj")
     return named(o.add(x, norm(mlp, "post_feedforward_layernorm")), f"__module.{scope}/aten::add/Add_1")

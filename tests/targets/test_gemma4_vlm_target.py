@@ -189,7 +189,8 @@ def _genai_answers(folder: Path) -> tuple[str, str]:
 @pytest.mark.slow
 def test_vlm_pipeline_answers_as_transformers_and_the_optimum_folder(folder, hf_model, image_inputs, tmp_path):
     """The greedy answer on the fixture image (100 tokens) is transformers', the optimum folder's and llama.cpp's
-    (llama-mtmd-cli, recorded by benchmarks/llamacpp_gemma4_vlm.py), and the image changes it; the folder built from llama-quantize's Q4_K_M text file gives the same answer on the image."""
+    (llama-mtmd-cli, recorded by benchmarks/llamacpp_gemma4_vlm.py), and the image changes it; the folder built
+    from llama-quantize's Q4_K_M text file gives the same answer on the image."""
     with_image, without = _genai_answers(folder)
     assert with_image == _hf_greedy(hf_model, image_inputs)
     assert with_image == _genai_answers(VLM / "target")[0]
