@@ -75,7 +75,7 @@ def mmproj_arguments(parser) -> None:
     parser.add_argument("--mmproj", metavar="MMPROJ.gguf",
                         help="the model's mmproj GGUF (llama.cpp's image projector): build a VLM target folder "
                              "(language model, text and vision embeddings) that VLMPipeline runs")
-    parser.add_argument("--image-max-tokens", type=int, choices=IMAGE_TOKENS, default=MAX_SOFT_TOKENS,
+    parser.add_argument("--image-max-tokens", type=int, choices=IMAGE_TOKENS,
                         help=f"soft tokens an image takes at most, with --mmproj (default {MAX_SOFT_TOKENS}, "
                              "transformers' Gemma 4 default)")
 
@@ -95,13 +95,14 @@ def target_build(weight_format: str | None = None, group_size: int | None = None
         require_source_for(variant, source.kind)
         if map_path is not None and source.kind != "gguf":
             raise Gguf2ovError("--map applies to a GGUF source only", hint="a checkpoint folder is read by its config.json")
+        if image_max_tokens is not None and mmproj is None:
+            raise Gguf2ovError("--image-max-tokens applies with --mmproj", hint="give the model's mmproj GGUF too")
         if mmproj is not None and source.kind != "gguf":
             raise Gguf2ovError("--mmproj applies to a GGUF target only",
                                hint="give the text GGUF beside its mmproj, as llama.cpp takes them")
-        extra = {"image_max_tokens": image_max_tokens} if image_max_tokens is not None else {}
         return TargetBuild(source, variant, grid, Path(tokenizer_dir) if tokenizer_dir else None,
                            Path(map_path) if map_path else None, allow_nonfinite,
-                           Path(mmproj) if mmproj is not None else None, **extra)
+                           Path(mmproj) if mmproj is not None else None, image_max_tokens)
 
     return build
 

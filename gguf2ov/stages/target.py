@@ -105,19 +105,21 @@ class TargetExportResult:
 
 
 def export_target(forms, out_dir, tokenizer_from, overwrite: bool = False, progress: bool = True,
-                  sources: dict | None = None, vision=None, image_max_tokens: int = 280) -> TargetExportResult:
+                  sources: dict | None = None, vision=None, image_max_tokens: int | None = None) -> TargetExportResult:
     """Build the OpenVINO target `forms` describe (target.graph.target_forms: its source, a GGUF through
     its map or a checkpoint folder, and the form of its weights: the variant, `gguf` weights folded or
     in the file's own factorisation) in `out_dir`.
 
     `tokenizer_from`: "gguf" (the file's vocabulary) or a folder (`tokenizer_source`). `sources`:
     further inputs provenance records (a --tokenizer folder). `vision`: a VLM's mmproj (`open_vision`), whose
-    folder is then written (`write_vlm_target`), images taking `image_max_tokens` soft tokens at most.
+    folder is then written (`write_vlm_target`), images taking `image_max_tokens` soft tokens at most (None:
+    transformers' default, targets/vision.MAX_SOFT_TOKENS).
     """
     from ..targets.probe import compiled_check
-    from ..targets.vision import vision_config
+    from ..targets.vision import MAX_SOFT_TOKENS, vision_config
 
     target, variant = forms.source, forms.variant
+    image_max_tokens = image_max_tokens or MAX_SOFT_TOKENS
     if tokenizer_from == "gguf":
         _require_vocabulary(target)
     require_space(out_dir, target_folder_bytes(forms, tokenizer_from, vision), f"the {variant.name} target",

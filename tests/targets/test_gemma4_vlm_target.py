@@ -317,6 +317,12 @@ def test_an_mmproj_with_an_audio_tower_too_builds_its_images(tmp_path, folder):
     assert (out / name).read_bytes() == (folder / name).read_bytes()
 
 
+def test_image_max_tokens_without_mmproj_is_refused(tmp_path, capsys):
+    assert main(["target", str(TEXT_F32), "--image-max-tokens", "70", "-o", str(tmp_path / "out")]) == 1
+    assert capsys.readouterr().err.startswith("error: --image-max-tokens applies with --mmproj")
+    assert not (tmp_path / "out").exists()
+
+
 def test_run_refuses_mmproj_beside_an_openvino_folder(tmp_path, capsys):
     assert main(["run", str(VLM / "draft-Q4_K_M.gguf"), "--target", str(VLM / "target"), "--mmproj", str(MMPROJ),
                  "-o", str(tmp_path / "run")]) == 1
