@@ -227,7 +227,8 @@ class Job:
         from .outputs import require_output_dir
 
         build = self.target_spec
-        require_output_dir(Path(out_dir), overwrite, inputs=(build.path, build.map_path, build.tokenizer_dir))
+        require_output_dir(Path(out_dir), overwrite, inputs=(build.path, build.map_path, build.tokenizer_dir,
+                                                             build.mmproj))
         return self.target_tokenizer
 
     def target_bytes(self) -> int:
@@ -239,13 +240,15 @@ class Job:
     def build_target(self, out_dir, overwrite: bool = False):
         """`gguf2ov target`, and `run`'s target stage: the target built into `out_dir` (its
         stages.target.TargetExportResult). `with_target(out_dir)` is then the job on it."""
-        from .stages.target import export_target
+        from .stages.target import export_target, open_vision
 
         build = self.target_spec
         tokenizer_from = self.require_target_build(out_dir, overwrite)
+        vision = open_vision(self.target_source, build.mmproj) if build.mmproj is not None else None
         return export_target(self.target_forms, out_dir, tokenizer_from, overwrite=overwrite,
                              progress=self.options.progress,
-                             sources={"tokenizer": build.tokenizer_dir} if build.tokenizer_dir else None)
+                             sources={"tokenizer": build.tokenizer_dir} if build.tokenizer_dir else None,
+                             vision=vision, image_max_tokens=build.image_max_tokens)
 
     def with_target(self, target_dir) -> "Job":
         """This job on the OpenVINO target folder `target_dir` (the one `build_target` wrote), opened here

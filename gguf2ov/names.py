@@ -4,6 +4,7 @@ IR_XML = "openvino_model.xml"  # a draft IR, and a text target's model
 VLM_LANGUAGE_MODEL = "openvino_language_model.xml"
 VLM_TEXT_EMBEDDINGS = "openvino_text_embeddings_model.xml"
 VLM_PER_LAYER_EMBEDDINGS = "openvino_text_embeddings_per_layer_model.xml"  # Gemma's per-layer inputs
+VLM_VISION_EMBEDDINGS = "openvino_vision_embeddings_model.xml"
 TOKENIZER_IR = "openvino_tokenizer.xml"
 DETOKENIZER_IR = "openvino_detokenizer.xml"
 CONFIG_FILE = "config.json"

@@ -63,6 +63,8 @@ class TargetBuild:
     tokenizer_dir: Path | None = None
     map_path: Path | None = None
     allow_nonfinite: bool = False
+    mmproj: Path | None = None  # a VLM's projector GGUF: the target is then a VLM folder
+    image_max_tokens: int | None = None  # soft tokens an image takes at most (None: targets/vision.MAX_SOFT_TOKENS)
 
     @property
     def path(self) -> Path:

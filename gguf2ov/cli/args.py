@@ -68,9 +68,22 @@ def variant_from_args(args, default_group_size: int):
                               default_group_size=default_group_size)
 
 
+def mmproj_arguments(parser) -> None:
+    """A VLM target's projector, as llama.cpp names it."""
+    from ..targets.vision import IMAGE_TOKENS, MAX_SOFT_TOKENS
+
+    parser.add_argument("--mmproj", metavar="MMPROJ.gguf",
+                        help="the model's mmproj GGUF (llama.cpp's image projector): build a VLM target folder "
+                             "(language model, text and vision embeddings) that VLMPipeline runs")
+    parser.add_argument("--image-max-tokens", type=int, choices=IMAGE_TOKENS,
+                        help=f"soft tokens an image takes at most, with --mmproj (default {MAX_SOFT_TOKENS}, "
+                             "transformers' Gemma 4 default)")
+
+
 def target_build(weight_format: str | None = None, group_size: int | None = None, sym: bool = False,
                  ratio: float | None = None, all_layers: bool = False, grid: str = "folded",
-                 tokenizer_dir=None, map_path=None, allow_nonfinite: bool = False):
+                 tokenizer_dir=None, map_path=None, allow_nonfinite: bool = False, mmproj=None,
+                 image_max_tokens: int | None = None):
     """How a command builds a target from the model a target argument names: `build(source)` makes its
     `sources.TargetBuild` (the weight format defaults to `gguf` for a GGUF, `fp32` for a checkpoint)."""
     from ..ir.variants import TARGET_GROUP_SIZE, require_source_for
@@ -82,8 +95,14 @@ def target_build(weight_format: str | None = None, group_size: int | None = None
         require_source_for(variant, source.kind)
         if map_path is not None and source.kind != "gguf":
             raise Gguf2ovError("--map applies to a GGUF source only", hint="a checkpoint folder is read by its config.json")
+        if image_max_tokens is not None and mmproj is None:
+            raise Gguf2ovError("--image-max-tokens applies with --mmproj", hint="give the model's mmproj GGUF too")
+        if mmproj is not None and source.kind != "gguf":
+            raise Gguf2ovError("--mmproj applies to a GGUF target only",
+                               hint="give the text GGUF beside its mmproj, as llama.cpp takes them")
         return TargetBuild(source, variant, grid, Path(tokenizer_dir) if tokenizer_dir else None,
-                           Path(map_path) if map_path else None, allow_nonfinite)
+                           Path(map_path) if map_path else None, allow_nonfinite,
+                           Path(mmproj) if mmproj is not None else None, image_max_tokens)
 
     return build
 

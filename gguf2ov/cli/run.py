@@ -24,17 +24,22 @@ def configure_parser(p) -> None:
                                      "draft cannot take it)")
     p.add_argument("--variants", help="comma-separated drift variants (default: the drift command's list, less those "
                                       "this draft cannot take, which the report names)")
+    a.mmproj_arguments(p)
     a.draft_head_argument(p)
     a.prompt_arguments(p)
     a.acceptance_arguments(p)
     a.map_arguments(p)
     p.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
     # OUT/report.json and OUT/report.md are written in any case; --json / --markdown copy them elsewhere
-    add_output_arguments(p, inputs=("gguf", "target", "reference", "map", "prompts", "image"), outputs=("output",))
+    add_output_arguments(p, inputs=("gguf", "target", "reference", "map", "prompts", "image", "mmproj"), outputs=("output",))
 
 
 def main(args) -> int:
-    job = Job.from_args(args, "gguf", build=a.target_build(args.target_format))
+    job = Job.from_args(args, "gguf", build=a.target_build(args.target_format, mmproj=args.mmproj,
+                                                          image_max_tokens=args.image_max_tokens))
+    if args.mmproj is not None and not job.builds_target:
+        raise Gguf2ovError(f"--mmproj applies to a target the run builds; {args.target} is an OpenVINO folder already",
+                           hint="leave --mmproj out, or pass the text GGUF to build the target from")
     if args.target_format is not None and not job.builds_target:
         raise Gguf2ovError(f"--target-format {args.target_format} applies to a target the run builds; "
                            f"{args.target} is an OpenVINO folder already",

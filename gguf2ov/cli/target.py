@@ -33,16 +33,18 @@ def configure_parser(parser) -> None:
                              "but ~1.5x the memory where it runs)")
     parser.add_argument("--compact-grid", dest="grid", action="store_const", const="compact",
                         help="the same as --grid compact")
+    a.mmproj_arguments(parser)
     a.map_arguments(parser, offset=False)
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
     parser.add_argument("--allow-nonfinite", action="store_true",
                         help="write weights that hold NaN or Inf values (with a warning) instead of failing")
-    add_output_arguments(parser, inputs=("source", "map", "tokenizer"), outputs=("output",))
+    add_output_arguments(parser, inputs=("source", "map", "tokenizer", "mmproj"), outputs=("output",))
 
 
 def main(args) -> int:
     build = a.target_build(args.weight_format, args.group_size, args.sym, args.ratio, args.all_layers,
-                           args.grid, args.tokenizer, args.map, args.allow_nonfinite)
+                           args.grid, args.tokenizer, args.map, args.allow_nonfinite, args.mmproj,
+                           args.image_max_tokens)
     job = Job(target_spec=build(model_source(args.source, "target")), options=Options(progress=not args.quiet))
     result = job.build_target(args.output, overwrite=args.overwrite)
     code = emit(result, args, title="gguf2ov target")

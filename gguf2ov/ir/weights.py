@@ -126,9 +126,16 @@ class WeightForms:
         tensor (norms, biases) in f32, and the weights' decompression subgraphs in the .xml; what a disk
         check adds up before anything is made (the graph's own nodes are its builder's to add)."""
         weights = dict(self.compressed_weights())
+        return sum(self.tensor_bytes(name, weights) for name in self.source.expected)
+
+    def tensor_bytes(self, name: str, weights: dict | None = None) -> int:
+        """The bytes the IR holds for tensor `name` (`stored_bytes`'s term; `weights`: compressed_weights(),
+        when made already)."""
+        weights = dict(self.compressed_weights()) if weights is None else weights
         form = self.variant.format
-        return sum(form.stored_bytes(self, name) + form.xml_bytes(self, name) if name in weights
-                   else 4 * int(np.prod(shape, dtype=np.int64)) for name, shape in self.source.expected.items())
+        if name in weights:
+            return form.stored_bytes(self, name) + form.xml_bytes(self, name)
+        return 4 * int(np.prod(self.source.expected[name], dtype=np.int64))
 
     def weight(self, name: str):
         if name in self.source.kept:  # a router decides discretely: float32 in every format

@@ -102,7 +102,7 @@ from .rules import OPS, VALUE_TYPES, is_number, valid_shape_expr, valid_type
 
 TOP_LEVEL_KEYS = {"arch", "extends", "unset", "strip_hf_prefix", "hf", "config", "tensors", "optional", "groups",
                   "group_hf", "shapes", "legacy", "compare", "target", "layer_tensors", "trailing_blocks",
-                  "checkpoint", "not_run"}
+                  "checkpoint", "not_run", "mmproj"}  # mmproj: a VLM's projector file (targets/vision.py)
 TARGET_KEYS = {"mixers", "mlp", "layer", "forward", "sliding", "head_dim", "refuse", "rope_factors"}
 TRAILING_KEYS = {"count", "counted_in", "hf", "what", "tensors", "optional"}
 CHECKPOINT_KEYS = {"rename", "ignore", "text_config_of"}

@@ -21,13 +21,15 @@ from pathlib import Path
 
 from ..findings import Finding
 from ..errors import Gguf2ovError
-from ..names import CONFIG_FILE, DETOKENIZER_IR, IR_XML, PROVENANCE_FILE, TOKENIZER_IR
+from ..names import (CONFIG_FILE, DETOKENIZER_IR, IR_XML, PROVENANCE_FILE, TOKENIZER_IR, VLM_LANGUAGE_MODEL,
+                     VLM_PER_LAYER_EMBEDDINGS, VLM_TEXT_EMBEDDINGS, VLM_VISION_EMBEDDINGS)
 from ..outputs import atomic_dir, atomic_write_text, require_space, writing
 from ..progress import step
 from ..provenance import provenance
 from ..report import Table, human_bytes
 
 GENERATION_CONFIG = "generation_config.json"
+PREPROCESSOR_CONFIG = "preprocessor_config.json"  # a VLM's image processor
 # A Hugging Face tokenizer folder holds one of these; the other files are copied beside the IR too
 TOKENIZER_MODEL_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 TOKENIZER_FILES = TOKENIZER_MODEL_FILES + ("tokenizer_config.json", "special_tokens_map.json", "merges.txt",
@@ -61,6 +63,7 @@ class TargetExportResult:
     nncf_backup_why: dict[str, str] = field(default_factory=dict)  # weight -> why NNCF keeps it in int8
     nonfinite: dict[str, int] = field(default_factory=dict)  # weight -> NaN/Inf values written (--allow-nonfinite)
     seconds: float = 0.0
+    vision: dict | None = None  # a VLM folder's image encoder (targets/vision.py's vision_config, and its mmproj)
 
     def tables(self) -> list[Table]:
         io_rows = [["input", *row] for row in self.inputs] + [["output", *row] for row in self.outputs]
@@ -82,6 +85,11 @@ class TargetExportResult:
             lines.append("layers: " + ", ".join(f"{n} {kind}" for kind, n in self.layer_kinds.items()))
         if self.sliding_layers:
             lines.append(f"sliding-window layers: {self.sliding_layers}")
+        if self.vision:
+            v = self.vision
+            lines.append(f"vision (VLMPipeline folder) from {v['mmproj']}: {v['num_hidden_layers']} layers, hidden "
+                         f"{v['hidden_size']}, patches of {v['patch_size']}, pooled {v['pooling_kernel_size']} x "
+                         f"{v['pooling_kernel_size']}, images up to {v['max_soft_tokens']} soft tokens")
         if self.transcoded:
             lines.append(f"{self.transcoded} weights carry the GGUF's own grid ({self.grid})")
         if self.nncf_backup:
@@ -97,27 +105,35 @@ class TargetExportResult:
 
 
 def export_target(forms, out_dir, tokenizer_from, overwrite: bool = False, progress: bool = True,
-                  sources: dict | None = None) -> TargetExportResult:
+                  sources: dict | None = None, vision=None, image_max_tokens: int | None = None) -> TargetExportResult:
     """Build the OpenVINO target `forms` describe (target.graph.target_forms: its source, a GGUF through
     its map or a checkpoint folder, and the form of its weights: the variant, `gguf` weights folded or
     in the file's own factorisation) in `out_dir`.
 
     `tokenizer_from`: "gguf" (the file's vocabulary) or a folder (`tokenizer_source`). `sources`:
-    further inputs provenance records (a --tokenizer folder).
+    further inputs provenance records (a --tokenizer folder). `vision`: a VLM's mmproj (`open_vision`), whose
+    folder is then written (`write_vlm_target`), images taking `image_max_tokens` soft tokens at most (None:
+    transformers' default, targets/vision.MAX_SOFT_TOKENS).
     """
     from ..targets.probe import compiled_check
+    from ..targets.vision import MAX_SOFT_TOKENS, vision_config
 
     target, variant = forms.source, forms.variant
+    image_max_tokens = image_max_tokens or MAX_SOFT_TOKENS
     if tokenizer_from == "gguf":
         _require_vocabulary(target)
-    require_space(out_dir, target_folder_bytes(forms, tokenizer_from), f"the {variant.name} target",
+    require_space(out_dir, target_folder_bytes(forms, tokenizer_from, vision), f"the {variant.name} target",
                   hint="write to another folder (-o)" + (", or keep the file's own factorisation (--compact-grid: "
                                                          "~0.74x the folded IR)" if forms.transcoded and
                                                          forms.grid != "compact" else ""))
 
     start = time.perf_counter()
     with atomic_dir(out_dir, overwrite=overwrite) as tmp:
-        write_target(tmp, target, variant, tokenizer_from, progress, forms)
+        if vision is None:
+            write_target(tmp, target, variant, tokenizer_from, progress, forms)
+        else:
+            write_vlm_target(tmp, target, variant, tokenizer_from, vision, image_max_tokens, progress, forms)
+            sources = {**(sources or {}), "mmproj": vision.gguf}
         options = {"weight_format": variant.weight_format, "variant": variant.name,
                    "map": str(target.map_path) if target.map_path else None, "source_kind": target.kind,
                    "arch": target.arch, "tokenizer": str(tokenizer_from), "transcoded": len(forms.transcoded),
@@ -127,7 +143,7 @@ def export_target(forms, out_dir, tokenizer_from, overwrite: bool = False, progr
                           json.dumps(provenance({"source": target, **(sources or {})}, options), indent=2) + "\n")
 
         step("checking the written target", progress)
-        checks, info = check_target_ir(tmp, target.config)
+        checks, info = check_target_ir(tmp, target.config, vlm=vision is not None)
         if (compiled := compiled_check(tmp, target, forms)) is not None:  # what the CPU plugin makes of it
             checks.append(compiled)
         if failed := [c for c in checks if c.status == "fail"]:
@@ -146,19 +162,25 @@ def export_target(forms, out_dir, tokenizer_from, overwrite: bool = False, progr
         rt_info=info["rt_info"], tokenizer=str(tokenizer_from), files=files, checks=checks,
         transcoded=len(forms.transcoded), grid=options["grid"], nncf_backup=options["nncf_backup"],
         nncf_backup_why={n: forms.plan[n].reason.removeprefix("backup: ") for n in options["nncf_backup"]},
-        nonfinite=dict(forms.nonfinite), seconds=time.perf_counter() - start)
+        nonfinite=dict(forms.nonfinite), seconds=time.perf_counter() - start,
+        vision=None if vision is None else {**vision_config(vision), "mmproj": str(vision.path),
+                                            "max_soft_tokens": image_max_tokens})
 
 
 # config.json, generation_config.json and gguf2ov.json
 SMALL_FILES_BYTES = 12_000
 
 
-def target_folder_bytes(forms, tokenizer_from) -> int:
+def target_folder_bytes(forms, tokenizer_from, vision=None) -> int:
     """The bytes `export_target` writes (the IR, the tokenizers and the small files), within a few
-    percent (measured)."""
+    percent (measured); a VLM folder (`vision`, its mmproj) adds the text embeddings model (a second copy of
+    the table) and the float32 vision embeddings model."""
+    from ..targets.decoder import EMBEDDING
     from ..targets.graph import target_ir_bytes
+    from ..targets.vision import vision_ir_bytes
 
-    return target_ir_bytes(forms) + tokenizer_bytes(tokenizer_from, forms.source) + SMALL_FILES_BYTES
+    vlm = forms.tensor_bytes(EMBEDDING) + vision_ir_bytes(vision) if vision is not None else 0
+    return target_ir_bytes(forms) + tokenizer_bytes(tokenizer_from, forms.source) + SMALL_FILES_BYTES + vlm
 
 
 def tokenizer_bytes(tokenizer_from, target) -> int:
@@ -222,6 +244,58 @@ def write_target(folder: Path, target, variant, tokenizer_from, progress: bool =
     atomic_write_text(folder / CONFIG_FILE, json.dumps(target.config.raw, indent=2) + "\n")
     write_generation_config(folder, target)
     return forms
+
+
+def open_vision(target, mmproj):
+    """The mmproj of a VLM target, opened through the map of the text file's architecture and checked
+    against it (targets/vision.py)."""
+    from ..targets.vision import mmproj_section, open_mmproj
+
+    if target.kind != "gguf":
+        raise Gguf2ovError("--mmproj applies to a GGUF target only")
+    return open_mmproj(mmproj, target.config.hidden_size, mmproj_section(target.arch, mmproj))
+
+
+def write_vlm_target(folder: Path, target, variant, tokenizer_from, vision, image_max_tokens: int,
+                     progress: bool = True, forms=None):
+    """A VLM folder as optimum's image-text-to-text export writes it and VLMPipeline reads it: the language
+    model (taking `inputs_embeds`), the text embeddings model (Gemma's scale in it), the per-layer
+    embeddings model, the vision embeddings model (`vision`, the mmproj), config.json with the
+    vision_config, preprocessor_config.json, generation_config.json and the tokenizers."""
+    from ..maps.load import map_data
+    from ..targets.graph import (build_per_layer_embeddings_model, build_target_ir, build_text_embeddings_model,
+                                 target_forms)
+    from ..targets.vision import build_vision_model, preprocessor_config, vlm_config
+
+    section = map_data(target.arch)["mmproj"]  # the config first: a vocabulary without the image's tokens is refused
+    config = vlm_config(target.config.raw, vision, target.gguf.metadata.get("tokenizer.ggml.tokens"), section)
+    if tokenizer_from is not None:
+        step("converting the tokenizer", progress)
+        write_tokenizers(folder, tokenizer_from, target)
+    step(f"building the {variant.name} language model from {target.describe()}", progress)
+    model, forms = build_target_ir(target, variant, forms=forms, inputs_embeds=True,
+                                   progress=(lambda m: step(f"{variant.name}: {m}", progress)) if progress else None)
+    _save_as(model, folder, VLM_LANGUAGE_MODEL, forms)
+    del model
+    step("building the text, per-layer and vision embeddings models", progress)
+    embedding = target_forms(target, variant, forms.grid, forms.allow_nonfinite)
+    _save_as(build_text_embeddings_model(target.config, embedding.weight), folder, VLM_TEXT_EMBEDDINGS, embedding)
+    _save_as(build_per_layer_embeddings_model(target.config), folder, VLM_PER_LAYER_EMBEDDINGS)
+    _save_as(build_vision_model(vision), folder, VLM_VISION_EMBEDDINGS)
+    atomic_write_text(folder / CONFIG_FILE, json.dumps(config, indent=2) + "\n")
+    atomic_write_text(folder / PREPROCESSOR_CONFIG,
+                      json.dumps(preprocessor_config(vision, image_max_tokens), indent=2) + "\n")
+    write_generation_config(folder, target)
+    return forms
+
+
+def _save_as(model, folder: Path, name: str, forms=None) -> None:
+    """`model` saved as `name` (.xml and .bin) in `folder`: save_ir writes the IR's one name, then renamed."""
+    from ..ir.weights import save_ir
+
+    save_ir(model, folder, forms)
+    for suffix in (".xml", ".bin"):
+        (folder / IR_XML).with_suffix(suffix).rename((folder / name).with_suffix(suffix))
 
 
 # --- tokenizer and generation config --------------------------------------------------------------
@@ -314,22 +388,27 @@ def write_generation_config(folder: Path, target) -> None:
 
 # --- what was written -----------------------------------------------------------------------------
 
-def check_target_ir(folder, config) -> tuple[list[Finding], dict]:
+def check_target_ir(folder, config, vlm: bool = False) -> tuple[list[Finding], dict]:
     """The written target IR checked as GenAI will use it (target.checks.target_findings), and what
     the report shows of it. The model is read, its weights memory-mapped; only the rotary tables of its
-    paged conversion are compiled (target.positions)."""
+    paged conversion are compiled (target.positions). `vlm`: a VLM folder, whose language model takes
+    embeddings (the checks that need no token ids, and the paged conversion)."""
     import openvino as ov
 
-    from ..targets.checks import target_findings
+    from ..targets.checks import paged_findings, target_findings
     from ..targets.ir import read_locators
 
-    model = ov.Core().read_model(str(Path(folder) / IR_XML))
+    model = ov.Core().read_model(str(Path(folder) / (VLM_LANGUAGE_MODEL if vlm else IR_XML)))
     locators = read_locators(model) or {}
     info = {
         "inputs": [_port(p) for p in model.inputs], "outputs": [_port(p) for p in model.outputs],
         "state_variables": len(model.get_variables()),
         "locators": {str(i): v["producer"] for i, v in sorted(locators.items())}, "rt_info": _rt_info(model),
     }
+    if vlm:
+        embeddings = ov.Core().read_model(str(Path(folder) / VLM_TEXT_EMBEDDINGS))
+        return (target_findings(model, None, num_layers=config.num_layers, embedding_model=embeddings)
+                + paged_findings(model, config)), info
     return target_findings(model, config), info
 
 

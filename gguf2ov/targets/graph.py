@@ -99,18 +99,27 @@ class _Graph:
     state variables' Assigns, and `shared`: what a kind leaves for later layers or kinds (a donor
     layer's keys and values for layers that share them, inputs made once for every layer)."""
 
-    def __init__(self, config: TargetConfig, weight, vector, input_order=None):
+    def __init__(self, config: TargetConfig, weight, vector, input_order=None, inputs_embeds: bool = False):
         ops = _ops()
         self.config, self.weight, self._vector = config, weight, vector
         self._input_order = input_order
-        self.input_ids = ops.parameter([-1, -1], np.int64, name="input_ids")
         self.attention_mask = ops.parameter([-1, -1], np.int64, name="attention_mask")
         self.position_ids = ops.parameter([-1, -1], np.int64, name="position_ids")
         self.beam_idx = ops.parameter([-1], np.int32, name="beam_idx")
-        self.params = [self.input_ids, self.attention_mask, self.position_ids, self.beam_idx]
+        if inputs_embeds:  # a VLM's language model, as optimum's image-text-to-text export has it
+            self.input_ids = None
+            self.inputs_embeds = ops.parameter([-1, -1, config.hidden_size], np.float32, name="inputs_embeds")
+            # Gemma's per-layer inputs (none here: hidden_size_per_layer_input 0), which GenAI feeds
+            per_layer = ops.parameter([-1, -1, -1, 0], np.float32, name="per_layer_inputs")
+            self.params = [self.attention_mask, self.position_ids, self.inputs_embeds, per_layer, self.beam_idx]
+            first = self.inputs_embeds
+        else:
+            self.input_ids = ops.parameter([-1, -1], np.int64, name="input_ids")
+            self.params = [self.input_ids, self.attention_mask, self.position_ids, self.beam_idx]
+            first = self.input_ids
         for p in self.params:
             p.output(0).get_tensor().set_names({p.get_friendly_name()})
-        self.batch, self.q_len = dim(self.input_ids, 0), dim(self.input_ids, 1)
+        self.batch, self.q_len = dim(first, 0), dim(first, 1)
         self.sinks, self.shared = [], {}
         self._masks, self._rope = None, {}
 
@@ -149,7 +158,7 @@ class _Graph:
 
 
 def build_target_model(config: TargetConfig, weight: Callable[[str], object], vector: Callable[[str], np.ndarray],
-                       progress: Callable[[str], None] | None = None, input_order=None):
+                       progress: Callable[[str], None] | None = None, input_order=None, inputs_embeds: bool = False):
     """(the stateful target `ov.Model`, its hidden-state locators {layer: {producer, output_index}}).
 
     `weight(name)` returns the float32 output for a Linear weight or the embedding table (a
@@ -157,22 +166,18 @@ def build_target_model(config: TargetConfig, weight: Callable[[str], object], ve
     bias. Each is called once per tensor, in graph order (`decoder.tensor_shapes`), so a caller can stream
     and free each source tensor. `input_order(name)`: the order a weight takes its inputs in, when
     not theirs (WeightForms.input_order). Each layer is its mixer kind and its MLP kind (`layers/`)
-    between the decoder's norms and residual adds.
+    between the decoder's norms and residual adds. `inputs_embeds`: the graph takes the embeddings (scaled
+    already, by `build_text_embeddings_model`) in place of token ids, as a VLM's language model does.
     """
     import openvino as ov
 
-    ops = _ops()
     c = config
-    g = _Graph(c, weight, vector, input_order)
-    table = weight(EMBEDDING)
-    if "embed_tokens" not in table.get_node().get_friendly_name():
-        # GenAI finds the embedding by its table's size or, below 1000 rows, by this name
-        table.get_node().set_friendly_name(f"self.{EMBEDDING}/decompressed")
-    scope = "__module.model.embed_tokens/aten::"
-    ids = named(ops.convert(g.input_ids, "i32"), scope + "embedding/Convert")
-    x = named(ops.gather(table, ids, const(0, np.int64)), scope + "embedding/Gather")
-    if c.embedding_scale is not None:
-        x = named(ops.multiply(x, const(c.embedding_scale)), scope + "mul/Multiply")
+    g = _Graph(c, weight, vector, input_order, inputs_embeds)
+    if inputs_embeds:
+        table = weight(EMBEDDING) if c.tie_word_embeddings else None  # the head's, when tied
+        x = g.inputs_embeds
+    else:
+        table, x = _embedded(g.input_ids, weight, c)
 
     locators = {}
     for i in range(c.num_layers):
@@ -184,6 +189,7 @@ def build_target_model(config: TargetConfig, weight: Callable[[str], object], ve
 
     x = g.norm(x, FINAL_NORM + ".weight", FINAL_NORM)
     locators[c.num_layers - 1] = x
+    ops = _ops()
     logits = linear(x, table if c.tie_word_embeddings else weight(LM_HEAD), "lm_head")
     if c.final_logit_softcapping is not None:
         cap = const(c.final_logit_softcapping)
@@ -193,6 +199,50 @@ def build_target_model(config: TargetConfig, weight: Callable[[str], object], ve
     result.output(0).get_tensor().set_names({"logits"})
     model = ov.Model([result], g.sinks, g.params, "target")
     return model, {i: {"producer": node.get_friendly_name(), "output_index": 0} for i, node in locators.items()}
+
+
+def _embedded(input_ids, weight, c: TargetConfig):
+    """(the embedding table, the scaled embeddings of `input_ids`)."""
+    ops = _ops()
+    table = weight(EMBEDDING)
+    if "embed_tokens" not in table.get_node().get_friendly_name():
+        # GenAI finds the embedding by its table's size or, below 1000 rows, by this name
+        table.get_node().set_friendly_name(f"self.{EMBEDDING}/decompressed")
+    scope = "__module.model.embed_tokens/aten::"
+    ids = named(ops.convert(input_ids, "i32"), scope + "embedding/Convert")
+    x = named(ops.gather(table, ids, const(0, np.int64)), scope + "embedding/Gather")
+    if c.embedding_scale is not None:
+        x = named(ops.multiply(x, const(c.embedding_scale)), scope + "mul/Multiply")
+    return table, x
+
+
+def build_text_embeddings_model(config: TargetConfig, weight: Callable[[str], object]):
+    """A VLM's openvino_text_embeddings_model, as optimum exports it: token ids (`input`) to the language
+    model's `inputs_embeds`, Gemma's scale included."""
+    import openvino as ov
+
+    ops = _ops()
+    input_ids = ops.parameter([-1, -1], np.int64, name="input")
+    input_ids.output(0).get_tensor().set_names({"input"})
+    _, x = _embedded(input_ids, weight, config)
+    result = ops.result(x)
+    result.output(0).get_tensor().set_names({"inputs_embeds"})
+    return ov.Model([result], [input_ids], "text_embeddings")
+
+
+def build_per_layer_embeddings_model(config: TargetConfig):
+    """A Gemma VLM's openvino_text_embeddings_per_layer_model without per-layer embeddings
+    (hidden_size_per_layer_input 0), as optimum exports it: zeros [B, L, layers, 0] for GenAI to feed the
+    language model's `per_layer_inputs`."""
+    import openvino as ov
+
+    ops = _ops()
+    input_ids = ops.parameter([-1, -1], np.int64, name="input_ids")
+    input_ids.output(0).get_tensor().set_names({"input_ids"})
+    shape = ops.concat([ops.shape_of(input_ids, "i64"), const([config.num_layers, 0], np.int64)], 0)
+    result = ops.result(ops.broadcast(const(0.0), shape))
+    result.output(0).get_tensor().set_names({"text_embeds_per_layer"})
+    return ov.Model([result], [input_ids], "text_embeddings_per_layer")
 
 
 def _decoder_layer(g, x, i: int):
@@ -257,12 +307,13 @@ def target_forms(source, variant, grid: str = "folded", allow_nonfinite: bool = 
     return WeightForms(source, variant, streamed=True, grid=grid, whole=(LM_HEAD,), allow_nonfinite=allow_nonfinite)
 
 
-def build_target_ir(source, variant, progress: Callable[[str], None] | None = None, forms=None):
+def build_target_ir(source, variant, progress: Callable[[str], None] | None = None, forms=None,
+                    inputs_embeds: bool = False):
     """The target `ov.Model` of `variant` (not yet saved; its weights are made while it is saved).
     Returns (model, weight forms); `forms`: the WeightForms made for it already (its NNCF plan
-    checked), else `target_forms`."""
+    checked), else `target_forms`. `inputs_embeds`: a VLM's language model (`build_target_model`)."""
     forms = forms or target_forms(source, variant)
     model, locators = build_target_model(source.config, forms.weight, forms.vector, progress=progress,
-                                         input_order=forms.input_order)
+                                         input_order=forms.input_order, inputs_embeds=inputs_embeds)
     set_target_rt_info(model, locators, variant, getattr(source, "kept", ()))
     return model, forms
