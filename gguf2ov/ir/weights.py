@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import Gguf2ovError
 from .postponed import PostponedConstants
+from .spill import Spill
 from .variants import Variant, require_source_for
 
 # How `gguf` weights carry the file's grid (WeightForms.grid; gguf/transcode.py).
@@ -83,6 +84,8 @@ class WeightForms:
     nonfinite: dict = field(default_factory=dict)  # weight -> NaN/Inf values written (allow_nonfinite)
     # the IR's postponed constants, held until save_ir has written them (ir/postponed.py: why)
     constants: PostponedConstants = field(default_factory=PostponedConstants)
+    # where the biggest of them are made while save_ir writes them (ir/spill.py: why)
+    spill: Spill = field(default_factory=Spill)
 
     def __post_init__(self):
         require_source_for(self.variant, self.source.kind)
@@ -264,6 +267,8 @@ def save_ir(ov_model, out_dir, forms: WeightForms | None = None) -> None:
     from ..outputs import writing
 
     xml = Path(out_dir) / IR_XML
+    if forms is not None:
+        forms.spill.directory = Path(out_dir)
     try:
         with writing(xml.with_suffix(".bin")):  # the .bin is what fills a disk
             ov.save_model(ov_model, str(xml), compress_to_fp16=False)
@@ -274,6 +279,8 @@ def save_ir(ov_model, out_dir, forms: WeightForms | None = None) -> None:
     finally:
         if forms is not None:
             forms.constants.release()
+            forms.spill.release()
+            forms.spill.directory = None
     if forms is not None and forms.variant.format.after_save is not None:
         forms.variant.format.after_save(xml)
 
