@@ -264,13 +264,13 @@ def save_ir(ov_model, out_dir, forms: WeightForms | None = None) -> None:
 
     from ..names import IR_XML
 
-    from ..outputs import writing
+    from ..outputs import writing, written_back
 
     xml = Path(out_dir) / IR_XML
     if forms is not None:
         forms.spill.directory = Path(out_dir)
     try:
-        with writing(xml.with_suffix(".bin")):  # the .bin is what fills a disk
+        with writing(xml.with_suffix(".bin")), written_back(xml.with_suffix(".bin")):  # the .bin fills a disk
             ov.save_model(ov_model, str(xml), compress_to_fp16=False)
     except BaseException:
         if forms is not None and forms.failure is not None:
