@@ -391,7 +391,7 @@ def grid_bits(qtype) -> float:
 # ---------------------------------------------------------------------------------------------
 
 def grid_weight(raw, qtype, shape, folded: bool = False, postpone=None, check=None, gather: bool = False,
-                split: bool = False, spill=None):
+                split: bool = False, spill=None, ahead=None):
     """The f32 [out, in] output of a decompression subgraph holding the GGUF tensor's own grid.
 
     `raw` is the tensor's stored bytes as `GgufFile.raw` returns them (torch-order rows, last axis
@@ -412,7 +412,8 @@ def grid_weight(raw, qtype, shape, folded: bool = False, postpone=None, check=No
     `postpone(type, shape, make, name)`: builds the Constants as PostponedConstants whose values
     `make()` returns only while OpenVINO writes the .bin (ir.weights.WeightForms passes it); the
     tensor is then decoded once, then, not held in memory until the model is saved; `spill` (an
-    ir.spill.Spill): where a weight too big to be one buffer in memory is decoded instead.
+    ir.spill.Spill): where a weight too big to be one buffer in memory is decoded instead; `ahead` (an
+    ir.postponed.DecodeAhead): decodes each weight in a worker thread while the one before is written.
 
     `gather`: the table of an embedding Gather, in the form the plugin keeps compressed there (the folded
     one; for MXFP4, i8 codes: see "MXFP4" above).
@@ -456,7 +457,7 @@ def grid_weight(raw, qtype, shape, folded: bool = False, postpone=None, check=No
         tensors = _decode(raw, qtype, layout, shape, kinds, form, check)
         constants = {name: _constant(tensor) for name, tensor in tensors.items()}
     else:
-        constants = _postponed_constants(raw, qtype, layout, shape, kinds, form, postpone, check, spill)
+        constants = _postponed_constants(raw, qtype, layout, shape, kinds, form, postpone, check, spill, ahead)
     if form == "split":
         return _split_decompression(layout, constants, shape)
     if form == "folded" and _folds(layout):
@@ -604,15 +605,22 @@ def _constant(tensor):
     return ov.op.Constant(tensor, shared_memory=True)
 
 
-def _postponed_constants(raw, qtype, layout, shape, kinds: dict, form: str, postpone, check=None, spill=None) -> dict:
-    """PostponedConstants of the weight: the first one OpenVINO writes decodes the tensor, each
-    hands out its own part, and the last one drops what is left."""
+def _postponed_constants(raw, qtype, layout, shape, kinds: dict, form: str, postpone, check=None, spill=None,
+                         ahead=None) -> dict:
+    """PostponedConstants of the weight: the first one OpenVINO writes decodes the tensor (or takes it
+    from `ahead`, an ir.postponed.DecodeAhead, which decodes it while the weight before is written),
+    each hands out its own part, and the last one drops what is left."""
     pending: dict = {}
+
+    def decode():
+        return _decode(raw, qtype, layout, shape, kinds, form, check, spill)
+
+    index = ahead.add(decode) if ahead is not None else None
 
     def part(name):
         def make():
             if not pending:
-                pending.update(_decode(raw, qtype, layout, shape, kinds, form, check, spill))
+                pending.update(decode() if ahead is None else ahead.take(index))
             return pending.pop(name)
         return make
 

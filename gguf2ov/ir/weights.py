@@ -13,7 +13,7 @@ from typing import Protocol
 import numpy as np
 
 from ..errors import Gguf2ovError
-from .postponed import PostponedConstants
+from .postponed import DecodeAhead, PostponedConstants
 from .spill import Spill
 from .variants import Variant, require_source_for
 
@@ -86,6 +86,8 @@ class WeightForms:
     constants: PostponedConstants = field(default_factory=PostponedConstants)
     # where the biggest of them are made while save_ir writes them (ir/spill.py: why)
     spill: Spill = field(default_factory=Spill)
+    # the grid weights' decodes, each run while the weight before it is written
+    ahead: DecodeAhead = field(default_factory=DecodeAhead)
 
     def __post_init__(self):
         require_source_for(self.variant, self.source.kind)
@@ -278,6 +280,7 @@ def save_ir(ov_model, out_dir, forms: WeightForms | None = None) -> None:
         raise
     finally:
         if forms is not None:
+            forms.ahead.close()
             forms.constants.release()
             forms.spill.release()
             forms.spill.directory = None
