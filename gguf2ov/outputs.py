@@ -212,6 +212,8 @@ def written_back(path, period: float = 0.1):
                         flushed = size
                 except FileNotFoundError:
                     continue  # not created yet
+                except OSError:
+                    return  # a file that cannot be flushed so: the kernel's writeback then
         finally:
             if fd is not None:
                 os.close(fd)

@@ -126,7 +126,6 @@ import numpy as np
 from gguf.constants import GGML_QUANT_SIZES
 
 from ..errors import Gguf2ovError
-from ..ir.spill import constant_bytes
 from .quants import E8M0_HALF, MXFP4_VALUES, QType, k_scales_mins
 
 # Raw bytes decoded per step: bounds a chunk's uint8/uint32 temporaries to ~10 MB.
@@ -527,7 +526,7 @@ def _decode(raw, qtype, layout: _Layout, shape, kinds: dict, form: str, check=No
         tensors = {name: ov.Tensor(getattr(ov.Type, kind), ov.Shape(dims)) for name, (kind, dims) in kinds.items()}
         views = {name: t.data.reshape(n_blocks, -1) for name, t in tensors.items()}
     else:
-        block_bytes = {name: constant_bytes(kind, dims) // n_blocks for name, (kind, dims) in kinds.items()}
+        block_bytes = {name: size // n_blocks for name, size in scratch.sizes.items()}
     step = max(1, _CHUNK_BYTES // row_bytes)
     floats = [name for name, (kind, _) in kinds.items() if kind in ("f16", "f32")]
     float_total = sum(int(np.prod(kinds[name][1], dtype=np.int64)) for name in floats)

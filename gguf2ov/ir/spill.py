@@ -24,6 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import WriteError
+from ..outputs import os_error_hint
+
 SPILL_BYTES = 256 << 20
 SPILL_ENV = "GGUF2OV_SPILL_BYTES"
 # Scratch bytes written between two flushes: the kernel's own writeback of a file written fast is slow
@@ -68,7 +71,7 @@ class SpillFile:
     back as tensors mapped from it."""
 
     def __init__(self, spill: Spill, kinds: dict, sizes: dict):
-        self._spill, self._kinds = spill, kinds
+        self._spill, self._kinds, self.sizes = spill, kinds, sizes  # sizes: {name: bytes}
         self._offsets, offset = {}, 0
         for name, size in sizes.items():
             self._offsets[name] = offset
@@ -82,12 +85,16 @@ class SpillFile:
         """`values` (contiguous, in the constant's byte layout) at byte `offset` of constant `name`."""
         data = memoryview(np.ascontiguousarray(values)).cast("B")
         at = self._offsets[name] + offset
-        while data:
-            done = os.pwrite(self._fd, data, at)
-            data, at = data[done:], at + done
-        self._unflushed += values.nbytes
-        if self._unflushed >= FLUSH_BYTES:
-            self._flush()
+        try:
+            while data:
+                done = os.pwrite(self._fd, data, at)
+                data, at = data[done:], at + done
+            self._unflushed += values.nbytes
+            if self._unflushed >= FLUSH_BYTES:
+                self._flush()
+        except OSError as e:  # a full disk: one error naming the file, as the IR's own write gives
+            raise WriteError(f"cannot write the scratch file {self._bin}: {e.strerror}",
+                             hint=os_error_hint(e.errno)) from e
 
     def _flush(self) -> None:
         os.fdatasync(self._fd)
