@@ -185,6 +185,15 @@ def writing(path):
         raise WriteError(f"cannot write {path}: {failure[0]}", hint=os_error_hint(failure[1])) from e
 
 
+def write_out(fd) -> None:
+    """What was written to the file `fd` put on disk and dropped from the page cache (each step where the
+    system has it: macOS has neither call)."""
+    if hasattr(os, "fdatasync"):
+        os.fdatasync(fd)
+    if hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+
+
 # Bytes a file being written grows by between two flushes of `written_back`.
 WRITEBACK_BYTES = 256 << 20
 
@@ -207,8 +216,7 @@ def written_back(path, period: float = 0.1):
                         fd = os.open(path, os.O_RDONLY)
                     size = os.fstat(fd).st_size
                     if size - flushed >= WRITEBACK_BYTES:
-                        os.fdatasync(fd)
-                        os.posix_fadvise(fd, 0, size, os.POSIX_FADV_DONTNEED)
+                        write_out(fd)
                         flushed = size
                 except FileNotFoundError:
                     continue  # not created yet

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import WriteError
-from ..outputs import os_error_hint
+from ..outputs import os_error_hint, write_out
 
 SPILL_BYTES = 256 << 20
 SPILL_ENV = "GGUF2OV_SPILL_BYTES"
@@ -97,8 +97,7 @@ class SpillFile:
                              hint=os_error_hint(e.errno)) from e
 
     def _flush(self) -> None:
-        os.fdatasync(self._fd)
-        os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        write_out(self._fd)
         self._unflushed = 0
 
     def tensors(self) -> dict:
