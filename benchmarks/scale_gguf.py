@@ -336,7 +336,7 @@ def ensure_gguf(geom: Geometry, cache_dir: Path = CACHE, rebuild: bool = False) 
     if not rebuild and path.is_file() and sidecar.is_file():
         record = json.loads(sidecar.read_text())
         if record.get("bytes") == path.stat().st_size:
-            return record | {"cached": True}
+            return record | {"cached": True, "path": str(path)}
     record = write_scale_gguf(geom, path)
     sidecar.write_text(json.dumps(record, indent=2) + "\n")
     return record | {"cached": False}
@@ -463,7 +463,8 @@ def ensure_target_gguf(geom, cache_dir: Path = CACHE) -> dict:
     path = Path(cache_dir) / f"target-{geom.name}-{geom.key()}-{MIX}.gguf"
     sidecar = path.with_suffix(".json")
     if path.is_file() and sidecar.is_file() and json.loads(sidecar.read_text()).get("bytes") == path.stat().st_size:
-        return json.loads(sidecar.read_text()) | {"cached": True}
+        # the path found here: the record keeps the path of the checkout that built the shared file
+        return json.loads(sidecar.read_text()) | {"cached": True, "path": str(path)}
     start = time.perf_counter()
     config = geom.config()
     arch = arch_of(config["model_type"], geom.name)

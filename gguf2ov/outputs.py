@@ -185,6 +185,56 @@ def writing(path):
         raise WriteError(f"cannot write {path}: {failure[0]}", hint=os_error_hint(failure[1])) from e
 
 
+def write_out(fd) -> None:
+    """What was written to the file `fd` put on disk and dropped from the page cache (each step where the
+    system has it: macOS has neither call)."""
+    if hasattr(os, "fdatasync"):
+        os.fdatasync(fd)
+    if hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+
+
+# Bytes a file being written grows by between two flushes of `written_back`.
+WRITEBACK_BYTES = 256 << 20
+
+
+@contextlib.contextmanager
+def written_back(path, period: float = 0.1):
+    """While a library writes the file `path` (OpenVINO's .bin): every WRITEBACK_BYTES it grows by, what
+    it wrote is flushed to disk (fdatasync) and dropped from the page cache, from a thread beside the
+    writer. On this machine the kernel's own writeback of a file written fast is ~4x slower than
+    flushing it so (8 GiB: 160 against 650 MB/s, docs/real-size.md), and written pages not yet on disk
+    count in a memory limit; the file is read back mapped, not from the cache, anyway."""
+    stop = threading.Event()
+
+    def flush():
+        fd, flushed = None, 0
+        try:
+            while not stop.wait(period):
+                try:
+                    if fd is None:
+                        fd = os.open(path, os.O_RDONLY)
+                    size = os.fstat(fd).st_size
+                    if size - flushed >= WRITEBACK_BYTES:
+                        write_out(fd)
+                        flushed = size
+                except FileNotFoundError:
+                    continue  # not created yet
+                except OSError:
+                    return  # a file that cannot be flushed so: the kernel's writeback then
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+    thread = threading.Thread(target=flush, name="written_back", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
 def relocated(result, tmp, final):
     """`result` (a dataclass, dict, list or path text) with every path under the temporary folder
     `tmp` named under `final`, where it is once the folder is put in place."""

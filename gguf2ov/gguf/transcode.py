@@ -390,7 +390,7 @@ def grid_bits(qtype) -> float:
 # ---------------------------------------------------------------------------------------------
 
 def grid_weight(raw, qtype, shape, folded: bool = False, postpone=None, check=None, gather: bool = False,
-                split: bool = False):
+                split: bool = False, spill=None, ahead=None):
     """The f32 [out, in] output of a decompression subgraph holding the GGUF tensor's own grid.
 
     `raw` is the tensor's stored bytes as `GgufFile.raw` returns them (torch-order rows, last axis
@@ -410,7 +410,9 @@ def grid_weight(raw, qtype, shape, folded: bool = False, postpone=None, check=No
 
     `postpone(type, shape, make, name)`: builds the Constants as PostponedConstants whose values
     `make()` returns only while OpenVINO writes the .bin (ir.weights.WeightForms passes it); the
-    tensor is then decoded once, then, not held in memory until the model is saved.
+    tensor is then decoded once, then, not held in memory until the model is saved; `spill` (an
+    ir.spill.Spill): where a weight too big to be one buffer in memory is decoded instead; `ahead` (an
+    ir.postponed.DecodeAhead): decodes each weight in a worker thread while the one before is written.
 
     `gather`: the table of an embedding Gather, in the form the plugin keeps compressed there (the folded
     one; for MXFP4, i8 codes: see "MXFP4" above).
@@ -454,7 +456,7 @@ def grid_weight(raw, qtype, shape, folded: bool = False, postpone=None, check=No
         tensors = _decode(raw, qtype, layout, shape, kinds, form, check)
         constants = {name: _constant(tensor) for name, tensor in tensors.items()}
     else:
-        constants = _postponed_constants(raw, qtype, layout, shape, kinds, form, postpone, check)
+        constants = _postponed_constants(raw, qtype, layout, shape, kinds, form, postpone, check, spill, ahead)
     if form == "split":
         return _split_decompression(layout, constants, shape)
     if form == "folded" and _folds(layout):
@@ -499,9 +501,10 @@ def _folds(layout: _Layout) -> bool:
     return layout.zero_point in ("min", "k") or any(name == "scales" for name, _, _ in layout.params)
 
 
-def _decode(raw, qtype, layout: _Layout, shape, kinds: dict, form: str, check=None) -> dict:
+def _decode(raw, qtype, layout: _Layout, shape, kinds: dict, form: str, check=None, spill=None) -> dict:
     """The weight's Constants' data as ov.Tensors, decoded from the stored bytes chunk by chunk, each
-    chunk of a float Constant shown to `check(values, total)`."""
+    chunk of a float Constant shown to `check(values, total)`; in memory, or mapped from a scratch file
+    when `spill` (an ir.spill.Spill) takes a weight this big."""
     import openvino as ov
 
     block, type_size = GGML_QUANT_SIZES[qtype]
@@ -516,29 +519,55 @@ def _decode(raw, qtype, layout: _Layout, shape, kinds: dict, form: str, check=No
     blocks_per_row = n // block
     n_blocks = rows * blocks_per_row
 
-    # Every Constant is allocated at its final size and filled block by block in place.
-    tensors = {name: ov.Tensor(getattr(ov.Type, kind), ov.Shape(dims)) for name, (kind, dims) in kinds.items()}
-    views = {name: t.data.reshape(n_blocks, -1) for name, t in tensors.items()}
+    # Every Constant is allocated at its final size and filled block by block in place; a big weight's
+    # in a scratch file instead, a chunk at a time (ir/spill.py).
+    scratch = spill.file(kinds) if spill is not None else None
+    if scratch is None:
+        tensors = {name: ov.Tensor(getattr(ov.Type, kind), ov.Shape(dims)) for name, (kind, dims) in kinds.items()}
+        views = {name: t.data.reshape(n_blocks, -1) for name, t in tensors.items()}
+    else:
+        block_bytes = {name: size // n_blocks for name, size in scratch.sizes.items()}
     step = max(1, _CHUNK_BYTES // row_bytes)
     floats = [name for name, (kind, _) in kinds.items() if kind in ("f16", "f32")]
     float_total = sum(int(np.prod(kinds[name][1], dtype=np.int64)) for name in floats)
-    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        for r0 in range(0, rows, step):
-            r1 = min(rows, r0 + step)
-            chunk = np.ascontiguousarray(data[r0:r1]).reshape(-1, type_size)
-            b0, b1 = r0 * blocks_per_row, r1 * blocks_per_row
-            out = {k: v[b0:b1] for k, v in views.items()}
-            if form != "compact" and _folds(layout):
-                # the file's own parameters for this chunk, as numbers (u6 kept one per byte), then folded
-                params = {name: np.empty((b1 - b0, items), _NUMPY[kind]) for name, kind, items in layout.params}
-                layout.fill(chunk, {"codes": out["codes"], **params})
-                (_split if form == "split" else _fold)(layout, params, out)
-            else:
-                layout.fill(chunk, out)
-            if check is not None:
-                for name in floats:
-                    check(out[name], float_total)
-    return tensors
+    try:
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            for r0 in range(0, rows, step):
+                r1 = min(rows, r0 + step)
+                b0, b1 = r0 * blocks_per_row, r1 * blocks_per_row
+                if scratch is None:
+                    out = {k: v[b0:b1] for k, v in views.items()}
+                else:
+                    items = {k: np.dtype(_CHUNK_ITEM.get(kinds[k][0], np.uint8)) for k in kinds}
+                    out = {k: np.empty((b1 - b0, size // items[k].itemsize), items[k]) for k, size in block_bytes.items()}
+                _decode_chunk(data[r0:r1], type_size, layout, form, out)
+                if check is not None:
+                    for name in floats:
+                        check(out[name], float_total)
+                if scratch is not None:
+                    for name, values in out.items():
+                        scratch.write(name, b0 * block_bytes[name], values)
+        return tensors if scratch is None else scratch.tensors()
+    finally:
+        if scratch is not None:
+            scratch.close()
+
+
+# The numpy type a chunk of each kind of Constant is filled in, as `ov.Tensor.data` gives it (sub-byte
+# and 8-bit float types as their packed bytes)
+_CHUNK_ITEM = {"f32": np.float32, "f16": np.float16, "i8": np.int8}
+
+
+def _decode_chunk(rows, type_size: int, layout: _Layout, form: str, out: dict) -> None:
+    """One chunk of rows' blocks decoded into `out` (per Constant, one row of bytes per block)."""
+    chunk = np.ascontiguousarray(rows).reshape(-1, type_size)
+    if form != "compact" and _folds(layout):
+        # the file's own parameters for this chunk, as numbers (u6 kept one per byte), then folded
+        params = {name: np.empty((out["codes"].shape[0], items), _NUMPY[kind]) for name, kind, items in layout.params}
+        layout.fill(chunk, {"codes": out["codes"], **params})
+        (_split if form == "split" else _fold)(layout, params, out)
+    else:
+        layout.fill(chunk, out)
 
 
 _NUMPY = {"f16": np.float16, "i8": np.int8, "u6": np.uint8}
@@ -575,15 +604,22 @@ def _constant(tensor):
     return ov.op.Constant(tensor, shared_memory=True)
 
 
-def _postponed_constants(raw, qtype, layout, shape, kinds: dict, form: str, postpone, check=None) -> dict:
-    """PostponedConstants of the weight: the first one OpenVINO writes decodes the tensor, each
-    hands out its own part, and the last one drops what is left."""
+def _postponed_constants(raw, qtype, layout, shape, kinds: dict, form: str, postpone, check=None, spill=None,
+                         ahead=None) -> dict:
+    """PostponedConstants of the weight: the first one OpenVINO writes decodes the tensor (or takes it
+    from `ahead`, an ir.postponed.DecodeAhead, which decodes it while the weight before is written),
+    each hands out its own part, and the last one drops what is left."""
     pending: dict = {}
+
+    def decode():
+        return _decode(raw, qtype, layout, shape, kinds, form, check, spill)
+
+    index = ahead.add(decode) if ahead is not None else None
 
     def part(name):
         def make():
             if not pending:
-                pending.update(_decode(raw, qtype, layout, shape, kinds, form, check))
+                pending.update(decode() if ahead is None else ahead.take(index))
             return pending.pop(name)
         return make
 

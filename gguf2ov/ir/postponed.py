@@ -75,3 +75,45 @@ def _op_class():
             return True
 
     return Postponed
+
+
+class DecodeAhead:
+    """The decodes of an IR's postponed weights (each a callable that makes all of one weight's values), in
+    the order they were made, which is the graph's and nearly the order OpenVINO writes them in: when one is
+    taken, the next not yet decoded is started in a worker thread, so that it is decoded while OpenVINO hashes
+    and writes the one taken (both run without Python's GIL: numpy's array operations, the serializer's C++).
+    One weight at most is decoded ahead of the writer: a weight asked for before the one decoded ahead is
+    decoded where it is asked, and the one ahead waits for its turn (a tiny Gemma 4 target: 2 of 41 weights
+    asked out of order, a swap of two neighbours)."""
+
+    def __init__(self):
+        self._decodes: list = []
+        self._ahead: dict = {}  # index -> Future: started, not yet taken (one at most)
+        self._pool = None
+
+    def add(self, decode) -> int:
+        """Register a weight's decode; returns what `take` takes it by."""
+        self._decodes.append(decode)
+        return len(self._decodes) - 1
+
+    def take(self, index: int):
+        """The values of weight `index` (decoded ahead, or now), the next one started behind it."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        ahead = self._ahead.pop(index, None)
+        values = ahead.result() if ahead is not None else self._decodes[index]()
+        self._decodes[index] = None
+        following = next((i for i in range(index + 1, len(self._decodes)) if self._decodes[i] is not None), None)
+        if following is not None and not self._ahead:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="decode-ahead")
+            self._ahead[following] = self._pool.submit(self._decodes[following])
+        return values
+
+    def close(self) -> None:
+        """Once the IR is written (or its writing failed): the worker ended, nothing held."""
+        self._ahead.clear()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        self._decodes.clear()

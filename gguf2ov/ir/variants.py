@@ -118,6 +118,7 @@ def _grid_weight(forms, name):
         forms.check_finite(name, values, what="quantization scales", total=total)
 
     return grid_weight(raw, qtype, forms.source.expected[name], postpone=postpone, check=check,
+                       spill=forms.spill if forms.streamed else None, ahead=forms.ahead if forms.streamed else None,
                        **forms.grid_form(name)), None
 
 

@@ -13,7 +13,8 @@ from typing import Protocol
 import numpy as np
 
 from ..errors import Gguf2ovError
-from .postponed import PostponedConstants
+from .postponed import DecodeAhead, PostponedConstants
+from .spill import Spill
 from .variants import Variant, require_source_for
 
 # How `gguf` weights carry the file's grid (WeightForms.grid; gguf/transcode.py).
@@ -83,6 +84,10 @@ class WeightForms:
     nonfinite: dict = field(default_factory=dict)  # weight -> NaN/Inf values written (allow_nonfinite)
     # the IR's postponed constants, held until save_ir has written them (ir/postponed.py: why)
     constants: PostponedConstants = field(default_factory=PostponedConstants)
+    # where the biggest of them are made while save_ir writes them (ir/spill.py: why)
+    spill: Spill = field(default_factory=Spill)
+    # the grid weights' decodes, each run while the weight before it is written
+    ahead: DecodeAhead = field(default_factory=DecodeAhead)
 
     def __post_init__(self):
         require_source_for(self.variant, self.source.kind)
@@ -268,11 +273,13 @@ def save_ir(ov_model, out_dir, forms: WeightForms | None = None) -> None:
 
     from ..names import IR_XML
 
-    from ..outputs import writing
+    from ..outputs import writing, written_back
 
     xml = Path(out_dir) / IR_XML
+    if forms is not None:
+        forms.spill.directory = Path(out_dir)
     try:
-        with writing(xml.with_suffix(".bin")):  # the .bin is what fills a disk
+        with writing(xml.with_suffix(".bin")), written_back(xml.with_suffix(".bin")):  # the .bin fills a disk
             ov.save_model(ov_model, str(xml), compress_to_fp16=False)
     except BaseException:
         if forms is not None and forms.failure is not None:
@@ -280,7 +287,10 @@ def save_ir(ov_model, out_dir, forms: WeightForms | None = None) -> None:
         raise
     finally:
         if forms is not None:
+            forms.ahead.close()
             forms.constants.release()
+            forms.spill.release()
+            forms.spill.directory = None
     if forms is not None and forms.variant.format.after_save is not None:
         forms.variant.format.after_save(xml)
 
