@@ -176,7 +176,33 @@ def test_the_target_of_llama_cpps_file_generates_llama_cpps_greedy_text(tmp_path
     assert ours == [p["text"] for p in recorded["prompts"]]
 
 
-# --- configs it cannot be built from ----------------------------------------------------------------------
+# --- files and configs it cannot be built from -------------------------------------------------------------
+
+@pytest.mark.parametrize("drop, metadata, message", [
+    ("blk.1.ffn_down_exps.scale", {}, "incomplete tensor group, missing: blk.1.ffn_down_exps.scale"),
+    ("blk.1.ffn_gate_up_exps.weight", {}, "incomplete tensor group, missing: blk.1.ffn_gate_up_exps.weight"),
+    (None, {"gemma4.expert_used_count": 9}, "top_k_experts is 9, above num_experts 4"),
+])
+def test_bad_files_are_one_error_line_and_no_folder(tmp_path, capsys, drop, metadata, message):
+    """llama.cpp's converter's file with one layer's per-expert scale or experts missing, or more experts
+    used than it has."""
+    import gemma4_data
+    from ggufs import write_gguf as write_raw
+
+    from gguf2ov.gguf.read import open_gguf
+    from gguf2ov.maps.rules import plain_value
+
+    gguf = open_gguf(gemma4_data.MOE_FILE)
+    meta = {k: plain_value(v) for k, v in gguf.metadata.items() if k != "general.architecture"}
+    path = tmp_path / "bad.gguf"
+    write_raw(path, "gemma4", meta | metadata, {n: gguf.load(n) for n in gguf.tensors if n != drop})
+    capsys.readouterr()
+    out = tmp_path / "out"
+    assert main(["target", str(path), "-o", str(out)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) in (1, 2) and err[0].startswith("error: ") and message in err[0], err
+    assert not out.exists()
+
 
 @pytest.mark.parametrize("changes, message", [
     ({"top_k_experts": 7}, "top_k_experts is 7, above num_experts 6: a token cannot choose more experts than "
