@@ -53,6 +53,13 @@ Gemma 4 (Gemma 4 31B's text model: hidden 5376, 60 layers of 5 sliding (16 key/v
     gguf-31b       as gguf-30b on a random Q4_K_M `gemma4` file (llama.cpp's metadata keys, rope_freqs,
                    llama-quantize's Q4_K_M types: `scale_gguf.gemma4_types`); gguf-tinygemma4 a smoke run
 
+Gemma 4 26B-A4B (hidden 2816, 30 layers of 5 sliding (8 key/value heads of 256) + 1 global (2 of 512, K as
+V), 16 query heads, in every layer a dense MLP 2112 wide and beside it 128 experts of 704, top 8):
+
+    gguf-26b-a4b   as gguf-31b, on a random Q4_K_M `gemma4` file with the experts (ffn_gate_inp and its
+                   scale, ffn_gate_up_exps, ffn_down_exps and its scale, the branch norms);
+                   gguf-tinygemma4moe a smoke run
+
 Every decode case also measures the verify-to-decode cost of the target (`verify_cost`): one forward
 of K + 1 tokens on the stateful target after a prompt, against one decode step, K = 1, 3, 5, 7, 15.
 Each gguf2ov command runs this checkout's package (`python -m gguf2ov`, the checkout first on
@@ -96,7 +103,8 @@ ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.
 GIB = 2**30
 SIZES = {"tiny": "tiny", "1.7b": "qwen3-1.7b", "4b": "qwen3-4b", "8b": "qwen3-8b", "tiny35": "qwen3.5-tiny",
          "2b": "qwen3.5-2b", "9b": "qwen3.5-9b", "tinymoe": "qwen3moe-tiny", "30b": "qwen3-30b-a3b",
-         "tinygemma4": "gemma4-tiny", "31b": "gemma-4-31b"}
+         "tinygemma4": "gemma4-tiny", "31b": "gemma-4-31b", "tinygemma4moe": "gemma4moe-tiny",
+         "26b-a4b": "gemma-4-26b-a4b"}
 DRAFT_OF = {"8b": "qwen3-8b-dflash", "9b": "qwen3.5-9b-dflash"}  # the draft a run or pair case uses ("tiny" else)
 PROMPT = "The history of the printing press begins"
 KEEP_ENV_CACHE = False
@@ -136,7 +144,7 @@ def optimum_run() -> tuple[Path, dict]:
 
 def case(name: str) -> dict:
     """argv, output folder, inputs to evict, probes, and what the goal needs, for one case."""
-    kind, _, size = name.rpartition("-")
+    kind, size = kind_and_size(name)
     geom = GEOMETRIES[SIZES[size]]
     out = WORK / name
     draft_geom = DRAFTS[DRAFT_OF.get(size, "tiny")]
@@ -185,6 +193,12 @@ def case(name: str) -> dict:
         return {"argv": argv, "output": out, "inputs": [hf], "probes": probes, "source": hf, "env": env,
                 "env_prefix": Path(OPTIMUM["env"]), "bisect": size != "9b"}  # the 9B: the probes only (slow)
     raise SystemExit(f"unknown case {name!r}")
+
+
+def kind_and_size(name: str) -> tuple[str, str]:
+    """A case name's kind and size ("gguf-26b-a4b": gguf, 26b-a4b): the longest size it ends with."""
+    size = max((s for s in SIZES if name.endswith("-" + s)), key=len, default=name.rpartition("-")[2])
+    return name[:-len(size) - 1], size
 
 
 def gguf_target_argv(gguf: Path, out: Path, geom, compact: bool = False, own_vocab: bool = False) -> list:
@@ -488,7 +502,7 @@ def goals(cases: dict) -> dict[str, str]:
     for name, r in cases.items():
         if "unlimited" not in r:
             continue
-        kind, _, size = name.rpartition("-")
+        kind, size = kind_and_size(name)
         limit = r["smallest_limit_gib"]
         secs = _seconds(r)
         if kind in ("gguf", "gguf-vocab", "gguf-compact"):
@@ -496,7 +510,7 @@ def goals(cases: dict) -> dict[str, str]:
             if ratio is None:
                 verdict[name] = "no IR"
                 continue
-            if size in ("30b", "31b"):  # as fast as reading the file twice (a mixture of experts; Gemma 4 31B)
+            if size in ("30b", "31b", "26b-a4b"):  # as fast as reading the file twice (a mixture of experts, Gemma 4)
                 read = min(x["seconds"] for x in [r["source_read"], *r.get("source_read_reruns", [])])
                 ok = limit is not None and limit <= 2 and secs <= 2 * read
                 verdict[name] = (f"{'met' if ok else 'MISSED'}: limit <= 2 GiB ({limit}), <= 2x reading the file "

@@ -1,6 +1,7 @@
 """llama.cpp's own converter and greedy decoding on a gemma4_text checkpoint, recorded for the tests.
 
-    python benchmarks/llamacpp_gemma4.py    # writes tests/data/gemma4-llamacpp-{F32,Q4_K_M}.gguf, gemma4-llamacpp.json
+    python benchmarks/llamacpp_gemma4.py        # tests/data/gemma4-llamacpp-{F32,Q4_K_M}.gguf, gemma4-llamacpp.json
+    python benchmarks/llamacpp_gemma4.py --moe  # tests/data/gemma4-moe-llamacpp-F32.gguf, gemma4-moe-llamacpp.json
 
 Needs llama.cpp built by benchmarks/llamacpp.py (0c1e570: its convert_hf_to_gguf.py and gguf-py,
 llama-tokenize, llama-simple, llama-quantize). The checkpoint is tests/gemma4_data.py's. Gemma 4's converter reads a
@@ -13,8 +14,12 @@ Q5_0 and Q8_0), on which llama.cpp quantizes activations to 8 bits and the targe
 The JSON records, per prompt, llama-tokenize's ids (BOS first, as llama.cpp adds it for Gemma 4) and
 llama-simple's greedy continuation on each file; tests/targets/test_gemma4_target.py decodes the target's greedy
 tokens with the file's own vocabulary and compares.
+
+With --moe, the same for gemma4_data.MOE_CONFIG (the dense MLP and experts beside it, as Gemma 4 26B-A4B),
+F32 only (tests/targets/test_gemma4_moe_target.py).
 """
 
+import argparse
 import json
 import subprocess
 import sys
@@ -73,6 +78,10 @@ def simple(gguf: Path, prompt: str) -> str:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--moe", action="store_true", help="the mixture-of-experts checkpoint (MOE_CONFIG)")
+    if parser.parse_args().moe:
+        return moe()
     with tempfile.TemporaryDirectory() as work:
         hf = gemma4_data.write_checkpoint(Path(work) / "hf")
         write_tokenizer(hf)
@@ -85,6 +94,20 @@ def main() -> None:
               "prompts": [{"prompt": p, "ids": tokenize(gguf, p), "text": simple(gguf, p),
                            "text_Q4_K_M": simple(quantized, p)} for p in PROMPTS]}
     gemma4_data.LLAMACPP_GREEDY.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+    for p in record["prompts"]:
+        print(json.dumps(p, ensure_ascii=False))
+
+
+def moe() -> None:
+    with tempfile.TemporaryDirectory() as work:
+        hf = gemma4_data.write_checkpoint(Path(work) / "hf", gemma4_data.MOE_CONFIG)
+        write_tokenizer(hf)
+        convert(hf, gemma4_data.MOE_FILE, "f32")
+    gguf = gemma4_data.MOE_FILE
+    print(f"{gguf.relative_to(REPO)}: {gguf.stat().st_size} bytes")
+    record = {"llama.cpp": "0c1e570", "new_tokens": NEW_TOKENS,
+              "prompts": [{"prompt": p, "ids": tokenize(gguf, p), "text": simple(gguf, p)} for p in PROMPTS]}
+    gemma4_data.MOE_GREEDY.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
     for p in record["prompts"]:
         print(json.dumps(p, ensure_ascii=False))
 

@@ -191,9 +191,11 @@ _DEFAULTS = {f.name: f.default for f in fields(TargetGeometry)}
 
 @dataclass(frozen=True)
 class Gemma4Geometry:
-    """A dense Gemma 4 text model (`gemma4_text`): sliding-window layers with `kv_heads` heads of `head_dim`,
+    """A Gemma 4 text model (`gemma4_text`): sliding-window layers with `kv_heads` heads of `head_dim`,
     every `global_every`-th layer global with `global_kv_heads` heads of `global_head_dim` and, with `k_eq_v`,
-    no V projection; the last `shared_kv_layers` layers read earlier layers' keys and values; tied head."""
+    no V projection; the last `shared_kv_layers` layers read earlier layers' keys and values; tied head.
+    With `experts`, every layer has a mixture of `experts` experts of width `moe_ffn` (`experts_per_tok`
+    chosen per token) beside its dense MLP (enable_moe_block: Gemma 4 26B-A4B)."""
     name: str
     hidden: int
     layers: int
@@ -208,11 +210,17 @@ class Gemma4Geometry:
     sliding_window: int = 1024
     k_eq_v: bool = True
     shared_kv_layers: int = 0
+    experts: int = 0
+    experts_per_tok: int = 0
+    moe_ffn: int = 0
     note: str = ""
     tied = True
     hybrid = False
-    moe = False
     model_type = "gemma4_text"
+
+    @property
+    def moe(self) -> bool:
+        return self.experts > 0
 
     def layer_types(self) -> list[str]:
         return ["full_attention" if (i + 1) % self.global_every == 0 else "sliding_attention"
@@ -233,7 +241,8 @@ class Gemma4Geometry:
             "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                                 "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
                                                    "rope_theta": 1000000.0}},
-        }
+        } | ({"enable_moe_block": True, "num_experts": self.experts, "top_k_experts": self.experts_per_tok,
+              "moe_intermediate_size": self.moe_ffn} if self.moe else {})
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
         """Every parameter of transformers' Gemma4ForCausalLM of this config, by its saved name (the
@@ -252,9 +261,11 @@ class Gemma4Geometry:
         return sum(math.prod(s) for s in self.shapes().values())
 
     def key(self) -> str:
+        """Cache key (the MoE fields only when set, so that the dense geometries' keys stay what they were)."""
         import hashlib
 
-        fields = {k: v for k, v in asdict(self).items() if k != "note"}
+        fields = {k: v for k, v in asdict(self).items()
+                  if k != "note" and not (k in ("experts", "experts_per_tok", "moe_ffn") and not v)}
         return hashlib.sha256(json.dumps({"v": BUILDER_VERSION, **fields}, sort_keys=True).encode()).hexdigest()[:10]
 
 
@@ -286,6 +297,17 @@ GEOMETRIES = {g.name: g for g in [
     # 16 key/value heads of 256, global ones 4 of 512 with K as V; no shared-KV layers; tied head
     Gemma4Geometry("gemma-4-31b", hidden=5376, layers=60, ffn=21504, heads=32, kv_heads=16, head_dim=256,
                    global_kv_heads=4, global_head_dim=512, vocab=262144, note="Gemma 4 31B's text model"),
+    Gemma4Geometry("gemma4moe-tiny", hidden=256, layers=6, ffn=256, heads=4, kv_heads=2, head_dim=128,
+                   global_kv_heads=1, global_head_dim=256, vocab=2048, global_every=3, sliding_window=16, experts=16,
+                   experts_per_tok=2, moe_ffn=96, note="smoke run: expert rows of 96 fall back as 26B-A4B's of 704 do"),
+    # google/gemma-4-26B-A4B-it's text model (its config.json text_config, as public copies of it state it; not
+    # in llama.cpp's source, whose loader only names 30 layers LLM_TYPE_26B_A4B): hidden 2816, 30 layers, every
+    # 6th global (5), 16 query heads; sliding layers 8 key/value heads of 256 (window 1024), global ones 2 of
+    # 512 with K as V (attention_k_eq_v); dense MLP 2112 wide and beside it 128 experts of 704, top 8
+    # (top_k_experts); vocab 262144, tied head; no shared-KV layers
+    Gemma4Geometry("gemma-4-26b-a4b", hidden=2816, layers=30, ffn=2112, heads=16, kv_heads=8, head_dim=256,
+                   global_kv_heads=2, global_head_dim=512, vocab=262144, experts=128, experts_per_tok=8, moe_ffn=704,
+                   note="Gemma 4 26B-A4B's text model"),
 ]}
 
 

@@ -202,6 +202,21 @@ def q6_k_blocks(rng: np.random.Generator, n: int) -> np.ndarray:
     return b
 
 
+def q8_0_blocks(rng: np.random.Generator, n: int) -> np.ndarray:
+    """n random valid Q8_0 blocks, shape (n, 34): d, then 32 int8 codes (uniform, std ~73)."""
+    b = np.frombuffer(bytearray(rng.bytes(n * 34)), np.uint8).reshape(n, 34)
+    b[:, 0:2] = _f16_bytes(0.02 / 73.0 * rng.uniform(0.75, 1.25, n).astype(np.float32))
+    return b
+
+
+def q5_0_blocks(rng: np.random.Generator, n: int) -> np.ndarray:
+    """n random valid Q5_0 blocks, shape (n, 22): d, the codes' high bits (4 bytes), their low nibbles (16):
+    (q - 16) * d, q uniform 0..31 (std ~9.2)."""
+    b = np.frombuffer(bytearray(rng.bytes(n * 22)), np.uint8).reshape(n, 22)
+    b[:, 0:2] = _f16_bytes(0.02 / 9.2 * rng.uniform(0.75, 1.25, n).astype(np.float32))
+    return b
+
+
 def random_tensor(rng: np.random.Generator, qtype, shape: tuple[int, ...]) -> np.ndarray:
     """Data for one tensor as GGUFWriter takes it: float32 elements, or (rows, bytes) uint8 blocks."""
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as Q
@@ -213,7 +228,7 @@ def random_tensor(rng: np.random.Generator, qtype, shape: tuple[int, ...]) -> np
     if cols % block:
         raise ValueError(f"{qtype.name} needs rows that are whole blocks of {block}: {shape}")
     n = rows * cols // block
-    make = {Q.Q4_K: q4_k_blocks, Q.Q6_K: q6_k_blocks}.get(qtype)
+    make = {Q.Q4_K: q4_k_blocks, Q.Q6_K: q6_k_blocks, Q.Q8_0: q8_0_blocks, Q.Q5_0: q5_0_blocks}.get(qtype)
     if make is None:
         raise ValueError(f"no random block builder for {qtype.name} (shape {shape})")
     return make(rng, n).reshape(*shape[:-1], cols // block * size)
@@ -452,7 +467,12 @@ def ensure_target_gguf(geom, cache_dir: Path = CACHE) -> dict:
     A dense geometry's tensors are sorted by name, typed by `gguf_writer.tensor_type` (llama.cpp's
     rules; a tied token_embd is Q6_K, as llama.cpp makes the tensor that doubles as the output). A
     hybrid or mixture-of-experts geometry's are in the order and types of llama.cpp's own file of the
-    same layers (`llamacpp_layout`), its MTP block included."""
+    same layers (`llamacpp_layout`), its MTP block included. A Gemma 4 geometry's (dense, or with experts
+    beside the MLP) are layer by layer, typed by `tensor_type` and `gemma4_types` (llama.cpp's converter
+    needs a SentencePiece-style tokenizer the padded fixture tokenizer is not): the experts' ffn_gate_up_exps
+    Q4_K, ffn_down_exps and ffn_down Q6_K or Q4_K by layer as llama-quant.cpp's ffn_down rule reads the
+    layer from the name (more than one expert), falling back to Q8_0 and Q5_0 where a row (704, 2112 for
+    26B-A4B) is not whole 256-blocks; the router and its scales F32."""
     from gguf import GGMLQuantizationType as Q
 
     from gguf2ov.maps.load import load_map
@@ -469,14 +489,14 @@ def ensure_target_gguf(geom, cache_dir: Path = CACHE) -> dict:
     config = geom.config()
     arch = arch_of(config["model_type"], geom.name)
     rng = np.random.default_rng(int(geom.key(), 16))
-    if geom.hybrid or geom.moe:
-        layout = llamacpp_layout(geom, cache_dir)
-        shapes, extra = target_tensors(geom, load_map(arch))
-        types, order = {n: Q[t] for n, t in layout["tensors"]}, [n for n, _ in layout["tensors"]]
-    elif geom.model_type == "gemma4_text":  # llama.cpp's order (layer by layer), its Q4_K_M rules
+    if geom.model_type == "gemma4_text":  # llama.cpp's order (layer by layer), its Q4_K_M rules
         shapes, extra, order = geom.shapes(), None, None
         types = gemma4_types(geom, load_map(arch))
         constants = {ROPE_FACTORS: rope_factors_of(config, load_map(arch))}  # as llama.cpp's converter adds it
+    elif geom.hybrid or geom.moe:
+        layout = llamacpp_layout(geom, cache_dir)
+        shapes, extra = target_tensors(geom, load_map(arch))
+        types, order = {n: Q[t] for n, t in layout["tensors"]}, [n for n, _ in layout["tensors"]]
     else:
         shapes, extra, order = dict(sorted(geom.shapes().items())), None, None
         types = {"token_embd.weight": Q.Q6_K} if geom.tied else None

@@ -7,8 +7,8 @@ final logit softcapping.
 Held to transformers 5.5.4's Gemma4ForCausalLM (logits and every locator over two stateful steps,
 float32); to what OpenVINO's paged conversion (GenAI's, when a draft attaches) makes of it: one paged
 attention per layer with its own heads, head size and window, a shared-KV layer's over the cache of the
-layer it shares; and to GenAI running it with a DFlash draft attached. Per-layer embeddings and the
-mixture of experts are refused in one line.
+layer it shares; and to GenAI running it with a DFlash draft attached. Per-layer embeddings are refused in one
+line (the mixture of experts beside the MLP: test_gemma4_moe_target.py).
 """
 
 import json
@@ -233,20 +233,11 @@ def _rewrite(src, dst, kv=None, tensors=None, drop=()):
 
 
 def _bad_files(tmp_path, gguf_path) -> dict:
-    from gguf2ov.gguf.read import open_gguf
-
-    gguf = open_gguf(gguf_path)
-    h = SHARED["hidden_size"]
     return {
         "per-layer embeddings": (
             _rewrite(gguf_path, tmp_path / "ple.gguf", kv={"gemma4.embedding_length_per_layer_input": 8},
                      tensors={"per_layer_token_embd.weight": np.zeros((tb.VOCAB, 8 * 5), np.float32)}),
             "per_layer_token_embd.weight: in this model, per-layer embeddings (Gemma 4 E2B, E4B) are not built yet"),
-        "a mixture of experts": (
-            _rewrite(gguf_path, tmp_path / "moe.gguf",
-                     tensors={f"blk.{n}.ffn_gate_inp.weight": np.zeros((4, h), np.float32) for n in range(5)}),
-            "ffn_gate_inp.weight: in this model, a mixture of experts beside the dense FFN (Gemma 4 26B-A4B) is not "
-            "built yet"),
         "rope_freqs for another head size": (
             _rewrite(gguf_path, tmp_path / "freqs.gguf", tensors={"rope_freqs.weight": np.ones(8, np.float32)}),
             "rope_freqs.weight holds 8 factors for the 16 RoPE frequencies of the full_attention layers"),
@@ -257,7 +248,7 @@ def _bad_files(tmp_path, gguf_path) -> dict:
     }
 
 
-@pytest.mark.parametrize("case", ["per-layer embeddings", "a mixture of experts", "rope_freqs for another head size",
+@pytest.mark.parametrize("case", ["per-layer embeddings", "rope_freqs for another head size",
                                   "key/value heads that differ among sliding layers"])
 def test_bad_gemma4_files_are_one_error_line_and_no_folder(tmp_path, shared, fixtures_dir, capsys, case):
     path, message = _bad_files(tmp_path, _write_gemma4(shared, tmp_path / "g.gguf"))[case]
@@ -296,40 +287,6 @@ def test_a_file_llama_cpps_converter_wrote_builds_the_checkpoints_target(tmp_pat
     assert max(worst.values()) <= 1e-5, worst
 
 
-def _greedy_ids(xml, prompt_ids: list[int], new_tokens: int, eos: int) -> list[int]:
-    """The target's greedy continuation, one stateful step per token (float32, exact arithmetic)."""
-    import openvino as ov
-
-    from gguf2ov.numerics import EXACT, core
-
-    request = core().compile_model(ov.Core().read_model(str(xml)), "CPU", {**EXACT, "KV_CACHE_PRECISION": "f32"}
-                                   ).create_infer_request()
-    ids, out, past = list(prompt_ids), [], 0
-    while len(out) < new_tokens:
-        result = request.infer({"input_ids": np.array([ids], np.int64),
-                                "attention_mask": np.ones((1, past + len(ids)), np.int64),
-                                "position_ids": np.arange(past, past + len(ids))[None],
-                                "beam_idx": np.zeros(1, np.int32)})
-        past += len(ids)
-        token = int(np.argmax(result["logits"][0, -1]))
-        if token == eos:
-            break
-        out.append(token)
-        ids = [token]
-    return out
-
-
-def _pieces_text(gguf, ids: list[int]) -> str:
-    """The text of `ids` as llama.cpp renders a SentencePiece-style vocabulary: U+2581 as a space, a byte
-    token as its byte, the bytes decoded as llama-simple's output was (invalid UTF-8 replaced)."""
-    tokens, types = gguf.metadata["tokenizer.ggml.tokens"], gguf.metadata["tokenizer.ggml.token_type"]
-    out = b""
-    for i in ids:
-        piece = str(tokens[i])
-        out += bytes([int(piece[3:5], 16)]) if int(types[i]) == 6 else piece.replace("\u2581", " ").encode()
-    return out.decode("utf-8", "replace")
-
-
 def test_the_target_of_llama_cpps_file_generates_llama_cpps_greedy_text(tmp_path):
     """On llama-tokenize's ids of each prompt, the target built from the file llama.cpp's converter wrote
     continues greedily as llama-simple did on that file (recorded by benchmarks/llamacpp_gemma4.py: CI
@@ -341,8 +298,7 @@ def test_the_target_of_llama_cpps_file_generates_llama_cpps_greedy_text(tmp_path
     gguf = open_gguf(gemma4_data.LLAMACPP_FILE)
     recorded = gemma4_data.llamacpp_greedy()
     xml = tb.target_ir(gemma4_data.LLAMACPP_FILE, tmp_path / "ours")
-    eos = int(gguf.metadata["tokenizer.ggml.eos_token_id"])
-    ours = [_pieces_text(gguf, _greedy_ids(xml, p["ids"], recorded["new_tokens"], eos)) for p in recorded["prompts"]]
+    ours = gemma4_data.greedy_texts(xml, gguf, recorded)
     assert ours == [p["text"] for p in recorded["prompts"]]
 
 
@@ -374,8 +330,7 @@ def test_the_target_of_llama_quantizes_file_in_its_own_grid_generates_llama_cpps
     gguf = open_gguf(gemma4_data.LLAMACPP_Q4_K_M)
     recorded = gemma4_data.llamacpp_greedy()
     xml = tb.target_ir(gemma4_data.LLAMACPP_Q4_K_M, tmp_path / "ours", variant="gguf")
-    eos = int(gguf.metadata["tokenizer.ggml.eos_token_id"])
-    ours = [_pieces_text(gguf, _greedy_ids(xml, p["ids"], recorded["new_tokens"], eos)) for p in recorded["prompts"]]
+    ours = gemma4_data.greedy_texts(xml, gguf, recorded)
     same = [a == p["text_Q4_K_M"] for a, p in zip(ours, recorded["prompts"])]
     assert sum(same) > len(same) / 2, (same, ours)
 
@@ -423,9 +378,6 @@ def test_the_target_folder_of_llama_cpps_file_alone_generates_llama_simples_text
 @pytest.mark.parametrize("changes, message", [
     ({"hidden_size_per_layer_input": 16}, "hidden_size_per_layer_input is 16: per-layer embeddings (Gemma 4 E2B, "
                                           "E4B), which this version does not build"),
-    ({"enable_moe_block": True, "num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": 32},
-     "enable_moe_block is True: a mixture of experts beside the dense MLP (Gemma 4 26B-A4B), which this version "
-     "does not build"),
     # layers 1-4 share, and no global layer comes before them
     ({"num_kv_shared_layers": 4}, "layer 2 (full_attention) shares the keys and values of an earlier "
                                   "full_attention layer, and the layers before the shared ones have none"),

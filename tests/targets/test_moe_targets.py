@@ -134,10 +134,10 @@ def test_a_swish_with_a_beta_input_leaves_the_block_dense(tmp_path, monkeypatch)
     """The trap the kind avoids: opset4.swish's beta input, and the plugin's rewrite does not match."""
     from openvino import opset4
 
-    from gguf2ov.targets.layers import moe
+    from gguf2ov.targets.layers import pieces
 
     hf = tb.write_target_checkpoint(tmp_path / "hf", SMALL)
-    monkeypatch.setattr(moe, "swish", lambda x: opset4.swish(x))
+    monkeypatch.setattr(pieces, "swish", lambda x: opset4.swish(x))  # the experts' (`pieces.expert_mlps`)
     model, forms = build_target_ir(open_target(hf), parse_variant("fp32"))
     (tmp_path / "ir").mkdir()
     save_ir(model, tmp_path / "ir", forms)
@@ -416,10 +416,10 @@ def test_a_block_the_plugin_leaves_dense_fails_the_check(tmp_path, fixtures_dir,
     error line, before the folder is put in place."""
     from openvino import opset4
 
-    from gguf2ov.targets.layers import moe
+    from gguf2ov.targets.layers import pieces
 
     hf = tb.write_target_checkpoint(tmp_path / "hf", SMALL)
-    monkeypatch.setattr(moe, "swish", lambda x: opset4.swish(x))
+    monkeypatch.setattr(pieces, "swish", lambda x: opset4.swish(x))  # the experts' (`pieces.expert_mlps`)
     out = tmp_path / "out"
     assert main(["target", str(hf), "-o", str(out), "--tokenizer", str(fixtures_dir / "target-hf")]) == 1
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]

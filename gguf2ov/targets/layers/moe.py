@@ -37,8 +37,8 @@ from ...ir.graph_ops import const, linear, named
 from ...ir.graph_ops import ops as _ops
 from ..layouts import Split, Stack
 from .kind import LayerKind
-from .pieces import (check_dense_width, gated_mlp, gated_mlp_names, gated_mlp_tensors, layer_prefix, route, swish,
-                     tile_tokens)
+from .pieces import (check_dense_width, expert_mlps, gated_mlp, gated_mlp_names, gated_mlp_tensors, layer_prefix,
+                     route, swish)
 
 # What the compiled model holds for a sparse layer (x86-64 CPU plugin, openvino 2026.4.1): three
 # GatherMatmul, and nothing of the dense trace (Tile, the routing scatter) left.
@@ -166,17 +166,7 @@ class MixtureOfExperts(LayerKind, name="moe", role="mlp"):
         # every expert, batched over E
         logits = linear(flat, g.weight(p + "gate.weight"), p + "gate")
         routing = route(logits, m["top_k"], m["norm_topk_prob"], e, s)  # [E, T, 1]
-        tiled = tile_tokens(flat, e, h, s)  # [E, T, H]
-
-        def bmm(inp, name, suffix):
-            return named(ops.matmul(inp, g.weight(p + "experts." + name), False, True),
-                         f"{s}.experts/aten::bmm/MatMul{suffix}")
-
-        gate = named(swish(bmm(tiled, "gate_proj", "")), f"{s}.experts.act_fn/aten::silu/Swish")
-        act = named(ops.multiply(gate, bmm(tiled, "up_proj", "_1")), f"{s}.experts/aten::mul/Multiply")
-        down = ops.reshape(bmm(act, "down_proj", "_2"), const([e, -1, h], i64), False)
-        weighted = named(ops.multiply(down, routing), f"{s}.experts/aten::mul/Multiply_1")
-        out = named(ops.reduce_sum(weighted, const([0], i64), False), f"{s}.experts/aten::sum/ReduceSum")  # [T, H]
+        out = expert_mlps(g, flat, routing, p + "experts.", e, h, s)  # [T, H]
 
         if m["shared"]:
             q = p + "shared_expert."

@@ -208,10 +208,11 @@ def gated_mlp(g, x, p: str, bias: bool):
 
 # --- a mixture of experts in the tiled form the CPU plugin rewrites into GatherMatmul (`moe.py`) ------
 
-def route(logits, top_k: int, renormalise: bool, experts: int, s: str):
+def route(logits, top_k: int, renormalise: bool, experts: int, s: str, expert_scale: np.ndarray | None = None):
     """The routing weights [E, T, 1] of router `logits` [T, E]: softmax over every expert, the top k
-    (renormalised to sum to 1: the softmax of the top k logits), scattered into zeros, as optimum-intel
-    2.2.0 traces it; `s` the block's node scope."""
+    (renormalised to sum to 1: the softmax of the top k logits), each times its expert's `expert_scale`
+    where given (Gemma 4's per_expert_scale), scattered into zeros, as optimum-intel 2.2.0 traces it; `s`
+    the block's node scope. The CPU plugin's rewrite takes any weights beside the TopK's indices."""
     ops, i64 = _ops(), np.int64
     probs = named(ops.softmax(logits, -1), f"{s}.gate/aten::softmax/Softmax")
     topk = named(ops.topk(probs, const(top_k, i64), -1, "max", "value", "i64"), f"{s}.gate/aten::topk/TopK")
@@ -219,6 +220,9 @@ def route(logits, top_k: int, renormalise: bool, experts: int, s: str):
     if renormalise:
         total = named(ops.reduce_sum(chosen, const([-1], i64), True), f"{s}.gate/aten::sum/ReduceSum")
         chosen = named(ops.divide(chosen, total), f"{s}.gate/aten::div_/Divide").output(0)
+    if expert_scale is not None:
+        scale = ops.gather(const(np.asarray(expert_scale, np.float32)), index, const(0, i64))
+        chosen = named(ops.multiply(chosen, scale), f"{s}.gate/aten::mul/Multiply").output(0)
     zeros = named(ops.broadcast(const(0.0), ops.shape_of(probs, "i64")), f"{s}.experts/aten::zeros/Broadcast")
     routing = named(ops.scatter_elements_update(zeros, ops.convert(index, "i32"), chosen, const(1, i64)),
                     f"{s}.experts/aten::scatter_/ScatterElementsUpdate")  # [T, E]
@@ -231,6 +235,27 @@ def tile_tokens(flat, experts: int, hidden: int, s: str):
     ops, i64 = _ops(), np.int64
     tiled = named(ops.tile(flat, const([experts, 1], i64)), f"{s}.experts/aten::repeat/Tile")
     return named(ops.reshape(tiled, const([experts, -1, hidden], i64), False), f"{s}.experts/aten::view/Reshape")
+
+
+def expert_mlps(g, flat, routing, p: str, experts: int, hidden: int, s: str):
+    """Every expert's down(act(gate(h)) * up(h)) on every token of `flat` [T, H], weighted by `routing`
+    [E, T, 1] and summed over the experts: [T, H]. The experts are `p` + gate_proj, up_proj [E, I, H]
+    and down_proj [E, H, I] (batched MatMuls, transpose_b), act the config's (silu as a one-input Swish,
+    or Gemma's tanh GeLU, Gelu-7: the rewrite takes either on the gate); `s` the block's node scope."""
+    ops, i64 = _ops(), np.int64
+    tiled = tile_tokens(flat, experts, hidden, s)  # [E, T, H]
+
+    def bmm(inp, name, suffix):
+        return named(ops.matmul(inp, g.weight(p + name), False, True), f"{s}.experts/aten::bmm/MatMul{suffix}")
+
+    gate = bmm(tiled, "gate_proj", "")
+    scope = f"{s}.experts.act_fn/aten::"
+    gate = named(swish(gate), scope + "silu/Swish") if g.config.activation == "silu" else \
+        named(ops.gelu(gate, "tanh"), scope + "gelu/Gelu")
+    act = named(ops.multiply(gate, bmm(tiled, "up_proj", "_1")), f"{s}.experts/aten::mul/Multiply")
+    down = ops.reshape(bmm(act, "down_proj", "_2"), const([experts, -1, hidden], i64), False)
+    weighted = named(ops.multiply(down, routing), f"{s}.experts/aten::mul/Multiply_1")
+    return named(ops.reduce_sum(weighted, const([0], i64), False), f"{s}.experts/aten::sum/ReduceSum")  # [T, H]
 
 
 def swish(x, beta: float | None = None):
