@@ -59,6 +59,9 @@ gpt-oss-20b (24 layers alternating sliding (window 128) and full attention with 
     gguf-20b, gguf-compact-20b, use-20b  as gguf-30b / use-30b on a random MXFP4_MOE `gpt-oss` file in llama.cpp's
                    layout and type mix (experts MXFP4, other weights Q8_0, norms, biases, sinks and routers F32);
                    use-20b is tried once under 21 GiB; gguf-tinygptoss a smoke run
+    use-20b2l, use-20b4l, use-compact-20b2l, use-compact-20b4l  the same on 2 and 4 of its layers (the same
+                   widths, vocabulary and head): what one layer holds at run time, folded and --compact-grid, from
+                   the process's private memory after the first generation (`process_memory`)
 
 Every decode case also measures the verify-to-decode cost of the target (`verify_cost`): one forward
 of K + 1 tokens on the stateful target after a prompt, against one decode step, K = 1, 3, 5, 7, 15.
@@ -103,8 +106,10 @@ ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.
 GIB = 2**30
 SIZES = {"tiny": "tiny", "1.7b": "qwen3-1.7b", "4b": "qwen3-4b", "8b": "qwen3-8b", "tiny35": "qwen3.5-tiny",
          "2b": "qwen3.5-2b", "9b": "qwen3.5-9b", "tinymoe": "qwen3moe-tiny", "30b": "qwen3-30b-a3b",
-         "tinygemma4": "gemma4-tiny", "31b": "gemma-4-31b", "tinygptoss": "gpt-oss-tiny", "20b": "gpt-oss-20b"}
-DRAFT_OF = {"8b": "qwen3-8b-dflash", "9b": "qwen3.5-9b-dflash"}  # the draft a run or pair case uses ("tiny" else)
+         "tinygemma4": "gemma4-tiny", "31b": "gemma-4-31b", "tinygptoss": "gpt-oss-tiny", "20b": "gpt-oss-20b",
+         "20b2l": "gpt-oss-20b-2l", "20b4l": "gpt-oss-20b-4l"}
+# the draft a run or pair case uses ("tiny" else)
+DRAFT_OF = {"8b": "qwen3-8b-dflash", "9b": "qwen3.5-9b-dflash", "20b": "gpt-oss-20b-dflash"}
 PROMPT = "The history of the printing press begins"
 KEEP_ENV_CACHE = False
 WAIT_IDLE = 1800  # s to wait, before each try, for other work on the cores to end (`--wait-idle`)
@@ -165,7 +170,7 @@ def case(name: str) -> dict:
             inputs.append(draft)
         if geom.moe and size not in ("tinymoe", "tinygptoss"):  # compiled, its experts take about the IR's size in
             # private memory (more than the machine has): one try under a limit, no unlimited run
-            probe = USE_GPT_OSS_PROBE if size == "20b" else USE_MOE_PROBE
+            probe = USE_GPT_OSS_PROBE if size.startswith("20b") else USE_MOE_PROBE
             return {"argv": argv, "output": None, "inputs": inputs, "probes": [probe], "source": built,
                     "bisect": False}
         return {"argv": argv, "output": None, "inputs": inputs, "probes": [8.0], "source": built}
@@ -275,7 +280,19 @@ def use_target(target: str, draft: str | None) -> dict:
         cfg.num_assistant_tokens = 16
     result = pipe.generate([PROMPT], cfg)
     return {"load_s": round(load, 2), "seconds": round(time.perf_counter() - start, 2),
-            "tokens": result.perf_metrics.get_num_generated_tokens()}
+            "tokens": result.perf_metrics.get_num_generated_tokens(), **process_memory()}
+
+
+def process_memory() -> dict:
+    """This process's private (RssAnon) and file-backed (RssFile) resident bytes now, and its peak RSS (VmHWM):
+    after a first generation, what the compiled model holds as its own and what it reads from the IR's pages."""
+    fields = {"RssAnon": "anon_bytes", "RssFile": "file_bytes", "VmHWM": "peak_rss_bytes"}
+    out = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in fields:
+            out[fields[key]] = int(value.split()[0]) * 1024
+    return out
 
 
 def run_finished(attempt: dict) -> None:

@@ -373,6 +373,11 @@ GEOMETRIES = {g.name: g for g in [
     # context_length), RMS eps 1e-5 (default), untied head (default)
     GptOssGeometry("gpt-oss-20b", hidden=2880, layers=24, ffn=2880, heads=64, kv_heads=8, head_dim=64, vocab=201088,
                    experts=32, experts_per_tok=4, note="gpt-oss-20b"),
+    # 2 and 4 of its layers: what a layer costs at run time, as the difference
+    GptOssGeometry("gpt-oss-20b-2l", hidden=2880, layers=2, ffn=2880, heads=64, kv_heads=8, head_dim=64,
+                   vocab=201088, experts=32, experts_per_tok=4, note="gpt-oss-20b's first 2 layers"),
+    GptOssGeometry("gpt-oss-20b-4l", hidden=2880, layers=4, ffn=2880, heads=64, kv_heads=8, head_dim=64,
+                   vocab=201088, experts=32, experts_per_tok=4, note="gpt-oss-20b's first 4 layers"),
     GptOssGeometry("gpt-oss-tiny", hidden=64, layers=4, ffn=64, heads=2, kv_heads=1, head_dim=32, vocab=2048,
                    experts=8, experts_per_tok=2, sliding_window=8, rope_factor=8.0, original_context=64,
                    context_length=1024, note="smoke run"),

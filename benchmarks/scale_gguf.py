@@ -159,6 +159,15 @@ GEOMETRIES = {g.name: g for g in [
              n_targets=5, vocab=248320, mask_token_id=248070, block_size=8, rope_theta=10000000.0,
              conv_kernel=2, conv_group=16, selector_rank=256, selector_top_k=16,
              note="incoai/Qwen3.8-27B-DFlash2's geometry: convolutions, and a selector the IR leaves out"),
+    # z-lab/gpt-oss-20b-DFlash's config.json as third-party code quotes it (not read from the hub here): hidden
+    # 2880, 8 layers, ffn 7680, 64/8 heads of 64, taps [1, 6, 11, 16, 21], block 8, mask token 200000, vocab
+    # 201088, rope base 150000, RMS eps 1e-5. Left out: its attention biases (attention_bias true, 0.1% of its
+    # weights) and YaRN (factor 32 over 4096), which this builder's Qwen3 draft does not state. 2880 and 14400
+    # are not whole 256-blocks: its Q4_K tensors fall back to Q5_0 and Q6_K to Q8_0, as llama-quantize's do.
+    Geometry("gpt-oss-20b-dflash", hidden=2880, layers=8, ffn=7680, heads=64, kv_heads=8, head_dim=64, n_targets=5,
+             vocab=201088, mask_token_id=200000, block_size=8, rope_theta=150000.0, rms_norm_eps=1e-5,
+             context_length=131072, taps=(1, 6, 11, 16, 21),
+             note="z-lab/gpt-oss-20b-DFlash's geometry (third-party docs): the draft of the gpt-oss-20b benchmark"),
 ]}
 
 
@@ -213,6 +222,17 @@ def q8_0_blocks(rng: np.random.Generator, n: int) -> np.ndarray:
     return b
 
 
+Q5_0_D = 0.02 / 9.2           # 5-bit codes uniform in 0..31 around 16: std 9.2
+
+
+def q5_0_blocks(rng: np.random.Generator, n: int) -> np.ndarray:
+    """n random valid Q5_0 blocks, shape (n, 22): f16 `d`, 32 high bits, 32 low nibbles (Q4_K's fallback where
+    a row is not whole 256-blocks, as llama-quantize falls back)."""
+    b = np.frombuffer(bytearray(rng.bytes(n * 22)), np.uint8).reshape(n, 22)
+    b[:, 0:2] = _f16_bytes(Q5_0_D * rng.uniform(0.75, 1.25, n).astype(np.float32))
+    return b
+
+
 def mxfp4_blocks(rng: np.random.Generator, n: int) -> np.ndarray:
     """n random valid MXFP4 blocks, shape (n, 17): an E8M0 exponent byte in MXFP4_E +- 1, 32 E2M1 nibbles."""
     b = np.frombuffer(bytearray(rng.bytes(n * 17)), np.uint8).reshape(n, 17)
@@ -231,7 +251,8 @@ def random_tensor(rng: np.random.Generator, qtype, shape: tuple[int, ...]) -> np
     if cols % block:
         raise ValueError(f"{qtype.name} needs rows that are whole blocks of {block}: {shape}")
     n = rows * cols // block
-    make = {Q.Q4_K: q4_k_blocks, Q.Q6_K: q6_k_blocks, Q.Q8_0: q8_0_blocks, Q.MXFP4: mxfp4_blocks}.get(qtype)
+    make = {Q.Q4_K: q4_k_blocks, Q.Q6_K: q6_k_blocks, Q.Q8_0: q8_0_blocks, Q.MXFP4: mxfp4_blocks,
+            Q.Q5_0: q5_0_blocks}.get(qtype)
     if make is None:
         raise ValueError(f"no random block builder for {qtype.name} (shape {shape})")
     return make(rng, n).reshape(*shape[:-1], cols // block * size)
