@@ -21,9 +21,16 @@ Forms (the GGUF ones built by gguf2ov.gguf.transcode from random blocks; bits a 
   mxfp4-f4-experts experts as f4e2m1 / f8e8m0 without the i8 step (what GatherMatmul refuses) 4.25
 
     python benchmarks/bench_mxfp4.py [--workloads fc experts] [--repeat 3] [--iters 30]
+    python benchmarks/bench_mxfp4.py --gpt-oss-20b      # one expert block of gpt-oss-20b (below)
 
 Writes benchmarks/results/mxfp4.json and prints Markdown tables. Needs ~3 GB: run it under the shared
 machine's lock.
+
+`--gpt-oss-20b`: the `experts` workload at gpt-oss-20b's size, one layer's block (32 experts of 2880 x 2880,
+top 4: 796 M expert weights, a 24th of the model's), in the two forms a gpt-oss target stores its MXFP4
+experts in (`mxfp4`: --compact-grid, `mxfp4-folded`: the default), at 1, 2, 4 and 8 tokens (a verify of
+K = 1, 3, 7 against a decode step: more tokens pick more experts). Writes results/mxfp4-gpt-oss-20b.json.
+Needs ~3 GB.
 """
 
 import argparse
@@ -48,6 +55,19 @@ FORMS = {"fc": ("q4_k-folded", "u4-f16-u4zp", "mxfp4", "mxfp4-folded"),
 BITS = {"fc": {"q4_k-folded": 6, "u4-f16-u4zp": 4.625, "mxfp4": 4.25, "mxfp4-folded": 5},
         "experts": {"q4_k-folded": 6, "mxfp4": 4.25, "mxfp4-folded": 9, "mxfp4-f4-experts": 4.25}}
 NODE = {"fc": "FullyConnected", "experts": "GatherMatmul"}
+TOKENS = (1, 8)  # rows (fc) or tokens (experts) timed
+# --gpt-oss-20b: one layer of gpt-oss-20b's experts (benchmarks/random_target.py's geometry)
+GPT_OSS_20B = {"experts": 32, "top_k": 4, "size": 2880, "forms": ("mxfp4", "mxfp4-folded"), "tokens": (1, 2, 4, 8)}
+
+
+def use_gpt_oss_20b(experts: int | None = None, forms=None) -> None:
+    """The experts workload at gpt-oss-20b's size (module constants, so that the child sees them too);
+    `experts`: fewer experts of the same width (what one weight costs, in less memory)."""
+    global EXPERTS, TOP_K, EXPERT_SIZE, TOKENS, RESULTS
+    g = GPT_OSS_20B
+    EXPERTS, TOP_K, EXPERT_SIZE, TOKENS = experts or g["experts"], g["top_k"], g["size"], g["tokens"]
+    FORMS["experts"] = tuple(forms or g["forms"])
+    RESULTS = RESULTS.with_name(f"mxfp4-gpt-oss-20b-{EXPERTS}x.json")
 
 
 def _status_kib(field: str) -> int:
@@ -104,7 +124,8 @@ def _grid(form: str, shape, rng):
 
     qtype = QType.Q4_K if form == "q4_k-folded" else QType.MXFP4
     raw = _raw(qtype, int(np.prod(shape[:-1])), shape[-1], rng).reshape(*shape[:-1], -1)
-    values = dequantize(raw, qtype)
+    # the values only where a reference needs them (fc): an expert block's would be GBs of float32
+    values = dequantize(raw, qtype) if len(shape) == 2 else None
     if form == "mxfp4-f4-experts":  # the compact 2-D form, reshaped to [E, N, K]: no i8 step
         flat = transcode.grid_weight(raw.reshape(-1, raw.shape[-1]), qtype, (int(np.prod(shape[:-1])), shape[-1]))
         return ops.reshape(flat, ops.constant(np.array(shape, np.int64)), False).output(0), values
@@ -128,31 +149,42 @@ def build_fc(form: str, out: Path) -> None:
 
 
 def build_experts(form: str, out: Path) -> None:
-    """gguf2ov's mixture-of-experts block (layer 0 alone) over this form's expert weights."""
+    """gguf2ov's mixture-of-experts block (layer 0 alone) over this form's expert weights: the `moe` layer kind
+    (Qwen3-MoE's), or with --gpt-oss-20b gpt-oss's own (`clamped_moe`: gate and up in one [E, 2I, H] weight,
+    biases, the clamped SwiGLU)."""
     import types
 
     import openvino as ov
     from openvino import opset13 as ops
 
-    from gguf2ov.targets.layers import moe
+    from gguf2ov.targets.layers.clamped_moe import ClampedSwigluExperts
+    from gguf2ov.targets.layers.moe import MixtureOfExperts
 
     rng = np.random.default_rng(2)
     h = EXPERT_SIZE
-    hf = types.SimpleNamespace(num_experts=EXPERTS, num_experts_per_tok=TOP_K, moe_intermediate_size=h,
-                               norm_topk_prob=True, shared_expert_intermediate_size=0, mlp_only_layers=[],
-                               decoder_sparse_step=1)
+    gpt_oss = EXPERT_SIZE == GPT_OSS_20B["size"]
+    hf = types.SimpleNamespace(num_experts=EXPERTS, num_local_experts=EXPERTS, num_experts_per_tok=TOP_K,
+                               moe_intermediate_size=h, intermediate_size=h, norm_topk_prob=True,
+                               shared_expert_intermediate_size=0, mlp_only_layers=[], decoder_sparse_step=1)
     router = rng.standard_normal((EXPERTS, h)).astype(np.float32)
+    shapes = {"gate_up_nk": (EXPERTS, 2 * h, h), "down_nk": (EXPERTS, h, h)}
 
     class Block:  # what a layer kind sees of the graph under construction
-        config = types.SimpleNamespace(hf=hf, hidden_size=h, num_layers=1, activation="silu")
+        config = types.SimpleNamespace(hf=hf, hidden_size=h, num_layers=1, activation="silu", mlp_bias=False,
+                                       options=dict(ClampedSwigluExperts.OPTIONS))
 
         def weight(self, name):
-            if name.endswith("gate.weight"):
+            if name.endswith(("gate.weight", "router.weight")):
                 return ops.constant(router).output(0)
-            return _grid(form, (EXPERTS, h, h), rng)[0]
+            return _grid(form, shapes.get(name.rsplit(".", 1)[-1], (EXPERTS, h, h)), rng)[0]
 
+        def vector(self, name):  # gpt-oss's biases
+            return rng.standard_normal(EXPERTS * 2 * h if "gate_up" in name else EXPERTS * h if "experts" in name
+                                       else EXPERTS).astype(np.float32) * np.float32(0.01)
+
+    kind = ClampedSwigluExperts() if gpt_oss else MixtureOfExperts()
     x = ops.parameter([-1, -1, h], np.float32, name="x")
-    model = ov.Model([ops.result(moe.build(Block(), x, 0))], [x], form)
+    model = ov.Model([ops.result(kind.build(Block(), x, 0))], [x], form)
     ov.save_model(model, str(out / f"experts-{form}.xml"), compress_to_fp16=False)
 
 
@@ -172,9 +204,9 @@ def child(workload: str, xml: str, iters: int) -> dict:
     width = FC_SIZE if workload == "fc" else EXPERT_SIZE
     rng = np.random.default_rng(0)
     shape = (lambda m: (m, width)) if workload == "fc" else (lambda m: (1, m, width))
-    xs = {m: rng.standard_normal(shape(m)).astype(np.float32) for m in (1, 8)}
+    xs = {m: rng.standard_normal(shape(m)).astype(np.float32) for m in TOKENS}
     request = compiled.create_infer_request()
-    first = request.infer({0: xs[8]})[0].copy()
+    first = request.infer({0: xs[max(TOKENS)]})[0].copy()
     out["anon_first_mib"] = (_status_kib("RssAnon:") - base_anon) / 1024
     out["nodes"] = sorted({(op.get_rt_info()["runtimePrecision"].astype(str), op.input(1).get_element_type().get_type_name())
                            for op in compiled.get_runtime_model().get_ordered_ops()
@@ -189,7 +221,7 @@ def child(workload: str, xml: str, iters: int) -> dict:
         out[f"ms_m{m}"] = statistics.median(times)
     del request, compiled
     exact = core.compile_model(xml, "CPU", {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0})
-    off = exact({0: xs[8]})[0]
+    off = exact({0: xs[max(TOKENS)]})[0]
     if workload == "fc":
         ref = xs[8].astype(np.float64)
         for w in np.load(Path(xml).with_suffix(".npy")):
@@ -208,23 +240,24 @@ def _summary(measured: list[dict], bits: float, ir_mib: float) -> dict:
         return [min(r[key] for r in measured), max(r[key] for r in measured)]
 
     keys = ("compile_s", "compile_peak_mib", "anon_compile_mib", "anon_first_mib")
-    return {"bits": bits, "ir_mib": ir_mib, "nodes": measured[0]["nodes"], **{k: med(k) for k in keys},
-            "ms_m1": med("ms_m1"), "ms_m1_range": spread("ms_m1"), "ms_m8": med("ms_m8"), "ms_m8_range": spread("ms_m8"),
+    times = {k: v for m in TOKENS for k, v in ((f"ms_m{m}", med(f"ms_m{m}")), (f"ms_m{m}_range", spread(f"ms_m{m}")))}
+    return {"bits": bits, "ir_mib": ir_mib, "nodes": measured[0]["nodes"], **{k: med(k) for k in keys}, **times,
             "dq_default": measured[0]["dq_default"], "dq_off": measured[0]["dq_off"]}
 
 
 def _table(workload: str, rows: dict) -> str:
     error = "rel. error, default DQ / off" if workload == "fc" else "rel. change with default DQ"
+    rows_ms = " | ".join(f"{m} {'row' if m == 1 else 'rows'} ms" for m in TOKENS)
     lines = [f"| {workload} form | bits a weight | IR MiB | {NODE[workload]} (precision/weight) | compile peak MiB | "
-             f"anon after compile, first inference MiB | 1 row ms | 8 rows ms | {error} |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             f"anon after compile, first inference MiB | {rows_ms} | {error} |",
+             "|---|---|---|---|---|---|" + "---|" * len(TOKENS) + "---|"]
     for form, r in rows.items():
         nodes = ", ".join(f"{p}/{w}" for p, w in r["nodes"])
         err = f"{r['dq_default']:.1e} / {r['dq_off']:.1e}" if workload == "fc" else f"{r['dq_default']:.1e}"
         lines.append(f"| {form} | {r['bits']:g} | {r['ir_mib']:.0f} | {nodes} | {r['compile_peak_mib']:.0f} | "
                      f"{r['anon_compile_mib']:.0f}, {r['anon_first_mib']:.0f} | "
-                     f"{r['ms_m1']:.1f} ({r['ms_m1_range'][0]:.1f}-{r['ms_m1_range'][1]:.1f}) | "
-                     f"{r['ms_m8']:.1f} ({r['ms_m8_range'][0]:.1f}-{r['ms_m8_range'][1]:.1f}) | {err} |")
+                     + "".join(f"{r[f'ms_m{m}']:.1f} ({r[f'ms_m{m}_range'][0]:.1f}-{r[f'ms_m{m}_range'][1]:.1f}) | "
+                               for m in TOKENS) + f"{err} |")
     return "\n".join(lines)
 
 
@@ -233,8 +266,14 @@ def main() -> int:
     parser.add_argument("--workloads", nargs="+", default=list(FORMS), choices=list(FORMS))
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--iters", type=int, default=30)
+    parser.add_argument("--gpt-oss-20b", action="store_true", help="one expert block of gpt-oss-20b (see above)")
+    parser.add_argument("--experts", type=int, help="with --gpt-oss-20b: this many experts (default 32)")
+    parser.add_argument("--forms", nargs="+", help="with --gpt-oss-20b: only these forms")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.gpt_oss_20b:
+        use_gpt_oss_20b(args.experts, args.forms)
+        args.workloads = ["experts"]
     if args.child:
         print(json.dumps(child(*args.child, args.iters)))
         return 0
@@ -254,7 +293,10 @@ def main() -> int:
             for rep in range(args.repeat):
                 for form in runs:  # interleaved
                     done = subprocess.run([sys.executable, __file__, "--child", workload,
-                                           str(folder / f"{workload}-{form}.xml"), "--iters", str(args.iters)],
+                                           str(folder / f"{workload}-{form}.xml"), "--iters", str(args.iters),
+                                           *(["--gpt-oss-20b"] if args.gpt_oss_20b else []),
+                                           *(["--experts", str(args.experts)] if args.experts else []),
+                                           *(["--forms", *args.forms] if args.forms else [])],
                                           capture_output=True, text=True)
                     if done.returncode:
                         raise SystemExit(f"{workload} {form} failed:\n{done.stderr[-3000:]}")

@@ -59,7 +59,7 @@ THREADS = 2
 GRIDS = {"split": ["--grid", "split"], "folded": ["--grid", "folded"], "compact": ["--grid", "compact"],
          "int4": ["--weight-format", "int4"]}
 # the draft each case's pair uses (random weights for the real geometries: the pair's cost, not its gain)
-DRAFTS = {"qwen3-8b": "qwen3-8b-dflash", "qwen3.5-9b": "qwen3.5-9b-dflash"}
+DRAFTS = {"qwen3-8b": "qwen3-8b-dflash", "qwen3.5-9b": "qwen3.5-9b-dflash", "gpt-oss-20b": "gpt-oss-20b-dflash"}
 WIDE = {"extra_layers": 28, "intermediate_size": 16384}
 LOCK = {"path": None}
 

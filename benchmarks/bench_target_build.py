@@ -60,6 +60,16 @@ V), 16 query heads, in every layer a dense MLP 2112 wide and beside it 128 exper
                    scale, ffn_gate_up_exps, ffn_down_exps and its scale, the branch norms);
                    gguf-tinygemma4moe a smoke run
 
+gpt-oss-20b (24 layers alternating sliding (window 128) and full attention with sinks, hidden 2880, 64/8 heads of
+64, 32 experts top 4 of width 2880, vocab 201088, YaRN):
+
+    gguf-20b, gguf-compact-20b, use-20b  as gguf-30b / use-30b on a random MXFP4_MOE `gpt-oss` file in llama.cpp's
+                   layout and type mix (experts MXFP4, other weights Q8_0, norms, biases, sinks and routers F32);
+                   use-20b is tried once under 21 GiB; gguf-tinygptoss a smoke run
+    use-20b2l, use-20b4l, use-compact-20b2l, use-compact-20b4l  the same on 2 and 4 of its layers (the same
+                   widths, vocabulary and head): what one layer holds at run time, folded and --compact-grid, from
+                   the process's private memory after the first generation (`process_memory`)
+
 Every decode case also measures the verify-to-decode cost of the target (`verify_cost`): one forward
 of K + 1 tokens on the stateful target after a prompt, against one decode step, K = 1, 3, 5, 7, 15.
 Each gguf2ov command runs this checkout's package (`python -m gguf2ov`, the checkout first on
@@ -104,14 +114,17 @@ GIB = 2**30
 SIZES = {"tiny": "tiny", "1.7b": "qwen3-1.7b", "4b": "qwen3-4b", "8b": "qwen3-8b", "tiny35": "qwen3.5-tiny",
          "2b": "qwen3.5-2b", "9b": "qwen3.5-9b", "tinymoe": "qwen3moe-tiny", "30b": "qwen3-30b-a3b",
          "tinygemma4": "gemma4-tiny", "31b": "gemma-4-31b", "tinygemma4moe": "gemma4moe-tiny",
-         "26b-a4b": "gemma-4-26b-a4b"}
-DRAFT_OF = {"8b": "qwen3-8b-dflash", "9b": "qwen3.5-9b-dflash"}  # the draft a run or pair case uses ("tiny" else)
+         "26b-a4b": "gemma-4-26b-a4b", "tinygptoss": "gpt-oss-tiny", "20b": "gpt-oss-20b",
+         "20b2l": "gpt-oss-20b-2l", "20b4l": "gpt-oss-20b-4l"}
+# the draft a run or pair case uses ("tiny" else)
+DRAFT_OF = {"8b": "qwen3-8b-dflash", "9b": "qwen3.5-9b-dflash", "20b": "gpt-oss-20b-dflash"}
 PROMPT = "The history of the printing press begins"
 KEEP_ENV_CACHE = False
 WAIT_IDLE = 1800  # s to wait, before each try, for other work on the cores to end (`--wait-idle`)
 RUN_PROBES = [8.0]  # GiB: the limits a run case is tried under (`--run-probes`)
 PROBE_TIMEOUT = [3600.0]  # s: how long a try without bisection may take (`--probe-timeout`)
 USE_MOE_PROBE = 14.0  # GiB: the one limit use-30b is tried under
+USE_GPT_OSS_PROBE = 21.0  # GiB: the one limit use-20b is tried under (23.5 GiB machine, no swap)
 PROMPTS = [PROMPT, "Water boils at a lower temperature on a mountain because"]
 # The optimum-cli that exports what the project's transformers cannot (`--optimum-env`, `--optimum-pythonpath`)
 OPTIMUM = {"env": Path(sys.prefix), "pythonpath": None}
@@ -163,9 +176,10 @@ def case(name: str) -> dict:
             draft = built_draft(Path(ensure_gguf(draft_geom)["path"]))
             argv += ["--draft", draft]
             inputs.append(draft)
-        if geom.moe and size != "tinymoe":  # compiled, its experts take about the IR's size in private memory
-            # (more than the machine has): one try under a limit, no unlimited run
-            return {"argv": argv, "output": None, "inputs": inputs, "probes": [USE_MOE_PROBE], "source": built,
+        if geom.moe and size not in ("tinymoe", "tinygptoss"):  # compiled, its experts take about the IR's size in
+            # private memory (more than the machine has): one try under a limit, no unlimited run
+            probe = USE_GPT_OSS_PROBE if size.startswith("20b") else USE_MOE_PROBE
+            return {"argv": argv, "output": None, "inputs": inputs, "probes": [probe], "source": built,
                     "bisect": False}
         return {"argv": argv, "output": None, "inputs": inputs, "probes": [8.0], "source": built}
     if kind == "run":
@@ -280,7 +294,19 @@ def use_target(target: str, draft: str | None) -> dict:
         cfg.num_assistant_tokens = 16
     result = pipe.generate([PROMPT], cfg)
     return {"load_s": round(load, 2), "seconds": round(time.perf_counter() - start, 2),
-            "tokens": result.perf_metrics.get_num_generated_tokens()}
+            "tokens": result.perf_metrics.get_num_generated_tokens(), **process_memory()}
+
+
+def process_memory() -> dict:
+    """This process's private (RssAnon) and file-backed (RssFile) resident bytes now, and its peak RSS (VmHWM):
+    after a first generation, what the compiled model holds as its own and what it reads from the IR's pages."""
+    fields = {"RssAnon": "anon_bytes", "RssFile": "file_bytes", "VmHWM": "peak_rss_bytes"}
+    out = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in fields:
+            out[fields[key]] = int(value.split()[0]) * 1024
+    return out
 
 
 def run_finished(attempt: dict) -> None:
@@ -510,11 +536,13 @@ def goals(cases: dict) -> dict[str, str]:
             if ratio is None:
                 verdict[name] = "no IR"
                 continue
-            if size in ("30b", "31b", "26b-a4b"):  # as fast as reading the file twice (a mixture of experts, Gemma 4)
+            if size in ("30b", "31b", "26b-a4b", "20b"):  # as fast as reading the file twice (mixtures of experts, Gemma 4)
                 read = min(x["seconds"] for x in [r["source_read"], *r.get("source_read_reruns", [])])
                 ok = limit is not None and limit <= 2 and secs <= 2 * read
                 verdict[name] = (f"{'met' if ok else 'MISSED'}: limit <= 2 GiB ({limit}), <= 2x reading the file "
                                  f"({secs:.0f} s vs {read:.0f} s: {secs / read:.2f}x)")
+                if size == "20b":  # gpt-oss-20b's IR goal: the file's tensor bytes
+                    verdict[name] += f"; IR <= 1.05x tensor bytes: {'met' if ratio <= 1.05 else 'MISSED'} ({ratio:.3f}x)"
                 continue
             if size == "9b":  # the hybrid's: the IR against the file
                 file_ratio = r["ir_bin_bytes"] / r["source_bytes"]

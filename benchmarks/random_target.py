@@ -269,6 +269,82 @@ class Gemma4Geometry:
         return hashlib.sha256(json.dumps({"v": BUILDER_VERSION, **fields}, sort_keys=True).encode()).hexdigest()[:10]
 
 
+@dataclass(frozen=True)
+class GptOssGeometry:
+    """A gpt-oss model (`gpt_oss`): attention with q/k/v/o biases and a sink logit per query head, sliding
+    and full layers alternating (the first sliding), YaRN RoPE, `experts` biased experts of width `ffn`
+    (top `experts_per_tok`) behind a biased router in every layer, an untied head. `shapes` names its
+    tensors as the gpt-oss map does in llama.cpp's layout (gate and up apart, each [E, N, K])."""
+    name: str
+    hidden: int
+    layers: int
+    ffn: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    experts: int
+    experts_per_tok: int
+    sliding_window: int = 128
+    rope_theta: float = 150000.0
+    rope_factor: float = 32.0
+    original_context: int = 4096
+    context_length: int = 131072
+    note: str = ""
+    tied = False
+    hybrid = False
+    moe = True
+    model_type = "gpt_oss"
+    mix = "MXFP4_MOE"
+
+    def layer_types(self) -> list[str]:  # GptOssConfig's default: the even layers sliding
+        return ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(self.layers)]
+
+    def config(self) -> dict:
+        """openai/gpt-oss-20b's config.json in transformers 5's keys (rope_parameters), for this geometry."""
+        return {
+            "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "vocab_size": self.vocab,
+            "hidden_size": self.hidden, "intermediate_size": self.ffn, "num_hidden_layers": self.layers,
+            "num_attention_heads": self.heads, "num_key_value_heads": self.kv_heads, "head_dim": self.head_dim,
+            "num_local_experts": self.experts, "num_experts_per_tok": self.experts_per_tok,
+            "sliding_window": self.sliding_window, "layer_types": self.layer_types(),
+            "max_position_embeddings": self.context_length, "rms_norm_eps": 1e-5, "attention_bias": True,
+            "tie_word_embeddings": False, "hidden_act": "silu", "swiglu_limit": 7.0, "router_aux_loss_coef": 0.9,
+            "output_router_logits": False, "initializer_range": 0.02, "use_cache": True,
+            "eos_token_id": 0, "pad_token_id": 1, "bos_token_id": 0, "dtype": "bfloat16",
+            "rope_parameters": {"rope_type": "yarn", "factor": self.rope_factor, "beta_fast": 32.0, "beta_slow": 1.0,
+                                "truncate": False, "original_max_position_embeddings": self.original_context,
+                                "rope_theta": self.rope_theta},
+        }
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every tensor by the gpt-oss map's HF name, in llama.cpp's shapes (numpy order)."""
+        h, q, kv, e, n = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim, self.experts, self.ffn
+        shapes = {"model.embed_tokens.weight": (self.vocab, h), "model.norm.weight": (h,),
+                  "lm_head.weight": (self.vocab, h)}
+        for i in range(self.layers):
+            p = f"model.layers.{i}."
+            a, x = p + "self_attn.", p + "mlp.experts."
+            shapes |= {p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,),
+                       a + "q_proj.weight": (q, h), a + "q_proj.bias": (q,), a + "k_proj.weight": (kv, h),
+                       a + "k_proj.bias": (kv,), a + "v_proj.weight": (kv, h), a + "v_proj.bias": (kv,),
+                       a + "o_proj.weight": (h, q), a + "o_proj.bias": (h,), a + "sinks": (self.heads,),
+                       p + "mlp.router.weight": (e, h), p + "mlp.router.bias": (e,),
+                       x + "gate_proj": (e, n, h), x + "up_proj": (e, n, h), x + "down_nk": (e, h, n),
+                       x + "gate_proj_bias": (e, n), x + "up_proj_bias": (e, n), x + "down_proj_bias": (e, h)}
+        return shapes
+
+    @property
+    def parameters(self) -> int:
+        return sum(math.prod(s) for s in self.shapes().values())
+
+    def key(self) -> str:
+        import hashlib
+
+        fields = {k: v for k, v in asdict(self).items() if k != "note"}
+        return hashlib.sha256(json.dumps({"v": BUILDER_VERSION, **fields}, sort_keys=True).encode()).hexdigest()[:10]
+
+
 GEOMETRIES = {g.name: g for g in [
     TargetGeometry("tiny", hidden=256, layers=4, ffn=768, heads=4, kv_heads=2, head_dim=64, vocab=2048, tied=True),
     TargetGeometry("qwen3-1.7b", hidden=2048, layers=28, ffn=6144, heads=16, kv_heads=8, head_dim=128, vocab=151936,
@@ -308,6 +384,25 @@ GEOMETRIES = {g.name: g for g in [
     Gemma4Geometry("gemma-4-26b-a4b", hidden=2816, layers=30, ffn=2112, heads=16, kv_heads=8, head_dim=256,
                    global_kv_heads=2, global_head_dim=512, vocab=262144, experts=128, experts_per_tok=8, moe_ffn=704,
                    note="Gemma 4 26B-A4B's text model"),
+    # openai/gpt-oss-20b (its config.json on the hub; ggml-org/gpt-oss-20b-GGUF states the same in gpt-oss.*):
+    # 24 layers (GptOssConfig's default, 36, is gpt-oss-120b's), hidden 2880, 64 query heads of 64, 8 key/value
+    # heads (GptOssConfig's defaults), 32 experts (the default, 128, is the 120b's) top 4 (default), expert width
+    # 2880 (intermediate_size, default), vocabulary 201088 (default: o200k_harmony, padded), sliding window 128
+    # on every other layer from the first (defaults; llama.cpp's load_swa_pattern(ml, 2), the converter's
+    # add_sliding_window), YaRN factor 32 over 4096 original positions, beta_fast 32 / beta_slow 1, truncate
+    # false, rope base 150000, 131072 positions (GptOssConfig's default rope_parameters and
+    # max_position_embeddings; the converter writes them as gpt-oss.rope.scaling.*, rope.freq_base and
+    # context_length), RMS eps 1e-5 (default), untied head (default)
+    GptOssGeometry("gpt-oss-20b", hidden=2880, layers=24, ffn=2880, heads=64, kv_heads=8, head_dim=64, vocab=201088,
+                   experts=32, experts_per_tok=4, note="gpt-oss-20b"),
+    # 2 and 4 of its layers: what a layer costs at run time, as the difference
+    GptOssGeometry("gpt-oss-20b-2l", hidden=2880, layers=2, ffn=2880, heads=64, kv_heads=8, head_dim=64,
+                   vocab=201088, experts=32, experts_per_tok=4, note="gpt-oss-20b's first 2 layers"),
+    GptOssGeometry("gpt-oss-20b-4l", hidden=2880, layers=4, ffn=2880, heads=64, kv_heads=8, head_dim=64,
+                   vocab=201088, experts=32, experts_per_tok=4, note="gpt-oss-20b's first 4 layers"),
+    GptOssGeometry("gpt-oss-tiny", hidden=64, layers=4, ffn=64, heads=2, kv_heads=1, head_dim=32, vocab=2048,
+                   experts=8, experts_per_tok=2, sliding_window=8, rope_factor=8.0, original_context=64,
+                   context_length=1024, note="smoke run"),
 ]}
 
 

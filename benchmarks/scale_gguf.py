@@ -159,6 +159,15 @@ GEOMETRIES = {g.name: g for g in [
              n_targets=5, vocab=248320, mask_token_id=248070, block_size=8, rope_theta=10000000.0,
              conv_kernel=2, conv_group=16, selector_rank=256, selector_top_k=16,
              note="incoai/Qwen3.8-27B-DFlash2's geometry: convolutions, and a selector the IR leaves out"),
+    # z-lab/gpt-oss-20b-DFlash's config.json as third-party code quotes it (not read from the hub here): hidden
+    # 2880, 8 layers, ffn 7680, 64/8 heads of 64, taps [1, 6, 11, 16, 21], block 8, mask token 200000, vocab
+    # 201088, rope base 150000, RMS eps 1e-5. Left out: its attention biases (attention_bias true, 0.1% of its
+    # weights) and YaRN (factor 32 over 4096), which this builder's Qwen3 draft does not state. 2880 and 14400
+    # are not whole 256-blocks: its Q4_K tensors fall back to Q5_0 and Q6_K to Q8_0, as llama-quantize's do.
+    Geometry("gpt-oss-20b-dflash", hidden=2880, layers=8, ffn=7680, heads=64, kv_heads=8, head_dim=64, n_targets=5,
+             vocab=201088, mask_token_id=200000, block_size=8, rope_theta=150000.0, rms_norm_eps=1e-5,
+             context_length=131072, taps=(1, 6, 11, 16, 21),
+             note="z-lab/gpt-oss-20b-DFlash's geometry (third-party docs): the draft of the gpt-oss-20b benchmark"),
 ]}
 
 
@@ -202,18 +211,32 @@ def q6_k_blocks(rng: np.random.Generator, n: int) -> np.ndarray:
     return b
 
 
+Q8_0_D = 0.02 / 73.3          # int8 codes uniform in -128..127: std 73.9
+MXFP4_E = 120                 # E8M0 exponent: ggml's doubled E2M1 values (rms 5.6) x 2^(e-127) / 2 ~ 0.02
+
+
 def q8_0_blocks(rng: np.random.Generator, n: int) -> np.ndarray:
-    """n random valid Q8_0 blocks, shape (n, 34): d, then 32 int8 codes (uniform, std ~73)."""
+    """n random valid Q8_0 blocks, shape (n, 34): f16 `d`, 32 int8 codes."""
     b = np.frombuffer(bytearray(rng.bytes(n * 34)), np.uint8).reshape(n, 34)
-    b[:, 0:2] = _f16_bytes(0.02 / 73.0 * rng.uniform(0.75, 1.25, n).astype(np.float32))
+    b[:, 0:2] = _f16_bytes(Q8_0_D * rng.uniform(0.75, 1.25, n).astype(np.float32))
     return b
 
 
+Q5_0_D = 0.02 / 9.2           # 5-bit codes uniform in 0..31 around 16: std 9.2
+
+
 def q5_0_blocks(rng: np.random.Generator, n: int) -> np.ndarray:
-    """n random valid Q5_0 blocks, shape (n, 22): d, the codes' high bits (4 bytes), their low nibbles (16):
-    (q - 16) * d, q uniform 0..31 (std ~9.2)."""
+    """n random valid Q5_0 blocks, shape (n, 22): f16 `d`, 32 high bits, 32 low nibbles (Q4_K's fallback where
+    a row is not whole 256-blocks, as llama-quantize falls back)."""
     b = np.frombuffer(bytearray(rng.bytes(n * 22)), np.uint8).reshape(n, 22)
-    b[:, 0:2] = _f16_bytes(0.02 / 9.2 * rng.uniform(0.75, 1.25, n).astype(np.float32))
+    b[:, 0:2] = _f16_bytes(Q5_0_D * rng.uniform(0.75, 1.25, n).astype(np.float32))
+    return b
+
+
+def mxfp4_blocks(rng: np.random.Generator, n: int) -> np.ndarray:
+    """n random valid MXFP4 blocks, shape (n, 17): an E8M0 exponent byte in MXFP4_E +- 1, 32 E2M1 nibbles."""
+    b = np.frombuffer(bytearray(rng.bytes(n * 17)), np.uint8).reshape(n, 17)
+    b[:, 0] = rng.integers(MXFP4_E - 1, MXFP4_E + 2, n).astype(np.uint8)
     return b
 
 
@@ -228,7 +251,8 @@ def random_tensor(rng: np.random.Generator, qtype, shape: tuple[int, ...]) -> np
     if cols % block:
         raise ValueError(f"{qtype.name} needs rows that are whole blocks of {block}: {shape}")
     n = rows * cols // block
-    make = {Q.Q4_K: q4_k_blocks, Q.Q6_K: q6_k_blocks, Q.Q8_0: q8_0_blocks, Q.Q5_0: q5_0_blocks}.get(qtype)
+    make = {Q.Q4_K: q4_k_blocks, Q.Q6_K: q6_k_blocks, Q.Q8_0: q8_0_blocks, Q.MXFP4: mxfp4_blocks,
+            Q.Q5_0: q5_0_blocks}.get(qtype)
     if make is None:
         raise ValueError(f"no random block builder for {qtype.name} (shape {shape})")
     return make(rng, n).reshape(*shape[:-1], cols // block * size)
@@ -256,7 +280,7 @@ def write_scale_gguf(geom: Geometry, out_path: Path, seed: int | None = None) ->
 def write_random_gguf(out_path: Path, arch: str, name: str, config: dict, shapes: dict, n_layers: int, rng,
                       vocab: tuple[int, int | None] | None = None, types: dict | None = None,
                       tokenizer_dir: Path | None = None, extra: dict | None = None, order: list | None = None,
-                      llamacpp: bool = False, constants: dict | None = None) -> dict:
+                      llamacpp: bool = False, constants: dict | None = None, mix: str = MIX) -> dict:
     """An `arch` GGUF of random blocks for the HF tensors `shapes` (in that order), metadata from
     the map of `arch` run backwards on `config`. `vocab` = (size, token that must be in it) writes a
     synthetic gpt2-style token list, `tokenizer_dir` an HF tokenizer's as llama.cpp does
@@ -264,7 +288,8 @@ def write_random_gguf(out_path: Path, arch: str, name: str, config: dict, shapes
     of tensors the map does not name (an MTP block's own); `order`: the GGUF names in the order to
     write them (default: `shapes`' order, then `extra`'s); `llamacpp`: the metadata as llama.cpp's
     converter writes it (`llamacpp_metadata`); `constants`: GGUF name -> F32 values written as they are
-    (a rope_freqs), first. Where the map has ops, a quantized tensor's
+    (a rope_freqs), first; `mix`: the llama-quantize mix the file states (general.file_type) and whose
+    types apply where `types` names none. Where the map has ops, a quantized tensor's
     random blocks take the shape the ops reversed give (head reorders keep it), and an F32 tensor's
     values are the map's ops reversed on random checkpoint values (ssm_a = -exp(A_log) < 0).
     Returns the tensor count, type counts and metadata keys."""
@@ -278,7 +303,7 @@ def write_random_gguf(out_path: Path, arch: str, name: str, config: dict, shapes
     # Header and metadata exactly as write_gguf orders them.
     writer = GGUFWriter(path=None, arch=arch)
     writer.add_name(name)
-    writer.add_file_type(MIXES[MIX][1])
+    writer.add_file_type(MIXES[mix][1])
     writer.add_quantization_version(QUANT_VERSION)
     tokenizer_keys = set()
     if vocab:
@@ -319,7 +344,7 @@ def write_random_gguf(out_path: Path, arch: str, name: str, config: dict, shapes
         counts["F32"] = counts.get("F32", 0) + 1
         writer.add_tensor_info(gguf_name, values.shape, np.dtype(np.float32), values.nbytes)
     for gguf_name, (hf_shape, ops, shape) in planned.items():
-        qtype = (types or {}).get(gguf_name) or tensor_type(gguf_name, shape, MIX, n_layers, n_expert)
+        qtype = (types or {}).get(gguf_name) or tensor_type(gguf_name, shape, mix, n_layers, n_expert)
         plan.append((gguf_name, hf_shape, ops, shape, qtype))
         counts[qtype.name] = counts.get(qtype.name, 0) + 1
         if qtype.name == "F32":
@@ -393,37 +418,66 @@ def llamacpp_layout(geom, cache_dir: Path = CACHE) -> dict:
     rules tell only 8 experts from others) written as a bf16 checkpoint, converted by
     convert_hf_to_gguf.py and quantized by llama-quantize Q4_K_M. Which tensors llama-quantize gives
     more bits depends on counters over the file's order (an `attn_qkv` counts as an `attn_v`), so the
-    order and the types are taken together. Cached as JSON."""
+    order and the types are taken together. A gpt-oss geometry (`GptOssGeometry`): its own mix (MXFP4_MOE), the
+    same layers and experts 64 wide, the checkpoint as transformers saves it. Cached as JSON."""
     from dataclasses import replace
 
-    from gguf import GGUFReader
-
-    import llamacpp
     from random_target import write_checkpoint
 
-    path = Path(cache_dir) / f"layout-{geom.name}-{geom.key()}-{MIX}.json"
+    mix = getattr(geom, "mix", MIX)
+    path = Path(cache_dir) / f"layout-{geom.name}-{geom.key()}-{mix}.json"
     if path.is_file():
         return json.loads(path.read_text())
+    if geom.model_type == "gpt_oss":
+        return _write_layout(path, gpt_oss_checkpoint, replace(geom, name=f"{geom.name}-layout", hidden=64, ffn=64,
+                                                              heads=2, kv_heads=1, head_dim=32, vocab=1024), mix)
     narrow = replace(geom, name=f"{geom.name}-layout", hidden=256, ffn=256, vocab=1024, heads=2 if not geom.hybrid else 1,
                      kv_heads=1, head_dim=256 if geom.hybrid else 128,
                      linear_key_heads=(2 if geom.linear_key_heads == geom.linear_value_heads else 1) if geom.hybrid else 0,
                      linear_value_heads=2 if geom.hybrid else 0, linear_head_dim=128,
                      experts=16 if geom.moe else 0, experts_per_tok=2 if geom.moe else 0, moe_ffn=256 if geom.moe else 0)
-    Path(cache_dir).mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=cache_dir) as tmp:
+    return _write_layout(path, write_checkpoint, narrow, MIX)
+
+
+def _write_layout(path: Path, write_checkpoint, narrow, mix: str) -> dict:
+    """`llamacpp_layout`'s record of the narrow geometry's checkpoint (written by `write_checkpoint`) through
+    llama.cpp's converter (bf16) and llama-quantize `mix`, written at `path`."""
+    from gguf import GGUFReader
+
+    import llamacpp
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
         hf = write_checkpoint(narrow, Path(tmp) / "hf")
         bf16 = llamacpp.convert(hf, Path(tmp) / "bf16.gguf", "bf16")
-        reader = GGUFReader(str(llamacpp.quantize(bf16, Path(tmp) / f"{MIX}.gguf", MIX)))
+        reader = GGUFReader(str(llamacpp.quantize(bf16, Path(tmp) / f"{mix}.gguf", mix)))
         layout = {"tensors": [(t.name, t.tensor_type.name) for t in reader.tensors],
                   "metadata": {k: [t.name for t in f.types] for k, f in reader.fields.items() if not k.startswith("GGUF.")}}
     path.write_text(json.dumps(layout) + "\n")
     return layout
 
 
+def gpt_oss_checkpoint(geom, out: Path) -> Path:
+    """A random `gpt_oss` checkpoint of a (narrow) geometry as transformers saves one (gate and up
+    interleaved in one [E, K, 2N] tensor), with random_target's tokenizer: what llama.cpp's converter reads."""
+    import torch
+    from transformers import GptOssConfig, GptOssForCausalLM
+
+    from random_target import write_tokenizer
+
+    config = {k: v for k, v in geom.config().items() if k not in ("model_type", "architectures", "dtype")}
+    torch.manual_seed(0)
+    model = GptOssForCausalLM(GptOssConfig(**config))
+    model.config.architectures = ["GptOssForCausalLM"]
+    model.to(torch.bfloat16).save_pretrained(out)
+    write_tokenizer(out, geom.vocab)
+    return out
+
+
 def llamacpp_metadata(arch: str, metadata: dict, config: dict) -> dict:
     """The metadata llama.cpp's converter writes where the map run backwards writes less: block_count
     counts the MTP block (`nextn_predict_layers`), the recurrent-layer flags cover it (false), the rope
-    sections are four, and the value head size is stated."""
+    sections are four, the value head size is stated, and gpt-oss states its expert width as the FFN's too."""
     out = dict(metadata)
     if n := config.get("mtp_num_hidden_layers", 0):
         out[f"{arch}.block_count"] += n
@@ -440,6 +494,8 @@ def llamacpp_metadata(arch: str, metadata: dict, config: dict) -> dict:
                 out.setdefault(f"{arch}.attention.value_length{suffix}", out[key])
                 out.setdefault(f"{arch}.rope.dimension_count{suffix}", out[key])
         out.setdefault(f"{arch}.embedding_length_per_layer_input", 0)
+    if arch == "gpt-oss":  # the converter's TextModel writes intermediate_size as the FFN length too
+        out.setdefault(f"{arch}.feed_forward_length", out[f"{arch}.expert_feed_forward_length"])
     return out
 
 
@@ -472,7 +528,8 @@ def ensure_target_gguf(geom, cache_dir: Path = CACHE) -> dict:
     needs a SentencePiece-style tokenizer the padded fixture tokenizer is not): the experts' ffn_gate_up_exps
     Q4_K, ffn_down_exps and ffn_down Q6_K or Q4_K by layer as llama-quant.cpp's ffn_down rule reads the
     layer from the name (more than one expert), falling back to Q8_0 and Q5_0 where a row (704, 2112 for
-    26B-A4B) is not whole 256-blocks; the router and its scales F32."""
+    26B-A4B) is not whole 256-blocks; the router and its scales F32. A gpt-oss geometry's in its MXFP4_MOE
+    mix (target-NAME-KEY-MXFP4_MOE.gguf), ordered as the hybrid and MoE ones."""
     from gguf import GGMLQuantizationType as Q
 
     from gguf2ov.maps.load import load_map
@@ -480,7 +537,7 @@ def ensure_target_gguf(geom, cache_dir: Path = CACHE) -> dict:
     from gguf2ov.targets.source import ROPE_FACTORS, rope_factors_of
     from random_target import write_tokenizer
 
-    path = Path(cache_dir) / f"target-{geom.name}-{geom.key()}-{MIX}.gguf"
+    path = Path(cache_dir) / f"target-{geom.name}-{geom.key()}-{getattr(geom, 'mix', MIX)}.gguf"
     sidecar = path.with_suffix(".json")
     if path.is_file() and sidecar.is_file() and json.loads(sidecar.read_text()).get("bytes") == path.stat().st_size:
         # the path found here: the record keeps the path of the checkout that built the shared file
@@ -489,13 +546,15 @@ def ensure_target_gguf(geom, cache_dir: Path = CACHE) -> dict:
     config = geom.config()
     arch = arch_of(config["model_type"], geom.name)
     rng = np.random.default_rng(int(geom.key(), 16))
+    mix = getattr(geom, "mix", MIX)
     if geom.model_type == "gemma4_text":  # llama.cpp's order (layer by layer), its Q4_K_M rules
         shapes, extra, order = geom.shapes(), None, None
         types = gemma4_types(geom, load_map(arch))
         constants = {ROPE_FACTORS: rope_factors_of(config, load_map(arch))}  # as llama.cpp's converter adds it
-    elif geom.hybrid or geom.moe:
+    elif geom.hybrid or geom.moe:  # a gpt-oss geometry too: llama.cpp's MXFP4_MOE types
         layout = llamacpp_layout(geom, cache_dir)
-        shapes, extra = target_tensors(geom, load_map(arch))
+        # a gpt-oss geometry's shapes are the map's names already
+        shapes, extra = (geom.shapes(), None) if geom.model_type == "gpt_oss" else target_tensors(geom, load_map(arch))
         types, order = {n: Q[t] for n, t in layout["tensors"]}, [n for n, _ in layout["tensors"]]
     else:
         shapes, extra, order = dict(sorted(geom.shapes().items())), None, None
@@ -506,7 +565,7 @@ def ensure_target_gguf(geom, cache_dir: Path = CACHE) -> dict:
         write_tokenizer(Path(tokenizer), geom.vocab)
         built = write_random_gguf(path, arch, geom.name, config, shapes, geom.layers, rng, types=types,
                                   tokenizer_dir=Path(tokenizer), extra=extra, order=order,
-                                  llamacpp=order is not None or constants is not None, constants=constants)
+                                  llamacpp=order is not None or constants is not None, constants=constants, mix=mix)
     if order is not None:  # the keys llama.cpp writes that this file lacks, and the reverse (general.* aside)
         theirs = {k for k in layout["metadata"] if not k.startswith("general.")}
         ours = {k for k in built["metadata_keys"] if not k.startswith("general.")}
