@@ -49,7 +49,7 @@ class DraftConfig:
     conv_kernel_size: int | None = None
     conv_group_size: int | None = None
     selector_rank: int | None = None
-    # multiplies the block's token embeddings before the first layer (DFlash 2's optional key)
+    # multiplies the block's token embeddings before the first layer (dflash_config's optional key)
     input_embedding_scale: float = 1.0
 
     @property
@@ -160,7 +160,8 @@ def draft_config(raw: dict, where) -> DraftConfig:
         raise Gguf2ovError(f"{where}: is_causal is {raw['is_causal']!r}, not true or false")
     config = DraftConfig(raw=raw, hidden_size=raw["hidden_size"], num_layers=raw["num_hidden_layers"],
                          target_layer_ids=list(ids), mask_token_id=dflash["mask_token_id"],
-                         block_size=block_size(raw), **_dflash2_fields(raw, where))
+                         block_size=block_size(raw), input_embedding_scale=_embedding_scale(raw, where),
+                         **_dflash2_fields(raw, where))
     if config.num_heads % config.num_kv_heads:
         raise Gguf2ovError(f"{where}: {config.num_heads} attention heads do not split into "
                            f"{config.num_kv_heads} key/value heads")
@@ -206,12 +207,20 @@ def _dflash2_fields(raw: dict, where) -> dict:
     if raw["hidden_size"] % fields["conv_group_size"]:
         raise Gguf2ovError(f"{where}: hidden_size {raw['hidden_size']} does not split into convolution groups of "
                            f"{fields['conv_group_size']} channels")
-    scale = draft_value(raw, "input_embedding_scale")
-    if scale is not None:
-        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not np.isfinite(scale):
-            raise Gguf2ovError(f"{where}: dflash_config.input_embedding_scale is {scale!r}, not a finite number")
-        fields["input_embedding_scale"] = float(scale)
     return fields
+
+
+def _embedding_scale(raw: dict, where) -> float:
+    """What the block's token embeddings are multiplied by before the first layer: the target's table
+    rows times this are what the draft was trained on. A Gemma target scales its embedding by
+    sqrt(hidden) inside its model, so a draft trained on that embedding states the scale here (llama.cpp's
+    converter writes it as dflash.embedding_scale for v1 and DFlash 2 drafts alike)."""
+    scale = draft_value(raw, "input_embedding_scale")
+    if scale is None:
+        return 1.0
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not np.isfinite(scale):
+        raise Gguf2ovError(f"{where}: dflash_config.input_embedding_scale is {scale!r}, not a finite number")
+    return float(scale)
 
 
 def read_draft_config(checkpoint_dir) -> DraftConfig:

@@ -7,6 +7,8 @@ inputs, outputs and state variables), the same DFlash rt_info, and the same outp
 stateful steps in float32.
 """
 
+import json
+
 import dflash_builders as b
 import numpy as np
 import pytest
@@ -187,3 +189,29 @@ def test_a_window_shorter_than_the_block_hides_rows_on_both_sides(tmp_path):
     _, changed = _export_and_run(tmp_path, "window2", config, _changed_last_row(steps))
     np.testing.assert_array_equal(ours[-1][0, 0], changed[-1][0, 0])
     assert np.abs(ours[-1][0, 3] - changed[-1][0, 3]).max() > 1e-3  # a neighbour's neighbour's neighbour does
+
+
+def test_a_v1_draft_scales_its_block_embeddings_as_its_config_and_its_gguf_say(tmp_path):
+    """A draft trained on Gemma's scaled embedding states the scale (dflash_config.input_embedding_scale,
+    in the GGUF dflash.embedding_scale as llama.cpp's converter writes it); GenAI feeds the draft the
+    target table's rows, so the export multiplies them: the draft on rows x equals the unscaled draft
+    on s * x, from the checkpoint and from its GGUF alike."""
+    from gguf import GGUFReader
+
+    from gguf2ov.tools.gguf_writer import write_dflash_gguf
+
+    scale = 5.656854
+    plain = {**b.DRAFT_CONFIG, **GEOMETRIES["gqa3-one-tap"]}
+    scaled = json.loads(json.dumps(plain))
+    scaled["dflash_config"]["input_embedding_scale"] = scale
+    steps = _steps(open_draft(b.write_checkpoint(tmp_path / "probe", plain, seed=7)).config, 4)
+    times = [{**s, "inputs_embeds": s["inputs_embeds"] * np.float32(scale)} for s in steps]
+    _, want = _export_and_run(tmp_path, "plain", plain, times)
+    draft, ours = _export_and_run(tmp_path, "scaled", scaled, steps)
+    assert draft.config.input_embedding_scale == pytest.approx(scale)
+    for x, y in zip(ours, want):
+        np.testing.assert_allclose(x, y, rtol=0, atol=1e-5 * max(1.0, np.abs(y).max()))
+    gguf = write_dflash_gguf(tmp_path / "scaled", tmp_path / "scaled.gguf", mix="F32").path
+    field = GGUFReader(gguf).fields["dflash.embedding_scale"]
+    assert float(field.parts[field.data[0]][0]) == pytest.approx(scale)
+    assert open_draft(gguf).config.input_embedding_scale == pytest.approx(scale)
