@@ -112,6 +112,7 @@ class _Graph:
             p.output(0).get_tensor().set_names({p.get_friendly_name()})
         self.batch, self.q_len = dim(self.input_ids, 0), dim(self.input_ids, 1)
         self.sinks, self.shared = [], {}
+        self.embeddings = None  # the token embeddings the layers start from (set once the embedding is built)
         self._masks, self._rope = None, {}
 
     def vector(self, name: str) -> np.ndarray:
@@ -173,6 +174,7 @@ def build_target_model(config: TargetConfig, weight: Callable[[str], object], ve
     x = named(ops.gather(table, ids, const(0, np.int64)), scope + "embedding/Gather")
     if c.embedding_scale is not None:
         x = named(ops.multiply(x, const(c.embedding_scale)), scope + "mul/Multiply")
+    g.embeddings = x  # the scaled token embeddings, which Gemma 4's per-layer inputs read (layers/per_layer_input.py)
 
     locators = {}
     for i in range(c.num_layers):

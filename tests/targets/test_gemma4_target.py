@@ -41,8 +41,16 @@ GEMMA4 = {
                                            "full_attention": {"rope_type": "proportional", "rope_theta": 20000.0,
                                                               "partial_rotary_factor": 0.5}},
                           hidden_size_per_layer_input=0, tie_word_embeddings=False),
+    # E2B/E4B-like: per-layer embeddings (8 values a layer), every layer with v_proj, the last three layers
+    # (two sliding, one global) sharing the keys and values of layers 1 and 2; a window of 4; tied head
+    "per-layer-embeddings": dict(model_type="gemma4_text", hidden_size=64, intermediate_size=96,
+                                 num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                 global_head_dim=32, num_kv_shared_layers=3, layer_types=LAYERS[:3] + LAYERS[:3],
+                                 sliding_window=4, final_logit_softcapping=30.0, hidden_size_per_layer_input=8,
+                                 vocab_size_per_layer_input=tb.VOCAB),
 }
 SHARED = GEMMA4["shared-kv"]
+PLE = GEMMA4["per-layer-embeddings"]
 
 
 @pytest.fixture(scope="module", params=list(GEMMA4))

@@ -9,7 +9,7 @@ a map alone. Where the kinds sit in a decoder layer (norms and residuals) is the
 
 # the registry: each registers
 from . import (attention, clamped_moe, gated_attention, gated_deltanet, layer_scalar, mlp, moe,  # noqa: F401
-               shared_kv_attention)
+               per_layer_input, shared_kv_attention)
 from .kind import REGISTRY, LayerKind
 from .pieces import layer_prefix
 
