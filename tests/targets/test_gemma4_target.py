@@ -246,10 +246,10 @@ def _bad_files(tmp_path, gguf_path) -> dict:
     gguf = open_gguf(gguf_path)
     h = SHARED["hidden_size"]
     return {
-        "per-layer embeddings": (
+        "per-layer embeddings without their layers' tensors": (
             _rewrite(gguf_path, tmp_path / "ple.gguf", kv={"gemma4.embedding_length_per_layer_input": 8},
                      tensors={"per_layer_token_embd.weight": np.zeros((tb.VOCAB, 8 * 5), np.float32)}),
-            "per_layer_token_embd.weight: in this model, per-layer embeddings (Gemma 4 E2B, E4B) are not built yet"),
+            "tensors do not match the gemma4 model its config describes: 17 missing (model.layers.0.per_layer_input_gate"),
         "a mixture of experts": (
             _rewrite(gguf_path, tmp_path / "moe.gguf",
                      tensors={f"blk.{n}.ffn_gate_inp.weight": np.zeros((4, h), np.float32) for n in range(5)}),
@@ -265,7 +265,7 @@ def _bad_files(tmp_path, gguf_path) -> dict:
     }
 
 
-@pytest.mark.parametrize("case", ["per-layer embeddings", "a mixture of experts", "rope_freqs for another head size",
+@pytest.mark.parametrize("case", ["per-layer embeddings without their layers' tensors", "a mixture of experts", "rope_freqs for another head size",
                                   "key/value heads that differ among sliding layers"])
 def test_bad_gemma4_files_are_one_error_line_and_no_folder(tmp_path, shared, fixtures_dir, capsys, case):
     path, message = _bad_files(tmp_path, _write_gemma4(shared, tmp_path / "g.gguf"))[case]
@@ -429,8 +429,8 @@ def test_the_target_folder_of_llama_cpps_file_alone_generates_llama_simples_text
 # --- variants not built yet ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("changes, message", [
-    ({"hidden_size_per_layer_input": 16}, "hidden_size_per_layer_input is 16: per-layer embeddings (Gemma 4 E2B, "
-                                          "E4B), which this version does not build"),
+    ({"use_double_wide_mlp": True}, "use_double_wide_mlp is True: double-wide MLPs in the shared-KV layers, which "
+                                    "this version does not build"),
     ({"enable_moe_block": True, "num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": 32},
      "enable_moe_block is True: a mixture of experts beside the dense MLP (Gemma 4 26B-A4B), which this version "
      "does not build"),
