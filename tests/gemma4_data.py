@@ -1,8 +1,12 @@
-"""The gemma4_text checkpoint behind tests/data/gemma4-llamacpp-F32.gguf, which llama.cpp's own converter
-wrote from it (benchmarks/llamacpp_gemma4.py), its Q4_K_M by llama-quantize, and llama.cpp's greedy text on both
-(tests/data/gemma4-llamacpp.json, which CI reads without llama.cpp): tests/targets/test_gemma4_target.py's
-shared-KV geometry (sliding and global layers of head sizes 16 and 32, attention_k_eq_v, two shared-KV
-layers) on the vocabulary of a small SentencePiece-style BPE tokenizer, as Gemma 4's converter requires.
+"""The gemma4_text checkpoints behind tests/data/gemma4-llamacpp-F32.gguf and gemma4-ple-llamacpp-F32.gguf,
+which llama.cpp's own converter wrote from them (benchmarks/llamacpp_gemma4.py), the first's Q4_K_M by
+llama-quantize, and llama.cpp's greedy text on each (tests/data/gemma4-llamacpp.json, gemma4-ple-llamacpp.json,
+which CI reads without llama.cpp), on the vocabulary of a small SentencePiece-style BPE tokenizer, as Gemma
+4's converter requires:
+- CONFIG, tests/targets/test_gemma4_target.py's shared-KV geometry (sliding and global layers of head sizes
+  16 and 32, attention_k_eq_v, two shared-KV layers);
+- PLE_CONFIG, E2B/E4B-like: per-layer embeddings (8 values a layer), v_proj in every layer, the last two
+  layers (one sliding, one global) sharing the keys and values of the first two.
 
 Every value is computed from its tensor's name and position with integer arithmetic alone (no random
 generator whose stream could change), as a multiple of 1/1024 below 2 in magnitude: the file holds the
@@ -19,6 +23,8 @@ DATA = Path(__file__).resolve().parent / "data"
 LLAMACPP_FILE = DATA / "gemma4-llamacpp-F32.gguf"
 LLAMACPP_Q4_K_M = DATA / "gemma4-llamacpp-Q4_K_M.gguf"  # llama-quantize's of LLAMACPP_FILE
 LLAMACPP_GREEDY = DATA / "gemma4-llamacpp.json"
+LLAMACPP_PLE_FILE = DATA / "gemma4-ple-llamacpp-F32.gguf"
+LLAMACPP_PLE_GREEDY = DATA / "gemma4-ple-llamacpp.json"
 
 CONFIG = {
     "architectures": ["Gemma4ForCausalLM"], "model_type": "gemma4_text", "vocab_size": 384, "hidden_size": 64,
@@ -32,6 +38,12 @@ CONFIG = {
     "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                         "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
                                            "rope_theta": 1000000.0}},
+}
+PLE_CONFIG = CONFIG | {
+    "hidden_size": 48, "intermediate_size": 64, "num_hidden_layers": 4, "num_attention_heads": 2,
+    "num_key_value_heads": 1, "attention_k_eq_v": False, "num_global_key_value_heads": None,
+    "num_kv_shared_layers": 2, "layer_types": ["sliding_attention", "full_attention"] * 2,
+    "hidden_size_per_layer_input": 8, "vocab_size_per_layer_input": 384,
 }
 
 
@@ -50,13 +62,13 @@ def values(name: str, shape) -> np.ndarray:
     return (k / 1024).astype(np.float32).reshape(shape)
 
 
-def write_checkpoint(folder: Path) -> Path:
-    """The checkpoint (no tokenizer: the converter's is benchmarks/llamacpp_gemma4.py's) in `folder`, saved
-    by transformers 5.5.4's Gemma4ForCausalLM with every parameter and buffer set by `values`."""
+def write_checkpoint(folder: Path, config: dict = CONFIG) -> Path:
+    """The checkpoint of `config` (no tokenizer: the converter's is benchmarks/llamacpp_gemma4.py's) in `folder`,
+    saved by transformers 5.5.4's Gemma4ForCausalLM with every parameter and buffer set by `values`."""
     import torch
     from transformers import AutoModelForCausalLM, CONFIG_MAPPING
 
-    config = CONFIG_MAPPING["gemma4_text"].from_dict({k: v for k, v in CONFIG.items() if k != "model_type"})
+    config = CONFIG_MAPPING["gemma4_text"].from_dict({k: v for k, v in config.items() if k != "model_type"})
     model = AutoModelForCausalLM.from_config(config)
     state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
     with torch.no_grad():
@@ -67,7 +79,7 @@ def write_checkpoint(folder: Path) -> Path:
     return folder
 
 
-def llamacpp_greedy() -> dict:
+def llamacpp_greedy(path: Path = LLAMACPP_GREEDY) -> dict:
     """What benchmarks/llamacpp_gemma4.py recorded: per prompt, llama-tokenize's ids and llama-simple's text on
     each file."""
-    return json.loads(LLAMACPP_GREEDY.read_text())
+    return json.loads(path.read_text())

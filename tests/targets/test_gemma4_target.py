@@ -354,6 +354,45 @@ def test_the_target_of_llama_cpps_file_generates_llama_cpps_greedy_text(tmp_path
     assert ours == [p["text"] for p in recorded["prompts"]]
 
 
+def test_a_per_layer_embeddings_file_llama_cpps_converter_wrote_builds_the_checkpoints_target(tmp_path):
+    """tests/data/gemma4-ple-llamacpp-F32.gguf: convert_hf_to_gguf.py (llama.cpp 0c1e570) of gemma4_data's
+    per-layer-embeddings checkpoint (`benchmarks/llamacpp_gemma4.py ple`). It reads back as the checkpoint
+    (hidden_size_per_layer_input from embedding_length_per_layer_input, the per-layer table's rows the
+    vocabulary's), the target built from it is the checkpoint's byte for byte, and that computes transformers'
+    model of the checkpoint."""
+    import gemma4_data
+
+    hf = gemma4_data.write_checkpoint(tmp_path / "hf", gemma4_data.PLE_CONFIG)
+    source, reference = open_target(gemma4_data.LLAMACPP_PLE_FILE), open_target(hf)
+    c = source.config
+    assert (c.hf.hidden_size_per_layer_input, c.hf.vocab_size_per_layer_input, c.hf.num_kv_shared_layers,
+            c.hf.attention_k_eq_v) == (8, 384, 2, False)
+    assert source.expected == reference.expected
+    assert "model.embed_tokens_per_layer.weight" in source.embeddings
+    for name in source.expected:
+        np.testing.assert_array_equal(source.f32(name), reference.f32(name), err_msg=name)
+    ours = tb.target_ir(gemma4_data.LLAMACPP_PLE_FILE, tmp_path / "from-gguf")
+    from_hf = tb.target_ir(hf, tmp_path / "from-hf")
+    assert ours.with_suffix(".bin").read_bytes() == from_hf.with_suffix(".bin").read_bytes()
+    worst = tb.worst_against_transformers(ours, _transformers(hf))
+    assert max(worst.values()) <= 1e-5, worst
+
+
+def test_the_target_of_llama_cpps_per_layer_embeddings_file_generates_llama_cpps_greedy_text(tmp_path):
+    """As for the dense file: on llama-tokenize's ids of each prompt, the target built from the per-layer-
+    embeddings file continues greedily as llama-simple did on that file (recorded: CI has no llama.cpp)."""
+    import gemma4_data
+
+    from gguf2ov.gguf.read import open_gguf
+
+    gguf = open_gguf(gemma4_data.LLAMACPP_PLE_FILE)
+    recorded = gemma4_data.llamacpp_greedy(gemma4_data.LLAMACPP_PLE_GREEDY)
+    xml = tb.target_ir(gemma4_data.LLAMACPP_PLE_FILE, tmp_path / "ours")
+    eos = int(gguf.metadata["tokenizer.ggml.eos_token_id"])
+    ours = [_pieces_text(gguf, _greedy_ids(xml, p["ids"], recorded["new_tokens"], eos)) for p in recorded["prompts"]]
+    assert ours == [p["text"] for p in recorded["prompts"]]
+
+
 def test_the_fixture_vlms_language_model_computes_the_vlm_on_text(tmp_path, fixtures_dir):
     """fixtures/tiny-vlm/target-hf, the Gemma4ForConditionalGeneration checkpoint whose optimum export the
     VLM fixture runs: its target (the language model alone) is transformers' VLM on text tokens, logits
