@@ -304,8 +304,9 @@ def test_a_file_llama_cpps_converter_wrote_builds_the_checkpoints_target(tmp_pat
     assert max(worst.values()) <= 1e-5, worst
 
 
-def _greedy_ids(xml, prompt_ids: list[int], new_tokens: int, eos: int) -> list[int]:
-    """The target's greedy continuation, one stateful step per token (float32, exact arithmetic)."""
+def _greedy_ids(xml, prompt_ids: list[int], new_tokens: int, eos: int, margins: list | None = None) -> list[int]:
+    """The target's greedy continuation, one stateful step per token (float32, exact arithmetic); `margins`
+    gets each step's gap between its top two logits."""
     import openvino as ov
 
     from gguf2ov.numerics import EXACT, core
@@ -320,6 +321,9 @@ def _greedy_ids(xml, prompt_ids: list[int], new_tokens: int, eos: int) -> list[i
                                 "beam_idx": np.zeros(1, np.int32)})
         past += len(ids)
         token = int(np.argmax(result["logits"][0, -1]))
+        if margins is not None:
+            top = np.sort(result["logits"][0, -1])
+            margins.append(float(top[-1] - top[-2]))
         if token == eos:
             break
         out.append(token)
@@ -380,7 +384,11 @@ def test_a_per_layer_embeddings_file_llama_cpps_converter_wrote_builds_the_check
 
 def test_the_target_of_llama_cpps_per_layer_embeddings_file_generates_llama_cpps_greedy_text(tmp_path):
     """As for the dense file: on llama-tokenize's ids of each prompt, the target built from the per-layer-
-    embeddings file continues greedily as llama-simple did on that file (recorded: CI has no llama.cpp)."""
+    embeddings file continues greedily as llama-simple did on that file (recorded: CI has no llama.cpp), on
+    every prompt but where the target's top two logits came within 1e-3 of each other: llama.cpp computes
+    GELU through a float16 table (ggml-cpu vec.h GGML_GELU_FP16), which moves them by that much. Measured:
+    4 of 5 prompts the same, the fifth leaving llama-simple's text at a step whose top two logits are 0.0000
+    apart."""
     import gemma4_data
 
     from gguf2ov.gguf.read import open_gguf
@@ -389,8 +397,13 @@ def test_the_target_of_llama_cpps_per_layer_embeddings_file_generates_llama_cpps
     recorded = gemma4_data.llamacpp_greedy(gemma4_data.LLAMACPP_PLE_GREEDY)
     xml = tb.target_ir(gemma4_data.LLAMACPP_PLE_FILE, tmp_path / "ours")
     eos = int(gguf.metadata["tokenizer.ggml.eos_token_id"])
-    ours = [_pieces_text(gguf, _greedy_ids(xml, p["ids"], recorded["new_tokens"], eos)) for p in recorded["prompts"]]
-    assert ours == [p["text"] for p in recorded["prompts"]]
+    same = 0
+    for p in recorded["prompts"]:
+        margins = []
+        ours = _pieces_text(gguf, _greedy_ids(xml, p["ids"], recorded["new_tokens"], eos, margins))
+        same += ours == p["text"]
+        assert ours == p["text"] or min(margins) < 1e-3, (p["prompt"], ours, p["text"], min(margins))
+    assert same >= 4
 
 
 def test_the_fixture_vlms_language_model_computes_the_vlm_on_text(tmp_path, fixtures_dir):
