@@ -171,14 +171,19 @@ def test_the_text_model_of_a_vlm_checkpoint(tmp_path, shared, fixtures_dir):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("weight_format", ["fp16", "int8", "int4"])
-def test_every_float_and_nncf_format_from_the_checkpoint(tmp_path, shared, fixtures_dir, weight_format):
-    """The command's every format of the shared-KV geometry: its checks all pass (the paged conversion
-    among them, the shared layers over their donors' caches)."""
-    result = build_target(shared, tmp_path / "t", weight_format=weight_format, tokenizer_dir=fixtures_dir / "target-hf",
-                          group_size=16 if weight_format == "int4" else None)
+@pytest.mark.parametrize("geometry", ["shared-kv", "per-layer-embeddings"])
+def test_every_float_and_nncf_format_from_the_checkpoint(tmp_path, fixtures_dir, weight_format, geometry):
+    """The command's every format of the shared-KV geometries: its checks all pass (the paged conversion
+    among them, the shared layers over their donors' caches; the token embedding GenAI picks, not the
+    per-layer table)."""
+    hf = tb.write_target_checkpoint(tmp_path / "hf", GEMMA4[geometry], seed=5)
+    group = min(16, GEMMA4[geometry].get("hidden_size_per_layer_input") or 16)  # a group divides every input width
+    result = build_target(hf, tmp_path / "t", weight_format=weight_format, tokenizer_dir=fixtures_dir / "target-hf",
+                          group_size=group if weight_format == "int4" else None)
     assert all(c.status == "pass" for c in result.checks), [(c.name, c.reason) for c in result.checks]
     paged = next(c for c in result.checks if c.name == "target-paged")
-    assert "2 of them over an earlier layer's key/value cache (shared KV)" in paged.reason
+    shared = GEMMA4[geometry]["num_kv_shared_layers"]
+    assert f"{shared} of them over an earlier layer's key/value cache (shared KV)" in paged.reason
 
 
 # --- llama.cpp's layout, as the project's writer writes it ---------------------------------------------
@@ -509,21 +514,24 @@ def test_unsupported_variants_are_one_error_line_and_no_folder(tmp_path, shared,
 # --- in OpenVINO GenAI, with a DFlash draft attached ---------------------------------------------------
 
 @pytest.mark.slow
-def test_genai_runs_the_target_with_a_dflash_draft_attached(tmp_path, fixtures_dir):
+@pytest.mark.parametrize("geometry", ["shared-kv", "per-layer-embeddings"])
+def test_genai_runs_the_target_with_a_dflash_draft_attached(tmp_path, fixtures_dir, geometry):
     """A random DFlash draft (taps at layers 1 and 3, a sliding layer and a shared one) attached to the
     target in GenAI's continuous-batching pipeline (the paged target, shared layers over their donors'
-    caches): the greedy text with the draft is the text of the target alone, on every fixture prompt."""
+    caches; with per-layer embeddings, their lookup inside the graph, whose only token input is input_ids): the
+    greedy text with the draft is the text of the target alone, on every fixture prompt."""
     import dflash_builders as b
 
     from gguf2ov.job import Job, Options
     from gguf2ov.runtime.genai import GenerationSettings, read_prompts
     from gguf2ov.stages.accept import run_acceptance
 
-    hf = tb.write_target_checkpoint(tmp_path / "hf", SHARED, seed=7, vocab=512)  # the fixture tokenizer's
+    spec = GEMMA4[geometry] | ({"vocab_size_per_layer_input": 512} if geometry == "per-layer-embeddings" else {})
+    hf = tb.write_target_checkpoint(tmp_path / "hf", spec, seed=7, vocab=512)  # the fixture tokenizer's
     result = build_target(hf, tmp_path / "target", tokenizer_dir=fixtures_dir / "target-hf")
     assert all(c.status == "pass" for c in result.checks), [(c.name, c.reason) for c in result.checks]
     config = json.loads(json.dumps(b.DRAFT_CONFIG))
-    config.update(hidden_size=SHARED["hidden_size"], vocab_size=512)
+    config.update(hidden_size=spec["hidden_size"], vocab_size=512)
     config["dflash_config"] = {"target_layer_ids": [1, 3], "mask_token_id": 1, "block_size": 8}
     b.random_checkpoint(config, tmp_path / "draft-hf")
     Job.of(tmp_path / "draft-hf", None, Options(progress=False)).export(tmp_path / "draft")
