@@ -52,6 +52,9 @@ Gemma 4 (Gemma 4 31B's text model: hidden 5376, 60 layers of 5 sliding (16 key/v
 
     gguf-31b       as gguf-30b on a random Q4_K_M `gemma4` file (llama.cpp's metadata keys, rope_freqs,
                    llama-quantize's Q4_K_M types: `scale_gguf.gemma4_types`); gguf-tinygemma4 a smoke run
+    gguf-e4b       as gguf-31b on a random Q4_K_M file of Gemma 4 E4B's text model (hidden 2560, 42 layers, the
+                   last 18 sharing keys and values, per-layer embeddings of 256: per_layer_token_embd Q6_K,
+                   per_layer_model_proj BF16); gguf-tinyple a smoke run
 
 Every decode case also measures the verify-to-decode cost of the target (`verify_cost`): one forward
 of K + 1 tokens on the stateful target after a prompt, against one decode step, K = 1, 3, 5, 7, 15.
@@ -96,7 +99,7 @@ ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.
 GIB = 2**30
 SIZES = {"tiny": "tiny", "1.7b": "qwen3-1.7b", "4b": "qwen3-4b", "8b": "qwen3-8b", "tiny35": "qwen3.5-tiny",
          "2b": "qwen3.5-2b", "9b": "qwen3.5-9b", "tinymoe": "qwen3moe-tiny", "30b": "qwen3-30b-a3b",
-         "tinygemma4": "gemma4-tiny", "31b": "gemma-4-31b"}
+         "tinygemma4": "gemma4-tiny", "31b": "gemma-4-31b", "tinyple": "gemma4-ple-tiny", "e4b": "gemma-4-e4b"}
 DRAFT_OF = {"8b": "qwen3-8b-dflash", "9b": "qwen3.5-9b-dflash"}  # the draft a run or pair case uses ("tiny" else)
 PROMPT = "The history of the printing press begins"
 KEEP_ENV_CACHE = False
@@ -145,7 +148,7 @@ def case(name: str) -> dict:
         argv = gguf_target_argv(gguf, out, geom, compact=kind == "gguf-compact", own_vocab=kind == "gguf-vocab")
         return {"argv": argv, "output": out, "inputs": [gguf], "probes": [2.0], "source": gguf,
                 "source_tensor_bytes": gguf_tensor_bytes(gguf), "source_bytes": gguf.stat().st_size,
-                "read_file": geom.moe or size == "31b"}
+                "read_file": geom.moe or size in ("31b", "e4b")}
     if kind in ("use", "use-compact", "pair"):
         gguf = Path(ensure_target_gguf(geom)["path"])
         built = built_target(gguf, geom, compact=kind == "use-compact")
@@ -496,7 +499,7 @@ def goals(cases: dict) -> dict[str, str]:
             if ratio is None:
                 verdict[name] = "no IR"
                 continue
-            if size in ("30b", "31b"):  # as fast as reading the file twice (a mixture of experts; Gemma 4 31B)
+            if size in ("30b", "31b", "e4b"):  # as fast as reading the file twice (a mixture of experts; Gemma 4)
                 read = min(x["seconds"] for x in [r["source_read"], *r.get("source_read_reruns", [])])
                 ok = limit is not None and limit <= 2 and secs <= 2 * read
                 verdict[name] = (f"{'met' if ok else 'MISSED'}: limit <= 2 GiB ({limit}), <= 2x reading the file "

@@ -193,7 +193,8 @@ _DEFAULTS = {f.name: f.default for f in fields(TargetGeometry)}
 class Gemma4Geometry:
     """A dense Gemma 4 text model (`gemma4_text`): sliding-window layers with `kv_heads` heads of `head_dim`,
     every `global_every`-th layer global with `global_kv_heads` heads of `global_head_dim` and, with `k_eq_v`,
-    no V projection; the last `shared_kv_layers` layers read earlier layers' keys and values; tied head."""
+    no V projection; the last `shared_kv_layers` layers read earlier layers' keys and values; with
+    `per_layer_input` > 0, per-layer embeddings of that many values a layer (E2B, E4B); tied head."""
     name: str
     hidden: int
     layers: int
@@ -208,6 +209,7 @@ class Gemma4Geometry:
     sliding_window: int = 1024
     k_eq_v: bool = True
     shared_kv_layers: int = 0
+    per_layer_input: int = 0
     note: str = ""
     tied = True
     hybrid = False
@@ -226,7 +228,8 @@ class Gemma4Geometry:
             "global_head_dim": self.global_head_dim, "num_global_key_value_heads": self.global_kv_heads,
             "attention_k_eq_v": self.k_eq_v, "num_kv_shared_layers": self.shared_kv_layers,
             "sliding_window": self.sliding_window, "layer_types": self.layer_types(),
-            "final_logit_softcapping": 30.0, "hidden_size_per_layer_input": 0,
+            "final_logit_softcapping": 30.0, "hidden_size_per_layer_input": self.per_layer_input,
+            "vocab_size_per_layer_input": self.vocab,
             "hidden_activation": "gelu_pytorch_tanh", "rms_norm_eps": 1e-6, "max_position_embeddings": 262144,
             "tie_word_embeddings": True, "pad_token_id": 0, "eos_token_id": 1, "bos_token_id": 2,
             "dtype": "bfloat16",
@@ -254,7 +257,8 @@ class Gemma4Geometry:
     def key(self) -> str:
         import hashlib
 
-        fields = {k: v for k, v in asdict(self).items() if k != "note"}
+        # per_layer_input only where set, so that the keys of the geometries without it stay what they were
+        fields = {k: v for k, v in asdict(self).items() if k != "note" and not (k == "per_layer_input" and not v)}
         return hashlib.sha256(json.dumps({"v": BUILDER_VERSION, **fields}, sort_keys=True).encode()).hexdigest()[:10]
 
 
@@ -286,6 +290,18 @@ GEOMETRIES = {g.name: g for g in [
     # 16 key/value heads of 256, global ones 4 of 512 with K as V; no shared-KV layers; tied head
     Gemma4Geometry("gemma-4-31b", hidden=5376, layers=60, ffn=21504, heads=32, kv_heads=16, head_dim=256,
                    global_kv_heads=4, global_head_dim=512, vocab=262144, note="Gemma 4 31B's text model"),
+    # google/gemma-4-E4B-it's text model, from MaxText's configs/models/gemma4-e4b.yml (AI-Hypercomputer/maxtext):
+    # 42 layers, hidden 2560, MLP 10240, 8 query heads and 2 key/value heads of 256 (sliding) or 512 (global,
+    # no K as V: the E models have v_proj everywhere), window 512, per-layer inputs of 256 over the 262144-token
+    # vocabulary, the last 18 layers sharing keys and values, no double-wide MLP (E2B has it). Every 6th layer
+    # global, from memory, and consistent with exllamav3's E4B notes (sliding layers share layer 22's keys and
+    # values, global ones layer 23's); tied head
+    Gemma4Geometry("gemma-4-e4b", hidden=2560, layers=42, ffn=10240, heads=8, kv_heads=2, head_dim=256,
+                   global_kv_heads=2, global_head_dim=512, vocab=262144, sliding_window=512, k_eq_v=False,
+                   shared_kv_layers=18, per_layer_input=256, note="Gemma 4 E4B's text model"),
+    Gemma4Geometry("gemma4-ple-tiny", hidden=256, layers=6, ffn=512, heads=4, kv_heads=2, head_dim=128,
+                   global_kv_heads=2, global_head_dim=256, vocab=2048, global_every=3, sliding_window=16,
+                   k_eq_v=False, shared_kv_layers=3, per_layer_input=64, note="smoke run"),
 ]}
 
 
