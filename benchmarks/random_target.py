@@ -301,7 +301,7 @@ GEOMETRIES = {g.name: g for g in [
                    shared_kv_layers=18, per_layer_input=256, note="Gemma 4 E4B's text model"),
     Gemma4Geometry("gemma4-ple-tiny", hidden=256, layers=6, ffn=512, heads=4, kv_heads=2, head_dim=128,
                    global_kv_heads=2, global_head_dim=256, vocab=2048, global_every=3, sliding_window=16,
-                   k_eq_v=False, shared_kv_layers=3, per_layer_input=64, note="smoke run"),
+                   k_eq_v=False, shared_kv_layers=3, per_layer_input=256, note="smoke run"),
 ]}
 
 
