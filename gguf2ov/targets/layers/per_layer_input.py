@@ -20,10 +20,10 @@ from ...maps.rules import is_int
 from .kind import LayerKind
 from .pieces import activation, layer_prefix
 
-TABLE = "model.embed_tokens_per_layer.weight"
-PROJECTION = "model.per_layer_model_projection.weight"
-PROJECTION_NORM = "model.per_layer_projection_norm"
-INPUTS = "per_layer_inputs"  # g.shared key of the inputs every layer reads
+_TABLE = "model.embed_tokens_per_layer.weight"
+_PROJECTION = "model.per_layer_model_projection.weight"
+_PROJECTION_NORM = "model.per_layer_projection_norm"
+_INPUTS = "per_layer_inputs"  # g.shared key of the inputs every layer reads
 
 
 def _width(c) -> int:
@@ -45,18 +45,18 @@ class PerLayerInput(LayerKind, name="per_layer_input", role="block"):
         p, width, h = layer_prefix(i), _width(c), c.hidden_size
         shapes = {}
         if i == 0:  # the model's, made once before the first layer reads its part
-            shapes = {TABLE: (c.hf.vocab_size_per_layer_input, c.num_layers * width),
-                      PROJECTION: (c.num_layers * width, h), PROJECTION_NORM + ".weight": (width,)}
+            shapes = {_TABLE: (c.hf.vocab_size_per_layer_input, c.num_layers * width),
+                      _PROJECTION: (c.num_layers * width, h), _PROJECTION_NORM + ".weight": (width,)}
         return shapes | {p + "per_layer_input_gate.weight": (width, h), p + "per_layer_projection.weight": (h, width)}
 
     def names(self, options):
         return {"per_layer_input_gate.weight": True, "per_layer_projection.weight": True}
 
     def model_names(self, options):
-        return {TABLE: True, PROJECTION: True, PROJECTION_NORM + ".weight": True}
+        return {_TABLE: True, _PROJECTION: True, _PROJECTION_NORM + ".weight": True}
 
     def gathered(self, c, i):
-        return [TABLE] if i == 0 else []
+        return [_TABLE] if i == 0 else []
 
     def probe(self, c, layers, width):
         from ..probe import VOCAB
@@ -64,12 +64,12 @@ class PerLayerInput(LayerKind, name="per_layer_input", role="block"):
         return {"vocab_size_per_layer_input": VOCAB}  # the probe's vocabulary, its table's rows
 
     def build(self, g, x, i):
-        if INPUTS not in g.shared:
-            g.shared[INPUTS] = _model_inputs(g)
+        if _INPUTS not in g.shared:
+            g.shared[_INPUTS] = _model_inputs(g)
         p = layer_prefix(i)
         gate = linear(x, g.weight(p + "per_layer_input_gate.weight"), p + "per_layer_input_gate")
         gate = activation(g, gate, f"__module.{p}act_fn/aten::")
-        mine = _ops().gather(g.shared[INPUTS], const(i, np.int64), const(2, np.int64))  # [B, L, P]
+        mine = _ops().gather(g.shared[_INPUTS], const(i, np.int64), const(2, np.int64))  # [B, L, P]
         gated = named(_ops().multiply(gate, mine), f"__module.{p[:-1]}/aten::mul/Multiply_per_layer")
         return linear(gated, g.weight(p + "per_layer_projection.weight"), p + "per_layer_projection")
 
@@ -81,13 +81,13 @@ def _model_inputs(g):
     split = const([0, 0, c.num_layers, width], np.int64)
     scope = "__module.model.embed_tokens_per_layer/aten::"
     ids = ops.convert(g.input_ids, "i32")
-    table = named(ops.gather(g.weight(TABLE), ids, const(0, np.int64)), scope + "embedding/Gather")
+    table = named(ops.gather(g.weight(_TABLE), ids, const(0, np.int64)), scope + "embedding/Gather")
     # float32 scales, as the modules' buffers and Python floats times float32 tensors make them
     table = named(ops.multiply(table, const(np.float32(width ** 0.5))), scope + "mul/Multiply")
     table = ops.reshape(table, split, True)
     scope = "__module.model/aten::"
-    projected = linear(g.embeddings, g.weight(PROJECTION), "model.per_layer_model_projection")
+    projected = linear(g.embeddings, g.weight(_PROJECTION), "model.per_layer_model_projection")
     projected = named(ops.multiply(projected, const(np.float32(c.hidden_size ** -0.5))), scope + "mul/Multiply_ple")
-    projected = g.norm(ops.reshape(projected, split, True), PROJECTION_NORM + ".weight", PROJECTION_NORM)
+    projected = g.norm(ops.reshape(projected, split, True), _PROJECTION_NORM + ".weight", _PROJECTION_NORM)
     summed = named(ops.add(projected, table), scope + "add/Add_ple")
     return named(ops.multiply(summed, const(np.float32(2.0 ** -0.5))), scope + "mul/Multiply_ple_1")
