@@ -255,6 +255,10 @@ def _bad_files(tmp_path, gguf_path) -> dict:
             _rewrite(gguf_path, tmp_path / "ple.gguf", kv={"gemma4.embedding_length_per_layer_input": 8},
                      tensors={"per_layer_token_embd.weight": np.zeros((tb.VOCAB, 8 * 5), np.float32)}),
             "tensors do not match the gemma4 model its config describes: 17 missing (model.layers.0.per_layer_input_gate"),
+        "double-wide MLPs in the shared-KV layers (E2B)": (
+            _rewrite(gguf_path, tmp_path / "wide.gguf", kv={"gemma4.feed_forward_length": [96, 96, 96, 192, 192]}),
+            "gemma4.feed_forward_length states intermediate_size per layer ([96, 96, 96, 192, 192]), with 2 different "
+            "values"),
         "a mixture of experts": (
             _rewrite(gguf_path, tmp_path / "moe.gguf",
                      tensors={f"blk.{n}.ffn_gate_inp.weight": np.zeros((4, h), np.float32) for n in range(5)}),
@@ -270,7 +274,8 @@ def _bad_files(tmp_path, gguf_path) -> dict:
     }
 
 
-@pytest.mark.parametrize("case", ["per-layer embeddings without their layers' tensors", "a mixture of experts", "rope_freqs for another head size",
+@pytest.mark.parametrize("case", ["per-layer embeddings without their layers' tensors",
+                                  "double-wide MLPs in the shared-KV layers (E2B)", "a mixture of experts", "rope_freqs for another head size",
                                   "key/value heads that differ among sliding layers"])
 def test_bad_gemma4_files_are_one_error_line_and_no_folder(tmp_path, shared, fixtures_dir, capsys, case):
     path, message = _bad_files(tmp_path, _write_gemma4(shared, tmp_path / "g.gguf"))[case]
