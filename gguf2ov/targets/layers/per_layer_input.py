@@ -58,10 +58,6 @@ class PerLayerInput(LayerKind, name="per_layer_input", role="block"):
     def gathered(self, c, i):
         return [_TABLE] if i == 0 else []
 
-    def probe(self, c, layers, width):
-        from ..probe import VOCAB
-
-        return {"vocab_size_per_layer_input": VOCAB}  # the probe's vocabulary, its table's rows
 
     def build(self, g, x, i):
         if _INPUTS not in g.shared:
