@@ -58,7 +58,6 @@ class PerLayerInput(LayerKind, name="per_layer_input", role="block"):
     def gathered(self, c, i):
         return [_TABLE] if i == 0 else []
 
-
     def build(self, g, x, i):
         if _INPUTS not in g.shared:
             g.shared[_INPUTS] = _model_inputs(g)
