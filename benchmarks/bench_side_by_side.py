@@ -241,11 +241,16 @@ def genai_pair(target: Path, draft: Path, prompts: Path, k: int, tokens: int) ->
 
 
 def memory(inputs: dict, targets: dict) -> dict:
-    """Peak RSS and the smallest memory limit of a 16-token generation: llama.cpp's llama-bench -n 16, and
-    LLMPipeline with default properties on each OpenVINO target (bench_target_build's use case)."""
+    """Peak RSS and the smallest memory limit of a 16-token generation: llama.cpp's llama-bench -n 16 and
+    llama-completion (a prompt, 16 new tokens, -t 2), and LLMPipeline with default properties on each OpenVINO
+    target (bench_target_build's use case)."""
     import memlimit
 
-    runs = {"llama.cpp": [tool("llama-bench"), "-m", inputs["target"], "-t", THREADS, "-p", 0, "-n", 16, "-r", 1]}
+    from bench_target_build import PROMPT
+
+    runs = {"llama.cpp": [tool("llama-bench"), "-m", inputs["target"], "-t", THREADS, "-p", 0, "-n", 16, "-r", 1],
+            "llama-completion": [tool("llama-completion"), "-m", inputs["target"], "-t", THREADS, "-n", 16, "-p", PROMPT,
+                                 "-no-cnv", "--no-warmup"]}
     for form, target in targets.items():
         runs[f"GenAI {form}"] = [sys.executable, HERE / "bench_target_build.py", "--use-target", target]
     found = {}
@@ -309,8 +314,17 @@ def markdown(report: dict) -> str:
     row("peak RSS of the decode run, GiB", [rss("llama_bench")] + [rss(f"decode_default_{f}") for f in forms])
     if report.get("memory"):
         m = report["memory"]
-        row("smallest memory limit of a 16-token generation, GiB",
+        row("smallest memory limit of a 16-token generation, GiB (llama.cpp: llama-bench)",
             [str(m.get("llama.cpp", {}).get("smallest_limit_gib"))] + [str(m.get(f"GenAI {f}", {}).get("smallest_limit_gib")) for f in forms])
+
+        def rss(label):
+            kib = m.get(label, {}).get("peak_rss_kib")
+            return f"{kib / 2**20:.2f}" if kib else ""
+
+        row("peak RSS of a 16-token generation, GiB (llama.cpp: llama-bench)", [rss("llama.cpp")] + [rss(f"GenAI {f}") for f in forms])
+        if "llama-completion" in m:
+            row("llama-completion (16 tokens): smallest limit, peak RSS, GiB",
+                [f"{m['llama-completion'].get('smallest_limit_gib')}, {rss('llama-completion')}"] + [""] * len(forms))
     loads = [x for r in rounds for v in r.values() if isinstance(v, dict) for x in [v.get("load_before")] if x is not None]
     if loads:
         lines += ["", f"Load average (1 min) before the measurements: median {statistics.median(loads):.2f}, range "

@@ -52,6 +52,9 @@ Gemma 4 (Gemma 4 31B's text model: hidden 5376, 60 layers of 5 sliding (16 key/v
 
     gguf-31b       as gguf-30b on a random Q4_K_M `gemma4` file (llama.cpp's metadata keys, rope_freqs,
                    llama-quantize's Q4_K_M types: `scale_gguf.gemma4_types`); gguf-tinygemma4 a smoke run
+    gguf-e4b       as gguf-31b on a random Q4_K_M file of Gemma 4 E4B's text model (hidden 2560, 42 layers, the
+                   last 18 sharing keys and values, per-layer embeddings of 256: per_layer_token_embd Q6_K,
+                   per_layer_model_proj BF16); gguf-tinyple a smoke run
 
 Gemma 4 26B-A4B (hidden 2816, 30 layers of 5 sliding (8 key/value heads of 256) + 1 global (2 of 512, K as
 V), 16 query heads, in every layer a dense MLP 2112 wide and beside it 128 experts of 704, top 8):
@@ -114,8 +117,8 @@ GIB = 2**30
 SIZES = {"tiny": "tiny", "1.7b": "qwen3-1.7b", "4b": "qwen3-4b", "8b": "qwen3-8b", "tiny35": "qwen3.5-tiny",
          "2b": "qwen3.5-2b", "9b": "qwen3.5-9b", "tinymoe": "qwen3moe-tiny", "30b": "qwen3-30b-a3b",
          "tinygemma4": "gemma4-tiny", "31b": "gemma-4-31b", "tinygemma4moe": "gemma4moe-tiny",
-         "26b-a4b": "gemma-4-26b-a4b", "tinygptoss": "gpt-oss-tiny", "20b": "gpt-oss-20b",
-         "20b2l": "gpt-oss-20b-2l", "20b4l": "gpt-oss-20b-4l"}
+         "26b-a4b": "gemma-4-26b-a4b", "tinyple": "gemma4-ple-tiny", "e4b": "gemma-4-e4b",
+         "tinygptoss": "gpt-oss-tiny", "20b": "gpt-oss-20b", "20b2l": "gpt-oss-20b-2l", "20b4l": "gpt-oss-20b-4l"}
 # the draft a run or pair case uses ("tiny" else)
 DRAFT_OF = {"8b": "qwen3-8b-dflash", "9b": "qwen3.5-9b-dflash", "20b": "gpt-oss-20b-dflash"}
 PROMPT = "The history of the printing press begins"
@@ -166,7 +169,7 @@ def case(name: str) -> dict:
         argv = gguf_target_argv(gguf, out, geom, compact=kind == "gguf-compact", own_vocab=kind == "gguf-vocab")
         return {"argv": argv, "output": out, "inputs": [gguf], "probes": [2.0], "source": gguf,
                 "source_tensor_bytes": gguf_tensor_bytes(gguf), "source_bytes": gguf.stat().st_size,
-                "read_file": geom.moe or size == "31b"}
+                "read_file": geom.moe or size in ("31b", "e4b")}
     if kind in ("use", "use-compact", "pair"):
         gguf = Path(ensure_target_gguf(geom)["path"])
         built = built_target(gguf, geom, compact=kind == "use-compact")
@@ -536,7 +539,7 @@ def goals(cases: dict) -> dict[str, str]:
             if ratio is None:
                 verdict[name] = "no IR"
                 continue
-            if size in ("30b", "31b", "26b-a4b", "20b"):  # as fast as reading the file twice (mixtures of experts, Gemma 4)
+            if size in ("30b", "31b", "26b-a4b", "20b", "e4b"):  # as fast as reading the file twice (mixtures of experts, Gemma 4)
                 read = min(x["seconds"] for x in [r["source_read"], *r.get("source_read_reruns", [])])
                 ok = limit is not None and limit <= 2 and secs <= 2 * read
                 verdict[name] = (f"{'met' if ok else 'MISSED'}: limit <= 2 GiB ({limit}), <= 2x reading the file "

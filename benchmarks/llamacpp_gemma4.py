@@ -1,15 +1,18 @@
-"""llama.cpp's own converter and greedy decoding on a gemma4_text checkpoint, recorded for the tests.
+"""llama.cpp's own converter and greedy decoding on gemma4_text checkpoints, recorded for the tests.
 
     python benchmarks/llamacpp_gemma4.py        # tests/data/gemma4-llamacpp-{F32,Q4_K_M}.gguf, gemma4-llamacpp.json
     python benchmarks/llamacpp_gemma4.py --moe  # tests/data/gemma4-moe-llamacpp-F32.gguf, gemma4-moe-llamacpp.json
+    python benchmarks/llamacpp_gemma4.py --ple  # tests/data/gemma4-ple-llamacpp-F32.gguf, gemma4-ple-llamacpp.json
 
 Needs llama.cpp built by benchmarks/llamacpp.py (0c1e570: its convert_hf_to_gguf.py and gguf-py,
-llama-tokenize, llama-simple, llama-quantize). The checkpoint is tests/gemma4_data.py's. Gemma 4's converter reads a
+llama-tokenize, llama-simple, llama-quantize). The checkpoints are tests/gemma4_data.py's: its CONFIG (shared KV,
+attention_k_eq_v) and, with `ple`, its PLE_CONFIG (per-layer embeddings, E2B/E4B's kind). Gemma 4's converter reads a
 SentencePiece-style BPE tokenizer (byte fallback, spaces as U+2581): one of 384 tokens is trained here on
 the prompts below (pad, eos, bos, unk, the 256 byte tokens, then merges) and the converter writes its
 vocabulary into the file. The file is F32: llama.cpp then computes in float32, as the target does.
 llama-quantize makes a Q4_K_M file of it (rows of 64 are too narrow for K-quants: its mix falls back to
-Q5_0 and Q8_0), on which llama.cpp quantizes activations to 8 bits and the target does not.
+Q5_0 and Q8_0), on which llama.cpp quantizes activations to 8 bits and the target does not (the dense checkpoint's
+file only).
 
 The JSON records, per prompt, llama-tokenize's ids (BOS first, as llama.cpp adds it for Gemma 4) and
 llama-simple's greedy continuation on each file; tests/targets/test_gemma4_target.py decodes the target's greedy
@@ -80,8 +83,12 @@ def simple(gguf: Path, prompt: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--moe", action="store_true", help="the mixture-of-experts checkpoint (MOE_CONFIG)")
-    if parser.parse_args().moe:
+    parser.add_argument("--ple", action="store_true", help="the per-layer-embeddings checkpoint (PLE_CONFIG)")
+    args = parser.parse_args()
+    if args.moe:
         return moe()
+    if args.ple:
+        return record_ple()
     with tempfile.TemporaryDirectory() as work:
         hf = gemma4_data.write_checkpoint(Path(work) / "hf")
         write_tokenizer(hf)
@@ -108,6 +115,19 @@ def moe() -> None:
     record = {"llama.cpp": "0c1e570", "new_tokens": NEW_TOKENS,
               "prompts": [{"prompt": p, "ids": tokenize(gguf, p), "text": simple(gguf, p)} for p in PROMPTS]}
     gemma4_data.MOE_GREEDY.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+
+
+def record_ple() -> None:
+    """The per-layer-embeddings checkpoint's F32 file and llama-simple's greedy text on it."""
+    gguf = gemma4_data.LLAMACPP_PLE_FILE
+    with tempfile.TemporaryDirectory() as work:
+        hf = gemma4_data.write_checkpoint(Path(work) / "hf", gemma4_data.PLE_CONFIG)
+        write_tokenizer(hf)
+        convert(hf, gguf, "f32")
+    print(f"{gguf.relative_to(REPO)}: {gguf.stat().st_size} bytes")
+    record = {"llama.cpp": "0c1e570", "new_tokens": NEW_TOKENS,
+              "prompts": [{"prompt": p, "ids": tokenize(gguf, p), "text": simple(gguf, p)} for p in PROMPTS]}
+    gemma4_data.LLAMACPP_PLE_GREEDY.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
     for p in record["prompts"]:
         print(json.dumps(p, ensure_ascii=False))
 

@@ -193,7 +193,8 @@ _DEFAULTS = {f.name: f.default for f in fields(TargetGeometry)}
 class Gemma4Geometry:
     """A Gemma 4 text model (`gemma4_text`): sliding-window layers with `kv_heads` heads of `head_dim`,
     every `global_every`-th layer global with `global_kv_heads` heads of `global_head_dim` and, with `k_eq_v`,
-    no V projection; the last `shared_kv_layers` layers read earlier layers' keys and values; tied head.
+    no V projection; the last `shared_kv_layers` layers read earlier layers' keys and values; with
+    `per_layer_input` > 0, per-layer embeddings of that many values a layer (E2B, E4B); tied head.
     With `experts`, every layer has a mixture of `experts` experts of width `moe_ffn` (`experts_per_tok`
     chosen per token) beside its dense MLP (enable_moe_block: Gemma 4 26B-A4B)."""
     name: str
@@ -213,6 +214,7 @@ class Gemma4Geometry:
     experts: int = 0
     experts_per_tok: int = 0
     moe_ffn: int = 0
+    per_layer_input: int = 0
     note: str = ""
     tied = True
     hybrid = False
@@ -234,7 +236,8 @@ class Gemma4Geometry:
             "global_head_dim": self.global_head_dim, "num_global_key_value_heads": self.global_kv_heads,
             "attention_k_eq_v": self.k_eq_v, "num_kv_shared_layers": self.shared_kv_layers,
             "sliding_window": self.sliding_window, "layer_types": self.layer_types(),
-            "final_logit_softcapping": 30.0, "hidden_size_per_layer_input": 0,
+            "final_logit_softcapping": 30.0, "hidden_size_per_layer_input": self.per_layer_input,
+            "vocab_size_per_layer_input": self.vocab,
             "hidden_activation": "gelu_pytorch_tanh", "rms_norm_eps": 1e-6, "max_position_embeddings": 262144,
             "tie_word_embeddings": True, "pad_token_id": 0, "eos_token_id": 1, "bos_token_id": 2,
             "dtype": "bfloat16",
@@ -261,11 +264,12 @@ class Gemma4Geometry:
         return sum(math.prod(s) for s in self.shapes().values())
 
     def key(self) -> str:
-        """Cache key (the MoE fields only when set, so that the dense geometries' keys stay what they were)."""
+        """Cache key (the MoE and per-layer-input fields only when set, so that the dense geometries' keys
+        stay what they were)."""
         import hashlib
 
         fields = {k: v for k, v in asdict(self).items()
-                  if k != "note" and not (k in ("experts", "experts_per_tok", "moe_ffn") and not v)}
+                  if k != "note" and not (k in ("experts", "experts_per_tok", "moe_ffn", "per_layer_input") and not v)}
         return hashlib.sha256(json.dumps({"v": BUILDER_VERSION, **fields}, sort_keys=True).encode()).hexdigest()[:10]
 
 
@@ -403,6 +407,18 @@ GEOMETRIES = {g.name: g for g in [
     GptOssGeometry("gpt-oss-tiny", hidden=64, layers=4, ffn=64, heads=2, kv_heads=1, head_dim=32, vocab=2048,
                    experts=8, experts_per_tok=2, sliding_window=8, rope_factor=8.0, original_context=64,
                    context_length=1024, note="smoke run"),
+    # google/gemma-4-E4B-it's text model, from MaxText's configs/models/gemma4-e4b.yml (AI-Hypercomputer/maxtext):
+    # 42 layers, hidden 2560, MLP 10240, 8 query heads and 2 key/value heads of 256 (sliding) or 512 (global,
+    # no K as V: the E models have v_proj everywhere), window 512, per-layer inputs of 256 over the 262144-token
+    # vocabulary, the last 18 layers sharing keys and values, no double-wide MLP (E2B has it). Every 6th layer
+    # global, from memory, and consistent with exllamav3's E4B notes (sliding layers share layer 22's keys and
+    # values, global ones layer 23's); tied head
+    Gemma4Geometry("gemma-4-e4b", hidden=2560, layers=42, ffn=10240, heads=8, kv_heads=2, head_dim=256,
+                   global_kv_heads=2, global_head_dim=512, vocab=262144, sliding_window=512, k_eq_v=False,
+                   shared_kv_layers=18, per_layer_input=256, note="Gemma 4 E4B's text model"),
+    Gemma4Geometry("gemma4-ple-tiny", hidden=256, layers=6, ffn=512, heads=4, kv_heads=2, head_dim=128,
+                   global_kv_heads=2, global_head_dim=256, vocab=2048, global_every=3, sliding_window=16,
+                   k_eq_v=False, shared_kv_layers=3, per_layer_input=256, note="smoke run"),
 ]}
 
 

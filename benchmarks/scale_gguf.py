@@ -246,6 +246,9 @@ def random_tensor(rng: np.random.Generator, qtype, shape: tuple[int, ...]) -> np
 
     if qtype == Q.F32:
         return (1.0 + 0.05 * rng.standard_normal(shape, dtype=np.float32)).astype(np.float32)
+    if qtype == Q.BF16:  # N(0, 0.02) rounded down to bfloat16, as bytes
+        bits = (0.02 * rng.standard_normal(shape, dtype=np.float32)).astype(np.float32).view(np.uint32) >> 16
+        return bits.astype(np.uint16).view(np.uint8).reshape(*shape[:-1], 2 * shape[-1])
     block, size = GGML_QUANT_SIZES[qtype]
     rows, cols = math.prod(shape[:-1]), shape[-1]
     if cols % block:
@@ -488,7 +491,7 @@ def llamacpp_metadata(arch: str, metadata: dict, config: dict) -> dict:
         out[sections] = [*out[sections], *[0] * (4 - len(out[sections]))]
     if (key := f"{arch}.attention.key_length") in out:
         out.setdefault(f"{arch}.attention.value_length", out[key])
-    if arch == "gemma4":  # the head sizes again as value and RoPE sizes, per layer kind; no per-layer input
+    if arch == "gemma4":  # the head sizes again as value and RoPE sizes, per layer kind
         for suffix in ("", "_swa"):
             if (key := f"{arch}.attention.key_length{suffix}") in out:
                 out.setdefault(f"{arch}.attention.value_length{suffix}", out[key])
@@ -503,7 +506,11 @@ def gemma4_types(geom, amap) -> dict:
     """llama-quantize's Q4_K_M types where they differ from `gguf_writer.tensor_type`'s for a gemma4 file:
     the tied token_embd (the output too) in Q6_K, and attn_v in Q6_K by llama-quant.cpp's counter over the
     attn_v tensors in the file's order (`use_more_bits(i_attention_wv, n_attention_wv)`), not over the
-    layers: global layers with K as V have none."""
+    layers: global layers with K as V, and shared-KV layers, have none. With per-layer embeddings,
+    per_layer_token_embd in Q6_K as token_embd (llama-quant.cpp counts it a token embedding, and a tied
+    model's take the output's type) and per_layer_model_proj left as converted (BF16: llama-quant.cpp
+    never quantizes it). Checked against llama-quantize 0c1e570's Q4_K_M of a 42-layer E4B-like bf16 file
+    written by its converter (hidden 256): these types, and the others gguf_writer's."""
     from gguf import GGMLQuantizationType as Q
 
     from gguf2ov.tools.gguf_writer import use_more_bits
@@ -511,7 +518,10 @@ def gemma4_types(geom, amap) -> dict:
     names = [amap.writer.gguf_name_for(n)[0] for n in geom.shapes()]
     attn_v = [n for n in names if n.endswith(".attn_v.weight")]
     types = {n: Q.Q6_K if use_more_bits(i, len(attn_v)) else Q.Q4_K for i, n in enumerate(attn_v)}
-    return types | {"token_embd.weight": Q.Q6_K}
+    types |= {"token_embd.weight": Q.Q6_K}
+    if geom.per_layer_input:
+        types |= {"per_layer_token_embd.weight": Q.Q6_K, "per_layer_model_proj.weight": Q.BF16}
+    return types
 
 
 def ensure_target_gguf(geom, cache_dir: Path = CACHE) -> dict:

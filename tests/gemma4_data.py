@@ -1,11 +1,14 @@
-"""The gemma4_text checkpoint behind tests/data/gemma4-llamacpp-F32.gguf, which llama.cpp's own converter
-wrote from it (benchmarks/llamacpp_gemma4.py), its Q4_K_M by llama-quantize, and llama.cpp's greedy text on both
-(tests/data/gemma4-llamacpp.json, which CI reads without llama.cpp): tests/targets/test_gemma4_target.py's
-shared-KV geometry (sliding and global layers of head sizes 16 and 32, attention_k_eq_v, two shared-KV
-layers) on the vocabulary of a small SentencePiece-style BPE tokenizer, as Gemma 4's converter requires.
-And the mixture-of-experts checkpoint behind tests/data/gemma4-moe-llamacpp-F32.gguf (MOE_CONFIG, Gemma 4
-26B-A4B's layer in small: the dense MLP and 4 experts beside it, top 2), with llama.cpp's greedy text on it
-(tests/data/gemma4-moe-llamacpp.json).
+"""The gemma4_text checkpoints behind the files llama.cpp's own converter wrote from them
+(benchmarks/llamacpp_gemma4.py), with llama.cpp's greedy text on each (tests/data/*.json, which CI reads without
+llama.cpp), on the vocabulary of a small SentencePiece-style BPE tokenizer, as Gemma 4's converter requires:
+- CONFIG, tests/targets/test_gemma4_target.py's shared-KV geometry (sliding and global layers of head sizes
+  16 and 32, attention_k_eq_v, two shared-KV layers): tests/data/gemma4-llamacpp-F32.gguf, its Q4_K_M by
+  llama-quantize, gemma4-llamacpp.json;
+- MOE_CONFIG, Gemma 4 26B-A4B's layer in small (the dense MLP and 4 experts beside it, top 2):
+  gemma4-moe-llamacpp-F32.gguf, gemma4-moe-llamacpp.json;
+- PLE_CONFIG, E2B/E4B-like: per-layer embeddings (8 values a layer), v_proj in every layer, the last two
+  layers (one sliding, one global) sharing the keys and values of the first two: gemma4-ple-llamacpp-F32.gguf,
+  gemma4-ple-llamacpp.json.
 
 Every value is computed from its tensor's name and position with integer arithmetic alone (no random
 generator whose stream could change), as a multiple of 1/1024 below 2 in magnitude: the file holds the
@@ -24,6 +27,8 @@ LLAMACPP_Q4_K_M = DATA / "gemma4-llamacpp-Q4_K_M.gguf"  # llama-quantize's of LL
 LLAMACPP_GREEDY = DATA / "gemma4-llamacpp.json"
 MOE_FILE = DATA / "gemma4-moe-llamacpp-F32.gguf"
 MOE_GREEDY = DATA / "gemma4-moe-llamacpp.json"
+LLAMACPP_PLE_FILE = DATA / "gemma4-ple-llamacpp-F32.gguf"
+LLAMACPP_PLE_GREEDY = DATA / "gemma4-ple-llamacpp.json"
 
 CONFIG = {
     "architectures": ["Gemma4ForCausalLM"], "model_type": "gemma4_text", "vocab_size": 384, "hidden_size": 64,
@@ -45,6 +50,12 @@ MOE_CONFIG = CONFIG | {
     "layer_types": ["sliding_attention", "sliding_attention", "full_attention"],
     "enable_moe_block": True, "num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": 32,
 }
+PLE_CONFIG = CONFIG | {
+    "hidden_size": 48, "intermediate_size": 64, "num_hidden_layers": 4, "num_attention_heads": 2,
+    "num_key_value_heads": 1, "attention_k_eq_v": False, "num_global_key_value_heads": None,
+    "num_kv_shared_layers": 2, "layer_types": ["sliding_attention", "full_attention"] * 2,
+    "hidden_size_per_layer_input": 8, "vocab_size_per_layer_input": 384,
+}
 
 
 def values(name: str, shape) -> np.ndarray:
@@ -63,7 +74,7 @@ def values(name: str, shape) -> np.ndarray:
 
 
 def write_checkpoint(folder: Path, config: dict = CONFIG) -> Path:
-    """The checkpoint of `config` (CONFIG or MOE_CONFIG; no tokenizer: the converter's is
+    """The checkpoint of `config` (CONFIG, MOE_CONFIG or PLE_CONFIG; no tokenizer: the converter's is
     benchmarks/llamacpp_gemma4.py's) in `folder`, saved by transformers 5.5.4's Gemma4ForCausalLM with
     every parameter and buffer set by `values`."""
     import torch
@@ -81,13 +92,14 @@ def write_checkpoint(folder: Path, config: dict = CONFIG) -> Path:
 
 
 def llamacpp_greedy(path: Path = LLAMACPP_GREEDY) -> dict:
-    """What benchmarks/llamacpp_gemma4.py recorded (LLAMACPP_GREEDY or MOE_GREEDY): per prompt,
+    """What benchmarks/llamacpp_gemma4.py recorded (LLAMACPP_GREEDY, MOE_GREEDY or LLAMACPP_PLE_GREEDY): per prompt,
     llama-tokenize's ids and llama-simple's text on each file."""
     return json.loads(path.read_text())
 
 
-def greedy_ids(xml, prompt_ids: list[int], new_tokens: int, eos: int) -> list[int]:
-    """The target's greedy continuation, one stateful step per token (float32, exact arithmetic)."""
+def greedy_ids(xml, prompt_ids: list[int], new_tokens: int, eos: int, margins: list | None = None) -> list[int]:
+    """The target's greedy continuation, one stateful step per token (float32, exact arithmetic); `margins`
+    gets each step's gap between its top two logits."""
     import openvino as ov
 
     from gguf2ov.numerics import EXACT, core
@@ -102,6 +114,9 @@ def greedy_ids(xml, prompt_ids: list[int], new_tokens: int, eos: int) -> list[in
                                 "beam_idx": np.zeros(1, np.int32)})
         past += len(ids)
         token = int(np.argmax(result["logits"][0, -1]))
+        if margins is not None:
+            top = np.sort(result["logits"][0, -1])
+            margins.append(float(top[-1] - top[-2]))
         if token == eos:
             break
         out.append(token)

@@ -10,11 +10,12 @@ the kinds' alone (`tensor_shapes`): a target map states none.
 A map's `target:` section states:
 - `mixers`: layer type -> the kind that mixes tokens in layers of that type;
 - `mlp`: the kind of every layer's MLP;
-- `layer`: the decoder layer as residual steps, in order, each `{block, norm, post_norm, residual}`:
+- `layer`: the decoder layer as residual steps, in order, each `{block, norm, post_norm, residual, when}`:
   `block` is `mixer`, `mlp` or the name of a kind of role `block`; `norm` the RMSNorm the block reads
   the stream through (`model.layers.N.<norm>.weight`; absent: the block reads the residual stream
   itself); `post_norm` an RMSNorm of the block's output; `residual: false` makes the block's output
-  the stream instead of adding it. Absent: `PRE_NORM`, Llama's layer;
+  the stream instead of adding it; `when: KEY` keeps the step only in models whose config sets KEY (to
+  anything but 0, false or null: Gemma 4's per-layer embeddings). Absent: `PRE_NORM`, Llama's layer;
 - `forward`: options, the decoder's own (`MODEL_OPTIONS`) and those its kinds read
   (`LayerKind.OPTIONS`); an option no part of the decoder reads is refused;
 - `sliding`: which layers slide over the config's `sliding_window` when the config states no
@@ -41,7 +42,7 @@ FINAL_NORM = "model.norm"
 # The decoder's own options: RMSNorms scaling by (offset + w), Gemma's (1 + w); token embeddings scaled
 # by sqrt(hidden_size); RoPE on partial_rotary_factor of each head (Qwen3.5's default RoPE reads it).
 MODEL_OPTIONS = {"norm_offset": 0.0, "scaled_embedding": False, "partial_rotary": False}
-STEP_KEYS = {"block", "norm", "post_norm", "residual"}
+STEP_KEYS = {"block", "norm", "post_norm", "residual", "when"}
 SLIDING = ("by_layer_types", "every_layer")
 
 
@@ -53,6 +54,7 @@ class Step:
     norm: str | None = None      # the RMSNorm before the block (None: the block reads the stream)
     post_norm: str | None = None  # the RMSNorm of the block's output
     residual: bool = True        # False: the block's output replaces the stream
+    when: str | None = None      # the config key that must be set for the step to be built (None: always)
 
 
 # transformers' LlamaDecoderLayer, and every decoder whose map states no `layer`
@@ -129,6 +131,8 @@ def _check_names(amap, decoder: Decoder, bad) -> None:
     """The map's HF names against what the decoder reads (see the module docstring)."""
     rules = [r for r in amap.rules if r.hf is not None and not r.trailing]
     model_level = {EMBEDDING: True, FINAL_NORM + ".weight": True, LM_HEAD: False}
+    for kind in {_kind(s.block, m, decoder.mlp) for s in decoder.layer for m in decoder.mixers.values()}:
+        model_level |= kind.model_names(decoder.options)
     if stray := [r.hf for r in rules if not r.per_layer and r.hf not in model_level]:
         raise bad(f"the map names {stray[0]}, which the decoder does not read (outside its layers it reads "
                   f"{', '.join(model_level)})")
@@ -169,7 +173,7 @@ def _steps(section, bad) -> tuple[Step, ...]:
     steps = []
     for entry in section:
         if not isinstance(entry, dict) or set(entry) - STEP_KEYS or entry.get("block") not in blocks \
-                or not all(isinstance(entry.get(k), (str, type(None))) for k in ("norm", "post_norm")) \
+                or not all(isinstance(entry.get(k), (str, type(None))) for k in ("norm", "post_norm", "when")) \
                 or not isinstance(entry.get("residual", True), bool):
             raise bad(f"layer step {entry!r}: a step is {{block, norm, post_norm, residual}}, block one of "
                       f"{', '.join(sorted(blocks))}")
@@ -186,9 +190,11 @@ def _kind(block: str, mixer: str, mlp: str) -> LayerKind:
 # --- the decoder's walk: the graph builds it, the tensor list follows it ------------------------
 
 def layer_steps(c, i: int) -> Iterator[tuple[Step, LayerKind]]:
-    """(step, kind) of layer `i` of config `c`, in graph order."""
+    """(step, kind) of layer `i` of config `c`, in graph order (a step whose `when` key the config does not
+    set left out)."""
     for step in c.layer:
-        yield step, _kind(step.block, c.mixers[i], c.mlp)
+        if step.when is None or getattr(c.hf, step.when, None):
+            yield step, _kind(step.block, c.mixers[i], c.mlp)
 
 
 def layer_kinds(c) -> Iterator[tuple[int, LayerKind]]:
@@ -217,6 +223,11 @@ def kept_weights(c) -> tuple[str, ...]:
 def batched_weights(c) -> tuple[str, ...]:
     """The [E, N, K] weights of batched MatMuls (experts), over every layer's kinds."""
     return tuple(name for i, kind in layer_kinds(c) for name in kind.batched(c, i))
+
+
+def gathered_weights(c) -> tuple[str, ...]:
+    """The tables read by a Gather (embeddings) besides the token embedding, over every layer's kinds."""
+    return tuple(name for i, kind in layer_kinds(c) for name in kind.gathered(c, i))
 
 
 def other_layouts(c) -> dict:

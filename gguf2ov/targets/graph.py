@@ -121,6 +121,7 @@ class _Graph:
             p.output(0).get_tensor().set_names({p.get_friendly_name()})
         self.batch, self.q_len = dim(first, 0), dim(first, 1)
         self.sinks, self.shared = [], {}
+        self.embeddings = None  # the token embeddings the layers start from (set once the embedding is built)
         self._masks, self._rope = None, {}
 
     def vector(self, name: str) -> np.ndarray:
@@ -178,6 +179,7 @@ def build_target_model(config: TargetConfig, weight: Callable[[str], object], ve
         x = g.inputs_embeds
     else:
         table, x = _embedded(g.input_ids, weight, c)
+    g.embeddings = x  # the scaled token embeddings, which Gemma 4's per-layer inputs read (layers/per_layer_input.py)
 
     locators = {}
     for i in range(c.num_layers):

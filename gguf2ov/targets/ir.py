@@ -57,8 +57,10 @@ def _token_ids(model):
 
 def embedding_lookup(model, where) -> "object":
     """The Gather that turns the token-id Parameter into embeddings: its indices come from the
-    Parameter (through Converts), its data is a constant [vocab, hidden] subgraph."""
-    ids = _token_ids(model)
+    Parameter (through Converts), its data is a constant [vocab, hidden] subgraph. Where several do
+    (Gemma 4's per-layer embeddings beside the token embedding), the one whose rows are as wide as the
+    head's input."""
+    ids, found = _token_ids(model), []
     if ids is not None:
         frontier, seen = [ids.output(0)], {}
         while frontier:
@@ -68,9 +70,14 @@ def embedding_lookup(model, where) -> "object":
                 if node.get_type_name() == "Gather" and target.get_index() == 1:
                     table = node.input_value(0)
                     if table.get_partial_shape().rank.get_length() == 2 and _from_constants(table, seen):
-                        return node
+                        found.append(node)
                 elif node.get_type_name() == "Convert":
                     frontier.append(node.output(0))
+    if len(found) > 1:
+        hidden = logits_matmul(model, where).input_value(0).get_partial_shape()[-1]
+        found = [n for n in found if n.input_value(0).get_partial_shape()[1] == hidden] or found
+    if found:
+        return found[0]
     raise Gguf2ovError(f"{where}: no token-embedding lookup found: looked for a Gather of the input_ids Parameter "
                        "in a constant [vocab, hidden] table",
                        hint="export the target with optimum-intel (text-generation-with-past) or `gguf2ov target`")

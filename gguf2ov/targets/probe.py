@@ -111,6 +111,8 @@ class ProbeSource(TensorSource):
         width = math.lcm(WIDTH, group)
         raw = dict(c.hf.to_dict(), hidden_size=width, intermediate_size=width, head_dim=c.head_dim,
                    vocab_size=VOCAB, num_hidden_layers=len(layers), layer_types=[c.layer_types[i] for i in layers])
+        if raw.get("vocab_size_per_layer_input"):  # Gemma 4's per-layer table is a vocabulary long too
+            raw["vocab_size_per_layer_input"] = VOCAB
         for kind in dict.fromkeys(k for i in layers for _, k in layer_steps(c, i)):  # each kind's widths and keys
             raw.update(kind.probe(c, layers, width))
         raw.pop("auto_map", None)

@@ -21,8 +21,8 @@ from ..maps.messages import capped
 from ..maps.shapes import wrong_shapes
 from ..names import CONFIG_FILE
 from .config import TargetConfig, target_arches, target_config
-from .decoder import (EMBEDDING, LM_HEAD, batched_weights, decoder_of, int8_weights, kept_weights, other_layouts,
-                      stored_shapes, tensor_shapes)
+from .decoder import (EMBEDDING, LM_HEAD, batched_weights, decoder_of, gathered_weights, int8_weights, kept_weights,
+                      other_layouts, stored_shapes, tensor_shapes)
 from .layouts import resolve
 
 # llama.cpp stores Llama 3's RoPE scaling as a tensor of per-frequency divisors (its converter's
@@ -56,6 +56,7 @@ class TargetSource(TensorSource):
         self.last_matmul_shared = config.tie_word_embeddings  # the lm_head reads the embedding table
         self.int8_weights = int8_weights(config)  # what the layer kinds keep out of int4
         self.kept, self.batched = kept_weights(config), batched_weights(config)
+        self.embeddings = (EMBEDDING, *gathered_weights(config))  # tables read by a Gather (per-layer embeddings)
         self._recipes, found, problems = resolve(self.expected, found, other_layouts(config))
         if problems:
             raise Gguf2ovError(f"{path}: tensors do not match the {config.arch} model its config describes: shape "

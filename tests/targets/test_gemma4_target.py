@@ -41,8 +41,16 @@ GEMMA4 = {
                                            "full_attention": {"rope_type": "proportional", "rope_theta": 20000.0,
                                                               "partial_rotary_factor": 0.5}},
                           hidden_size_per_layer_input=0, tie_word_embeddings=False),
+    # E2B/E4B-like: per-layer embeddings (8 values a layer), every layer with v_proj, the last three layers
+    # (two sliding, one global) sharing the keys and values of layers 1 and 2; a window of 4; tied head
+    "per-layer-embeddings": dict(model_type="gemma4_text", hidden_size=64, intermediate_size=96,
+                                 num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                 global_head_dim=32, num_kv_shared_layers=3, layer_types=LAYERS[:3] + LAYERS[:3],
+                                 sliding_window=4, final_logit_softcapping=30.0, hidden_size_per_layer_input=8,
+                                 vocab_size_per_layer_input=tb.VOCAB),
 }
 SHARED = GEMMA4["shared-kv"]
+PLE = GEMMA4["per-layer-embeddings"]
 
 
 @pytest.fixture(scope="module", params=list(GEMMA4))
@@ -163,14 +171,19 @@ def test_the_text_model_of_a_vlm_checkpoint(tmp_path, shared, fixtures_dir):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("weight_format", ["fp16", "int8", "int4"])
-def test_every_float_and_nncf_format_from_the_checkpoint(tmp_path, shared, fixtures_dir, weight_format):
-    """The command's every format of the shared-KV geometry: its checks all pass (the paged conversion
-    among them, the shared layers over their donors' caches)."""
-    result = build_target(shared, tmp_path / "t", weight_format=weight_format, tokenizer_dir=fixtures_dir / "target-hf",
-                          group_size=16 if weight_format == "int4" else None)
+@pytest.mark.parametrize("geometry", ["shared-kv", "per-layer-embeddings"])
+def test_every_float_and_nncf_format_from_the_checkpoint(tmp_path, fixtures_dir, weight_format, geometry):
+    """The command's every format of the shared-KV geometries: its checks all pass (the paged conversion
+    among them, the shared layers over their donors' caches; the token embedding GenAI picks, not the
+    per-layer table)."""
+    hf = tb.write_target_checkpoint(tmp_path / "hf", GEMMA4[geometry], seed=5)
+    group = min(16, GEMMA4[geometry].get("hidden_size_per_layer_input") or 16)  # a group divides every input width
+    result = build_target(hf, tmp_path / "t", weight_format=weight_format, tokenizer_dir=fixtures_dir / "target-hf",
+                          group_size=group if weight_format == "int4" else None)
     assert all(c.status == "pass" for c in result.checks), [(c.name, c.reason) for c in result.checks]
     paged = next(c for c in result.checks if c.name == "target-paged")
-    assert "2 of them over an earlier layer's key/value cache (shared KV)" in paged.reason
+    shared = GEMMA4[geometry]["num_kv_shared_layers"]
+    assert f"{shared} of them over an earlier layer's key/value cache (shared KV)" in paged.reason
 
 
 # --- llama.cpp's layout, as the project's writer writes it ---------------------------------------------
@@ -234,10 +247,14 @@ def _rewrite(src, dst, kv=None, tensors=None, drop=()):
 
 def _bad_files(tmp_path, gguf_path) -> dict:
     return {
-        "per-layer embeddings": (
+        "per-layer embeddings without their layers' tensors": (
             _rewrite(gguf_path, tmp_path / "ple.gguf", kv={"gemma4.embedding_length_per_layer_input": 8},
                      tensors={"per_layer_token_embd.weight": np.zeros((tb.VOCAB, 8 * 5), np.float32)}),
-            "per_layer_token_embd.weight: in this model, per-layer embeddings (Gemma 4 E2B, E4B) are not built yet"),
+            "tensors do not match the gemma4 model its config describes: 17 missing (model.layers.0.per_layer_input_gate"),
+        "double-wide MLPs in the shared-KV layers (E2B)": (
+            _rewrite(gguf_path, tmp_path / "wide.gguf", kv={"gemma4.feed_forward_length": [96, 96, 96, 192, 192]}),
+            "gemma4.feed_forward_length states intermediate_size per layer ([96, 96, 96, 192, 192]), with 2 different "
+            "values"),
         "rope_freqs for another head size": (
             _rewrite(gguf_path, tmp_path / "freqs.gguf", tensors={"rope_freqs.weight": np.ones(8, np.float32)}),
             "rope_freqs.weight holds 8 factors for the 16 RoPE frequencies of the full_attention layers"),
@@ -248,7 +265,8 @@ def _bad_files(tmp_path, gguf_path) -> dict:
     }
 
 
-@pytest.mark.parametrize("case", ["per-layer embeddings", "rope_freqs for another head size",
+@pytest.mark.parametrize("case", ["per-layer embeddings without their layers' tensors",
+                                  "double-wide MLPs in the shared-KV layers (E2B)", "rope_freqs for another head size",
                                   "key/value heads that differ among sliding layers"])
 def test_bad_gemma4_files_are_one_error_line_and_no_folder(tmp_path, shared, fixtures_dir, capsys, case):
     path, message = _bad_files(tmp_path, _write_gemma4(shared, tmp_path / "g.gguf"))[case]
@@ -300,6 +318,54 @@ def test_the_target_of_llama_cpps_file_generates_llama_cpps_greedy_text(tmp_path
     xml = tb.target_ir(gemma4_data.LLAMACPP_FILE, tmp_path / "ours")
     ours = gemma4_data.greedy_texts(xml, gguf, recorded)
     assert ours == [p["text"] for p in recorded["prompts"]]
+
+
+def test_a_per_layer_embeddings_file_llama_cpps_converter_wrote_builds_the_checkpoints_target(tmp_path):
+    """tests/data/gemma4-ple-llamacpp-F32.gguf: convert_hf_to_gguf.py (llama.cpp 0c1e570) of gemma4_data's
+    per-layer-embeddings checkpoint (`benchmarks/llamacpp_gemma4.py ple`). It reads back as the checkpoint
+    (hidden_size_per_layer_input from embedding_length_per_layer_input, the per-layer table's rows the
+    vocabulary's), the target built from it is the checkpoint's byte for byte, and that computes transformers'
+    model of the checkpoint."""
+    import gemma4_data
+
+    hf = gemma4_data.write_checkpoint(tmp_path / "hf", gemma4_data.PLE_CONFIG)
+    source, reference = open_target(gemma4_data.LLAMACPP_PLE_FILE), open_target(hf)
+    c = source.config
+    assert (c.hf.hidden_size_per_layer_input, c.hf.vocab_size_per_layer_input, c.hf.num_kv_shared_layers,
+            c.hf.attention_k_eq_v) == (8, 384, 2, False)
+    assert source.expected == reference.expected
+    assert "model.embed_tokens_per_layer.weight" in source.embeddings
+    for name in source.expected:
+        np.testing.assert_array_equal(source.f32(name), reference.f32(name), err_msg=name)
+    ours = tb.target_ir(gemma4_data.LLAMACPP_PLE_FILE, tmp_path / "from-gguf")
+    from_hf = tb.target_ir(hf, tmp_path / "from-hf")
+    assert ours.with_suffix(".bin").read_bytes() == from_hf.with_suffix(".bin").read_bytes()
+    worst = tb.worst_against_transformers(ours, _transformers(hf))
+    assert max(worst.values()) <= 1e-5, worst
+
+
+def test_the_target_of_llama_cpps_per_layer_embeddings_file_generates_llama_cpps_greedy_text(tmp_path):
+    """As for the dense file: on llama-tokenize's ids of each prompt, the target built from the per-layer-
+    embeddings file continues greedily as llama-simple did on that file (recorded: CI has no llama.cpp), on
+    every prompt but where the target's top two logits came within 1e-3 of each other: llama.cpp computes
+    GELU through a float16 table (ggml-cpu vec.h GGML_GELU_FP16), which moves them by that much. Measured:
+    4 of 5 prompts the same, the fifth leaving llama-simple's text at a step whose top two logits are 0.0000
+    apart."""
+    import gemma4_data
+
+    from gguf2ov.gguf.read import open_gguf
+
+    gguf = open_gguf(gemma4_data.LLAMACPP_PLE_FILE)
+    recorded = gemma4_data.llamacpp_greedy(gemma4_data.LLAMACPP_PLE_GREEDY)
+    xml = tb.target_ir(gemma4_data.LLAMACPP_PLE_FILE, tmp_path / "ours")
+    eos = int(gguf.metadata["tokenizer.ggml.eos_token_id"])
+    same = 0
+    for p in recorded["prompts"]:
+        margins = []
+        ours = gemma4_data.pieces_text(gguf, gemma4_data.greedy_ids(xml, p["ids"], recorded["new_tokens"], eos, margins))
+        same += ours == p["text"]
+        assert ours == p["text"] or min(margins) < 1e-3, (p["prompt"], ours, p["text"], min(margins))
+    assert same >= 4
 
 
 def test_the_fixture_vlms_language_model_computes_the_vlm_on_text(tmp_path, fixtures_dir):
@@ -376,8 +442,8 @@ def test_the_target_folder_of_llama_cpps_file_alone_generates_llama_simples_text
 # --- variants not built yet ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("changes, message", [
-    ({"hidden_size_per_layer_input": 16}, "hidden_size_per_layer_input is 16: per-layer embeddings (Gemma 4 E2B, "
-                                          "E4B), which this version does not build"),
+    ({"use_double_wide_mlp": True}, "use_double_wide_mlp is True: double-wide MLPs in the shared-KV layers, which "
+                                    "this version does not build"),
     # layers 1-4 share, and no global layer comes before them
     ({"num_kv_shared_layers": 4}, "layer 2 (full_attention) shares the keys and values of an earlier "
                                   "full_attention layer, and the layers before the shared ones have none"),
@@ -401,21 +467,24 @@ def test_unsupported_variants_are_one_error_line_and_no_folder(tmp_path, shared,
 # --- in OpenVINO GenAI, with a DFlash draft attached ---------------------------------------------------
 
 @pytest.mark.slow
-def test_genai_runs_the_target_with_a_dflash_draft_attached(tmp_path, fixtures_dir):
+@pytest.mark.parametrize("geometry", ["shared-kv", "per-layer-embeddings"])
+def test_genai_runs_the_target_with_a_dflash_draft_attached(tmp_path, fixtures_dir, geometry):
     """A random DFlash draft (taps at layers 1 and 3, a sliding layer and a shared one) attached to the
     target in GenAI's continuous-batching pipeline (the paged target, shared layers over their donors'
-    caches): the greedy text with the draft is the text of the target alone, on every fixture prompt."""
+    caches; with per-layer embeddings, their lookup inside the graph, whose only token input is input_ids): the
+    greedy text with the draft is the text of the target alone, on every fixture prompt."""
     import dflash_builders as b
 
     from gguf2ov.job import Job, Options
     from gguf2ov.runtime.genai import GenerationSettings, read_prompts
     from gguf2ov.stages.accept import run_acceptance
 
-    hf = tb.write_target_checkpoint(tmp_path / "hf", SHARED, seed=7, vocab=512)  # the fixture tokenizer's
+    spec = GEMMA4[geometry] | ({"vocab_size_per_layer_input": 512} if geometry == "per-layer-embeddings" else {})
+    hf = tb.write_target_checkpoint(tmp_path / "hf", spec, seed=7, vocab=512)  # the fixture tokenizer's
     result = build_target(hf, tmp_path / "target", tokenizer_dir=fixtures_dir / "target-hf")
     assert all(c.status == "pass" for c in result.checks), [(c.name, c.reason) for c in result.checks]
     config = json.loads(json.dumps(b.DRAFT_CONFIG))
-    config.update(hidden_size=SHARED["hidden_size"], vocab_size=512)
+    config.update(hidden_size=spec["hidden_size"], vocab_size=512)
     config["dflash_config"] = {"target_layer_ids": [1, 3], "mask_token_id": 1, "block_size": 8}
     b.random_checkpoint(config, tmp_path / "draft-hf")
     Job.of(tmp_path / "draft-hf", None, Options(progress=False)).export(tmp_path / "draft")

@@ -13,7 +13,8 @@ from gguf2ov.targets.decoder import PRE_NORM, Step, decoder_of, layer_steps
 from gguf2ov.targets.layers import REGISTRY
 from gguf2ov.targets.layers.kind import CONTRACT, ROLES, LayerKind
 
-SHIPPED = ["attention", "gated_attention", "gated_deltanet", "dense", "moe"]
+SHIPPED = ["attention", "gated_attention", "gated_deltanet", "dense", "moe", "gemma4_moe", "per_layer_input", "shared_kv_attention",
+           "layer_scalar"]
 
 
 def _module_names(module) -> set[str]:
@@ -269,19 +270,28 @@ def _configs():
                         attention_bias=True))
     configs.append(dict(model_type="qwen2", hidden_size=64, intermediate_size=96, num_hidden_layers=1,
                         num_attention_heads=4, num_key_value_heads=2, mlp_bias=True))
+    configs.append(dict(model_type="gemma4_text", hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, head_dim=16, global_head_dim=32,
+                        layer_types=["sliding_attention", "full_attention"], sliding_window=4,
+                        hidden_size_per_layer_input=8, vocab_size_per_layer_input=300))
     return [target_config(json.loads(json.dumps({"vocab_size": 300, **g})), "geometry") for g in configs]
 
 
 def test_the_names_a_kind_states_cover_the_tensors_it_reads():
-    """`names(options)` (what a map is held against) covers every name `tensors(c, i)` gives, and the
-    names it says every layer reads are read in every layer, over configs of every kind."""
+    """`names(options)` (what a map is held against) covers every name `tensors(c, i)` gives in its layer, and
+    `model_names(options)` every other (the model's, read by the first layer), and the names it says every
+    layer reads are read in every layer, over configs of every kind."""
     from gguf2ov.targets.decoder import layer_kinds
 
     seen = set()
     for c in _configs():
         for i, kind in layer_kinds(c):
-            names = kind.names(c.options)
-            read = {n[len(f"model.layers.{i}."):] for n in kind.tensors(c, i)}
+            names, model = kind.names(c.options), kind.model_names(c.options)
+            prefix = f"model.layers.{i}."
+            tensors = kind.tensors(c, i)
+            outside = {n for n in tensors if not n.startswith(prefix)}
+            assert outside <= set(model) and (i > 0 or not model or outside == set(model)), (kind.NAME, outside)
+            read = {n[len(prefix):] for n in tensors if n.startswith(prefix)}
             assert read <= set(names), (kind.NAME, read - set(names))
             assert {n for n, always in names.items() if always} <= read, kind.NAME
             seen.add(kind.NAME)

@@ -9,7 +9,7 @@ a map alone. Where the kinds sit in a decoder layer (norms and residuals) is the
 
 # the registry: each registers
 from . import (attention, clamped_moe, gated_attention, gated_deltanet, gemma4_moe, layer_scalar, mlp,  # noqa: F401
-               moe, shared_kv_attention)
+               moe, per_layer_input, shared_kv_attention)
 from .kind import REGISTRY, LayerKind
 from .pieces import layer_prefix
 

@@ -78,6 +78,17 @@ class LayerKind:
         the other layouts `layouts` reads."""
         raise NotImplementedError
 
+    def model_names(self, options: dict) -> dict[str, bool]:
+        """{name: whether every model with the kind reads it} for the tensors outside the layers the kind
+        reads (inputs it makes once for every layer, Gemma 4's per-layer embeddings), named in `tensors`
+        of the first layer that has the kind (none)."""
+        return {}
+
+    def gathered(self, c, i: int) -> list[str]:
+        """The tables of layer `i`'s `tensors` read by a Gather, as the token embedding is, not multiplied by a
+        MatMul (none)."""
+        return []
+
     # --- what the IR checks must find of it (`targets/checks.py`) ------------------------------------
 
     def states(self, c, i: int) -> list[str]:

@@ -198,12 +198,16 @@ def gated_mlp(g, x, p: str, bias: bool):
     def project(name, inp):
         return linear(inp, g.weight(p + name + ".weight"), p + name, g.bias(p + name + ".bias", bias))
 
-    gate = project("gate_proj", x)
-    scope = f"__module.{p}act_fn/aten::"
-    gate = named(ops.swish(gate), scope + "silu/Swish") if g.config.activation == "silu" else \
-        named(ops.gelu(gate, "tanh"), scope + "gelu/Gelu")
+    gate = activation(g, project("gate_proj", x), f"__module.{p}act_fn/aten::")
     up = project("up_proj", x)
     return project("down_proj", named(ops.multiply(gate, up), f"__module.{p[:-1]}/aten::mul/Multiply"))
+
+
+def activation(g, x, scope: str):
+    """The config's activation of `x` (silu, or Gemma's tanh GeLU), named under `scope` (`__module.<...>/aten::`)."""
+    ops = _ops()
+    return named(ops.swish(x), scope + "silu/Swish") if g.config.activation == "silu" else \
+        named(ops.gelu(x, "tanh"), scope + "gelu/Gelu")
 
 
 # --- a mixture of experts in the tiled form the CPU plugin rewrites into GatherMatmul (`moe.py`) ------
