@@ -191,3 +191,38 @@ def test_the_same_draft_without_gemmas_embedding_scale_is_broken(tmp_path):
     # 44 of 500 measured (1.4% of the proposals), against 222 for the draft with its scale in the same run
     scaled = _json(NAME, "fixture.json")["acceptance"]["draft-Q4_K_M.gguf"]["accepted"]
     assert r["accepted_tokens"] < scaled / 3, (r["accepted_tokens"], scaled)
+
+
+@pytest.fixture(scope="module")
+def vlm_target(tmp_path_factory):
+    """`gguf2ov target target-Q4_K_M.gguf --mmproj mmproj-F16.gguf`: the VLM folder of llama.cpp's two files."""
+    from gguf2ov.cli import main
+
+    d, out = _dir(NAME), tmp_path_factory.mktemp("vlm") / "target"
+    assert main(["target", str(d / TARGET_GGUF), "--mmproj", str(d / MMPROJ), "-o", str(out), "--quiet"]) == 0
+    return out
+
+
+def test_the_vlm_folder_tokenizes_the_image_and_video_placeholders_as_one_token_each(vlm_target):
+    """VLMPipeline writes <|image>, <|image|>, <image|> (and for Gemma 4 encodes <|image|><|video|>, wanting two
+    ids) into the prompt as text. The model's Hugging Face tokenizer gives one id each (special added tokens);
+    llama.cpp's converter stored <|video|> as a normal token, which the GGUF's own tokenizer spells out in
+    pieces. The VLM folder's tokenizer gives config.json's ids, as the HF tokenizer does, and the detokenizer
+    drops them; the text target's stays llama.cpp's."""
+    import openvino_genai
+    from transformers import AutoTokenizer
+
+    from gguf2ov.gguf.read import open_gguf
+    from gguf2ov.gguf.tokenizer import read_vocab
+
+    config = json.loads((vlm_target / "config.json").read_text())
+    hf = AutoTokenizer.from_pretrained(str(_dir(NAME) / "target-hf"))
+    ours = openvino_genai.Tokenizer(str(vlm_target))
+    text = "<|image>" + "<|image|>" * 3 + "<image|> The red fox<|image|><|video|>"
+    want = hf(text, add_special_tokens=False)["input_ids"]
+    assert want[:5] == [config["boi_token_id"], *[config["image_token_id"]] * 3, config["eoi_token_id"]]
+    assert want[-2:] == [config["image_token_id"], config["video_token_id"]]
+    assert ours.encode(text, add_special_tokens=False).input_ids.data.tolist() == [want]
+    assert ours.decode(want) == " The red fox"
+    vocab = read_vocab(open_gguf(_dir(NAME) / TARGET_GGUF))
+    assert config["video_token_id"] not in vocab.split_ids()  # what the file states: text to llama.cpp
