@@ -6,7 +6,8 @@ The fast tests check what the fixture is: the checkpoint's config, the GGUFs as 
 draft's config (Gemma's embedding scale stated), and the figures the builder recorded (GenAI greedy text
 on gguf2ov's target of the Q4_K_M file with and without the draft, acceptance, llama.cpp's greedy text).
 The slow test runs what a user runs: `gguf2ov run draft-Q4_K_M.gguf --target target-Q4_K_M.gguf` with
-its defaults, as tests/test_target_fixtures.py does for tiny-moe.
+its defaults, as tests/test_target_fixtures.py does for tiny-moe, and in the VLM form (`--mmproj`, `--image`):
+the VLM folder's tokenizer and the draft's embedding scale there.
 """
 
 import json
