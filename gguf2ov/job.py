@@ -127,14 +127,28 @@ class Job:
         if self.gguf is None:
             from .draft.source import open_draft_checkpoint
 
-            return open_draft_checkpoint(self.draft_spec.path)
+            return self.fitted(open_draft_checkpoint(self.draft_spec.path))
         return self.read_draft(self.target_layer_offset, self.offset_decision)
+
+    def fitted(self, draft):
+        """`draft` with its input_embedding_scale fitted to what the target's runtime feeds it. A stated scale
+        multiplies the target table's rows (GenAI grafts them onto the draft of an LLM target), but a VLM's
+        drafts get the text embeddings model's output, Gemma's sqrt(hidden) in it already: the draft applies
+        only what is left, not the scale twice. A draft that states no scale takes what it is fed."""
+        scale = draft.config.input_embedding_scale
+        if scale == 1.0 or self.target_spec is None or self.builds_target or self.target.embeds_scale == 1.0:
+            return draft
+        left = scale / self.target.embeds_scale
+        # the same sqrt(hidden) on both sides, apart from float32 rounding: no multiply in the draft at all
+        left = 1.0 if abs(left - 1.0) < 1e-5 else left
+        draft.config = dataclasses.replace(draft.config, input_embedding_scale=left)
+        return draft
 
     def read_draft(self, target_layer_offset: int | None, offset_decision=None):
         """The GGUF read as a draft with a given target layer offset (what the tap scan compares)."""
         from .draft.source import open_draft_gguf
 
-        return open_draft_gguf(self.gguf, self.options.map_path, target_layer_offset, offset_decision)
+        return self.fitted(open_draft_gguf(self.gguf, self.options.map_path, target_layer_offset, offset_decision))
 
     @property
     def shape_offset(self) -> int | None:

@@ -125,7 +125,7 @@ def run(job, out_dir, reference_dir=None, requant: str | None = None, variants=N
     inputs = (gguf_path, job.target_spec.path, reference_dir, o.map_path)
     require_output_dir(out_dir, overwrite, inputs=inputs)
     if job.builds_target:
-        job.require_target_build(out_dir / "target")
+        job.require_target_build(out_dir / "target", overwrite)  # built in the temporary folder, then moved
     else:
         job.target.require_attach_points()  # a folder GenAI cannot attach to fails before any work
     require_space(out_dir, run_bytes(job, names, (LOSSLESS, requant)), f"the run ({'the target, ' if job.builds_target else ''}the "

@@ -6,7 +6,8 @@ The fast tests check what the fixture is: the checkpoint's config, the GGUFs as 
 draft's config (Gemma's embedding scale stated), and the figures the builder recorded (GenAI greedy text
 on gguf2ov's target of the Q4_K_M file with and without the draft, acceptance, llama.cpp's greedy text).
 The slow test runs what a user runs: `gguf2ov run draft-Q4_K_M.gguf --target target-Q4_K_M.gguf` with
-its defaults, as tests/test_target_fixtures.py does for tiny-moe.
+its defaults, as tests/test_target_fixtures.py does for tiny-moe, and in the VLM form (`--mmproj`, `--image`):
+the VLM folder's tokenizer and the draft's embedding scale there.
 """
 
 import json
@@ -191,3 +192,82 @@ def test_the_same_draft_without_gemmas_embedding_scale_is_broken(tmp_path):
     # 44 of 500 measured (1.4% of the proposals), against 222 for the draft with its scale in the same run
     scaled = _json(NAME, "fixture.json")["acceptance"]["draft-Q4_K_M.gguf"]["accepted"]
     assert r["accepted_tokens"] < scaled / 3, (r["accepted_tokens"], scaled)
+
+
+@pytest.fixture(scope="module")
+def vlm_target(tmp_path_factory):
+    """`gguf2ov target target-Q4_K_M.gguf --mmproj mmproj-F16.gguf`: the VLM folder of llama.cpp's two files."""
+    from gguf2ov.cli import main
+
+    d, out = _dir(NAME), tmp_path_factory.mktemp("vlm") / "target"
+    assert main(["target", str(d / TARGET_GGUF), "--mmproj", str(d / MMPROJ), "-o", str(out), "--quiet"]) == 0
+    return out
+
+
+def test_the_vlm_folder_tokenizes_the_image_and_video_placeholders_as_one_token_each(vlm_target):
+    """VLMPipeline writes <|image>, <|image|>, <image|> (and for Gemma 4 encodes <|image|><|video|>, wanting two
+    ids) into the prompt as text. The model's Hugging Face tokenizer gives one id each (special added tokens);
+    llama.cpp's converter stored <|video|> as a normal token, which the GGUF's own tokenizer spells out in
+    pieces. The VLM folder's tokenizer gives config.json's ids, as the HF tokenizer does, and the detokenizer
+    drops them; the text target's stays llama.cpp's."""
+    import openvino_genai
+    from transformers import AutoTokenizer
+
+    from gguf2ov.gguf.read import open_gguf
+    from gguf2ov.gguf.tokenizer import read_vocab
+
+    config = json.loads((vlm_target / "config.json").read_text())
+    hf = AutoTokenizer.from_pretrained(str(_dir(NAME) / "target-hf"))
+    ours = openvino_genai.Tokenizer(str(vlm_target))
+    text = "<|image>" + "<|image|>" * 3 + "<image|> The red fox<|image|><|video|>"
+    want = hf(text, add_special_tokens=False)["input_ids"]
+    assert want[:5] == [config["boi_token_id"], *[config["image_token_id"]] * 3, config["eoi_token_id"]]
+    assert want[-2:] == [config["image_token_id"], config["video_token_id"]]
+    assert ours.encode(text, add_special_tokens=False).input_ids.data.tolist() == [want]
+    assert ours.decode(want) == " The red fox"
+    vocab = read_vocab(open_gguf(_dir(NAME) / TARGET_GGUF))
+    assert config["video_token_id"] not in vocab.split_ids()  # what the file states: text to llama.cpp
+
+
+def test_the_draft_applies_its_embedding_scale_once_on_the_vlm_folder(tmp_path, vlm_target):
+    """GenAI feeds a VLM's draft the text embeddings model's output, Gemma's sqrt(hidden) in it already, where
+    it grafts the plain table rows onto an LLM target's draft. The draft states sqrt(hidden): on the text target
+    it multiplies by it, on the VLM folder by nothing, and what reaches its first layer is the same on both."""
+    from gguf2ov.cli import main
+    from gguf2ov.job import Job
+
+    d = _dir(NAME)
+    text = tmp_path / "text"
+    assert main(["target", str(d / TARGET_GGUF), "-o", str(text), "--quiet"]) == 0
+    stated = _json(NAME, "draft-ref/config.json")["dflash_config"]["input_embedding_scale"]
+    on_text, on_vlm = (Job.of(str(d / "draft-Q4_K_M.gguf"), str(t)) for t in (text, vlm_target))
+    assert on_text.target.embeds_scale == 1.0 and on_text.draft.config.input_embedding_scale == pytest.approx(stated)
+    assert on_vlm.target.embeds_scale == pytest.approx(stated, rel=1e-6)
+    assert on_vlm.draft.config.input_embedding_scale == 1.0
+    ids = np.array([2, 6, 300, _text_config()["vocab_size"] - 1])
+    first_layer = [job.target.embed(ids) * np.float32(job.draft.config.input_embedding_scale)
+                   for job in (on_text, on_vlm)]
+    np.testing.assert_allclose(first_layer[1], first_layer[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_run_in_the_vlm_form_gives_the_targets_text_with_the_draft_accepted(tmp_path):
+    """`gguf2ov run draft-Q4_K_M.gguf --target target-Q4_K_M.gguf --mmproj mmproj-F16.gguf --image IMAGE`: the
+    VLM folder built from llama.cpp's two files runs in VLMPipeline with the draft attached, every prompt's
+    text the target's alone. The draft, fed the text embeddings model's output, has as many of its tokens
+    accepted on the text prompts as on the text target (the builder's figure): its scale is applied once.
+    Measured: 225 of 600, the text prompts' 222 of 500 as on the text target; the image prompt 3 of 100 (the
+    draft never saw image tokens); 0 of 600 with the scale applied twice."""
+    d = _dir(NAME)
+    image = FIXTURES_ROOT / "tiny-vlm" / "image.png"
+    report = _run(tmp_path / "run", d / "draft-Q4_K_M.gguf", "--target", d / TARGET_GGUF, "--mmproj", d / MMPROJ,
+                  "--image", image, "--prompts", d / "prompts.txt", min_acceptance=DEFAULT_PROMPTS_ACCEPTANCE)
+    assert report["results"]["target"]["vision"]["mmproj"] == str(d / MMPROJ)
+    r = report["results"]["accept:gguf"]
+    prompts = r["prompts"]
+    assert all(p["identical"] for p in prompts) and [p["images"] for p in prompts][-1] == [str(image)]
+    text = [p for p in prompts if not p["images"]]
+    assert len(text) == len((d / "prompts.txt").read_text().splitlines())
+    on_text_target = _json(NAME, "fixture.json")["acceptance"]["draft-Q4_K_M.gguf"]
+    assert sum(p["generated_tokens"] for p in text) == on_text_target["generated"]
+    assert sum(p["accepted_tokens"] for p in text) >= 0.9 * on_text_target["accepted"], text

@@ -324,6 +324,25 @@ def test_an_interrupted_run_with_overwrite_keeps_the_previous_output(fixtures_di
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no temporary folder left beside it
 
 
+def test_overwrite_replaces_an_output_that_holds_a_built_target(tmp_path, monkeypatch, capsys):
+    """A run that builds its target (`--target FILE.gguf`) goes past an old output holding target/ with
+    --overwrite: the new target is built in the run's temporary folder, not over the old one."""
+    import gguf2ov.stages.drift as drift
+
+    gemma4 = Path(__file__).resolve().parent.parent / "fixtures" / "tiny-gemma4"
+    old = tmp_path / "run"
+    (old / "target").mkdir(parents=True)
+    (old / "target" / "config.json").write_text("{}")  # a previous run's target
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(drift, "drift", interrupted)
+    code = cli.main(["run", str(gemma4 / "draft-Q4_K_M.gguf"), "--target", str(gemma4 / "target-Q4_K_M.gguf"),
+                     "-o", str(old), "--overwrite", "--quiet"])
+    assert code == 130 and "interrupted" in capsys.readouterr().err  # drift reached: the target was built
+
+
 @pytest.mark.slow
 def test_a_graph_that_computes_another_function_fails_run_at_drift_naming_checkpoint_match(fixtures_dir, tmp_path,
                                                                                             monkeypatch):

@@ -104,8 +104,9 @@ class GgufVocab:
         return sorted(ids | ({self.eos} if self.eos is not None else set()))
 
 
-def read_vocab(gguf: GgufFile) -> GgufVocab:
-    """The tokenizer metadata of `gguf`, checked before anything is built from it."""
+def read_vocab(gguf: GgufFile, control_texts=()) -> GgufVocab:
+    """The tokenizer metadata of `gguf`, checked before anything is built from it. Tokens whose text is in
+    `control_texts` count as control tokens whatever their stored type (see `ov_tokenizers`)."""
     model = _metadata(gguf, "tokenizer.ggml.model", str, hint=_HINT)
     if model not in MODELS:
         raise Gguf2ovError(f"{gguf.path}: tokenizer.ggml.model is {printable(model)!r}; only {', '.join(MODELS)} "
@@ -119,6 +120,11 @@ def read_vocab(gguf: GgufFile) -> GgufVocab:
         bad = int(types[~np.isin(types, TOKEN_TYPES)][0])
         raise Gguf2ovError(f"{gguf.path}: tokenizer.ggml.token_type holds {bad}, not a llama.cpp token type",
                            hint="the file is corrupt; " + _HINT)
+    wanted = set(control_texts)
+    control = [i for i, t in enumerate(tokens) if t in wanted] if wanted else []
+    if control:
+        types = types.copy()
+        types[control] = TokenType.CONTROL
     scores = _numbers(gguf, "tokenizer.ggml.scores", n, np.float32, required=model == "llama")
     ids = {name: _token_id(gguf, key, n, DEFAULT_IDS[model].get(name)) for name, key in _ID_KEYS.items()}
     pre = _pre_tokenizer(gguf) if model == "gpt2" else None
@@ -170,11 +176,18 @@ def hf_tokenizer(vocab: GgufVocab) -> "transformers.PreTrainedTokenizerFast":
         model_input_names=["input_ids", "attention_mask"])
 
 
-def ov_tokenizers(gguf: GgufFile) -> "tuple[openvino.Model, openvino.Model]":
-    """(tokenizer, detokenizer) `openvino.Model`s for `openvino_tokenizer.xml` / `openvino_detokenizer.xml`."""
+def ov_tokenizers(gguf: GgufFile, control_texts=()) -> "tuple[openvino.Model, openvino.Model]":
+    """(tokenizer, detokenizer) `openvino.Model`s for `openvino_tokenizer.xml` / `openvino_detokenizer.xml`.
+
+    `control_texts`: texts to tokenize as one control token each although the file stores them as normal
+    tokens. A VLM folder needs it: VLMPipeline writes its image and video placeholders into the prompt as
+    text and expects one id for each (GenAI's Gemma 4 path encodes `<|image|><|video|>` and wants two ids),
+    as the model's Hugging Face tokenizer gives (special added tokens); llama.cpp's converter marks as
+    control only the tokens the tokenizer config names, so `<|video|>` can reach the GGUF as normal text.
+    """
     from openvino_tokenizers import convert_tokenizer
 
-    vocab = read_vocab(gguf)
+    vocab = read_vocab(gguf, control_texts)
     if not vocab.split_ids():
         # openvino_tokenizers 2026.4 builds a BPETokenizer node it then rejects ("Incorrect number of inputs")
         raise Gguf2ovError(f"{gguf.path}: tokenizer.ggml.token_type marks no control token; openvino_tokenizers "

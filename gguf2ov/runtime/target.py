@@ -230,6 +230,23 @@ class TargetIR:
             return self._run_ids_model(VLM_TEXT_EMBEDDINGS, ids)
         return self.rows(self.embedding.input_value(0))(ids)
 
+    @cached_property
+    def embeds_scale(self) -> float:
+        """What the embeddings GenAI feeds a draft (`embed`) are its embedding table's rows multiplied by:
+        1 where it grafts the table (an LLM target), the text embeddings model's own factor for a VLM (Gemma
+        scales by sqrt(hidden) there), measured on rows spread over the vocabulary."""
+        if self.kind != "vlm":
+            return 1.0
+        table = self.embedding.input_value(0)
+        ids = np.linspace(0, table.get_partial_shape()[0].get_length() - 1, 64).astype(np.int64)
+        rows, fed = self.rows(table)(ids), self.embed(ids)
+        scale = float(np.linalg.norm(fed) / max(float(np.linalg.norm(rows)), 1e-30))
+        if not np.allclose(fed, rows * np.float32(scale), rtol=1e-3, atol=1e-3 * float(np.abs(fed).max())):
+            raise Gguf2ovError(f"{self.path / VLM_TEXT_EMBEDDINGS}: its output is not its table's rows times one "
+                               "factor, so a draft's input_embedding_scale cannot be fitted to it",
+                               hint="attach the draft to the text target (gguf2ov target without --mmproj)")
+        return scale
+
     def rows(self, weight):
         """rows(ids) -> [len(ids), ...] float32: rows of one of the target's weights (its embedding table,
         its head's [vocab, hidden] weight), compiled once (`gather_rows`)."""

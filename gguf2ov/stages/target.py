@@ -271,7 +271,8 @@ def write_vlm_target(folder: Path, target, variant, tokenizer_from, vision, imag
     config = vlm_config(target.config.raw, vision, target.gguf.metadata.get("tokenizer.ggml.tokens"), section)
     if tokenizer_from is not None:
         step("converting the tokenizer", progress)
-        write_tokenizers(folder, tokenizer_from, target)
+        # the placeholders VLMPipeline writes into the prompt, one token each as in the model's HF tokenizer
+        write_tokenizers(folder, tokenizer_from, target, control_texts=tuple(section["tokens"].values()))
     step(f"building the {variant.name} language model from {target.describe()}", progress)
     model, forms = build_target_ir(target, variant, forms=forms, inputs_embeds=True,
                                    progress=(lambda m: step(f"{variant.name}: {m}", progress)) if progress else None)
@@ -328,14 +329,15 @@ def _require_vocabulary(target) -> None:
                            hint="pass --tokenizer DIR with the model's Hugging Face tokenizer files")
 
 
-def write_tokenizers(folder: Path, tokenizer_from, target) -> None:
-    """openvino_tokenizer.xml / openvino_detokenizer.xml (and the Hugging Face tokenizer files) in `folder`."""
+def write_tokenizers(folder: Path, tokenizer_from, target, control_texts=()) -> None:
+    """openvino_tokenizer.xml / openvino_detokenizer.xml (and the Hugging Face tokenizer files) in `folder`;
+    `control_texts` as in `gguf.tokenizer.ov_tokenizers`, for a tokenizer made from the GGUF."""
     import openvino as ov
 
     if tokenizer_from == "gguf":
         from ..gguf.tokenizer import ov_tokenizers
 
-        tokenizer, detokenizer = ov_tokenizers(target.gguf)
+        tokenizer, detokenizer = ov_tokenizers(target.gguf, control_texts)
     elif (Path(tokenizer_from) / TOKENIZER_IR).is_file() and not _has_hf_tokenizer(Path(tokenizer_from)):
         for name in (TOKENIZER_IR, DETOKENIZER_IR):
             for suffix in (".xml", ".bin"):
