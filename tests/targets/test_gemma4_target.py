@@ -49,6 +49,8 @@ GEMMA4 = {
                                  sliding_window=4, final_logit_softcapping=30.0, hidden_size_per_layer_input=8,
                                  vocab_size_per_layer_input=tb.VOCAB),
 }
+# E2B-like: the per-layer-embeddings geometry with the MLPs of its three shared-KV layers twice as wide
+GEMMA4["e2b"] = dict(GEMMA4["per-layer-embeddings"], use_double_wide_mlp=True)
 SHARED = GEMMA4["shared-kv"]
 PLE = GEMMA4["per-layer-embeddings"]
 
@@ -202,6 +204,7 @@ def test_a_gguf_in_llama_cpps_layout_builds_the_checkpoints_target(tmp_path, gem
     model, no K or V in the shared layers, the global layers' proportional RoPE as rope_freqs (1 for each
     turned frequency, 1e30 for the others). The target built from it is the checkpoint's, byte for byte."""
     from gguf2ov.gguf.read import open_gguf
+    from gguf2ov.maps.rules import plain_value
 
     hf, xml = gemma4
     config = tb.config_of(hf)
@@ -217,6 +220,9 @@ def test_a_gguf_in_llama_cpps_layout_builds_the_checkpoints_target(tmp_path, gem
     np.testing.assert_array_equal(gguf.load("rope_freqs.weight"),
                                   np.float32([1.0] * turned + [1e30] * (config["global_head_dim"] // 2 - turned)))
     shared_from = config["num_hidden_layers"] - config.get("num_kv_shared_layers", 0)
+    wide = 2 if config.get("use_double_wide_mlp") else 1
+    widths = [config["intermediate_size"] * (wide if n >= shared_from else 1) for n in range(config["num_hidden_layers"])]
+    assert plain_value(meta["gemma4.feed_forward_length"]) == (widths if wide == 2 else widths[0])
     for n, layer_type in enumerate(config["layer_types"]):
         own = n < shared_from
         assert (f"blk.{n}.attn_k.weight" in gguf.tensors) == own
@@ -227,7 +233,8 @@ def test_a_gguf_in_llama_cpps_layout_builds_the_checkpoints_target(tmp_path, gem
     c, reference = open_target(path).config, open_target(hf).config
     assert (c.layer_types, c.head_dims, c.num_kv_heads) == (reference.layer_types, reference.head_dims,
                                                            reference.num_kv_heads)
-    for key in ("attention_k_eq_v", "num_kv_shared_layers", "sliding_window", "final_logit_softcapping"):
+    for key in ("attention_k_eq_v", "num_kv_shared_layers", "sliding_window", "final_logit_softcapping",
+                "intermediate_size", "use_double_wide_mlp"):
         assert getattr(c.hf, key) == getattr(reference.hf, key), key
 
 
@@ -251,10 +258,10 @@ def _bad_files(tmp_path, gguf_path) -> dict:
             _rewrite(gguf_path, tmp_path / "ple.gguf", kv={"gemma4.embedding_length_per_layer_input": 8},
                      tensors={"per_layer_token_embd.weight": np.zeros((tb.VOCAB, 8 * 5), np.float32)}),
             "tensors do not match the gemma4 model its config describes: 17 missing (model.layers.0.per_layer_input_gate"),
-        "double-wide MLPs in the shared-KV layers (E2B)": (
-            _rewrite(gguf_path, tmp_path / "wide.gguf", kv={"gemma4.feed_forward_length": [96, 96, 96, 192, 192]}),
-            "gemma4.feed_forward_length states intermediate_size per layer ([96, 96, 96, 192, 192]), with 2 different "
-            "values"),
+        "MLP widths per layer other than E2B's double-wide shared-KV layers": (
+            _rewrite(gguf_path, tmp_path / "wide.gguf", kv={"gemma4.feed_forward_length": [96, 96, 192, 192, 192]}),
+            "gemma4.feed_forward_length states intermediate_size per layer ([96, 96, 192, 192, 192]), where this map "
+            "reads one value for every layer, or 2 times it in the last num_kv_shared_layers (2) layers"),
         "rope_freqs for another head size": (
             _rewrite(gguf_path, tmp_path / "freqs.gguf", tensors={"rope_freqs.weight": np.ones(8, np.float32)}),
             "rope_freqs.weight holds 8 factors for the 16 RoPE frequencies of the full_attention layers"),
@@ -266,7 +273,8 @@ def _bad_files(tmp_path, gguf_path) -> dict:
 
 
 @pytest.mark.parametrize("case", ["per-layer embeddings without their layers' tensors",
-                                  "double-wide MLPs in the shared-KV layers (E2B)", "rope_freqs for another head size",
+                                  "MLP widths per layer other than E2B's double-wide shared-KV layers",
+                                  "rope_freqs for another head size",
                                   "key/value heads that differ among sliding layers"])
 def test_bad_gemma4_files_are_one_error_line_and_no_folder(tmp_path, shared, fixtures_dir, capsys, case):
     path, message = _bad_files(tmp_path, _write_gemma4(shared, tmp_path / "g.gguf"))[case]
@@ -442,8 +450,6 @@ def test_the_target_folder_of_llama_cpps_file_alone_generates_llama_simples_text
 # --- variants not built yet ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("changes, message", [
-    ({"use_double_wide_mlp": True}, "use_double_wide_mlp is True: double-wide MLPs in the shared-KV layers, which "
-                                    "this version does not build"),
     # layers 1-4 share, and no global layer comes before them
     ({"num_kv_shared_layers": 4}, "layer 2 (full_attention) shares the keys and values of an earlier "
                                   "full_attention layer, and the layers before the shared ones have none"),
