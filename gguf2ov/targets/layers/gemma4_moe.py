@@ -48,7 +48,7 @@ def _params(c) -> dict:
             "intermediate": int(getattr(hf, "moe_intermediate_size", 0) or 0)}
 
 
-def dense_width(c, i: int) -> int:
+def _dense_width(c, i: int) -> int:
     """The dense MLP's width in layer i: twice intermediate_size in the shared-KV layers where the config sets
     use_double_wide_mlp (E2B), as Gemma4TextMLP makes it (layer_idx >= num_hidden_layers - num_kv_shared_layers > 0)."""
     first_shared = c.num_layers - (getattr(c.hf, "num_kv_shared_layers", 0) or 0)
@@ -78,7 +78,7 @@ class Gemma4FeedForward(LayerKind, name="gemma4_moe", role="mlp"):
     def tensors(self, c, i):
         p, m, h = layer_prefix(i), _params(c), c.hidden_size
         shapes = {p + "pre_feedforward_layernorm.weight": (h,),
-                  **gated_mlp_tensors(p + "mlp.", h, dense_width(c, i), c.mlp_bias)}
+                  **gated_mlp_tensors(p + "mlp.", h, _dense_width(c, i), c.mlp_bias)}
         if not m["moe"]:
             return shapes
         e, inter = m["experts"], m["intermediate"]
