@@ -352,20 +352,22 @@ def test_a_per_layer_embeddings_file_llama_cpps_converter_wrote_builds_the_check
     assert max(worst.values()) <= 1e-5, worst
 
 
-def test_the_target_of_llama_cpps_per_layer_embeddings_file_generates_llama_cpps_greedy_text(tmp_path):
+@pytest.mark.parametrize("kind", ["PLE", "E2B"])
+def test_the_target_of_llama_cpps_per_layer_embeddings_file_generates_llama_cpps_greedy_text(tmp_path, kind):
     """As for the dense file: on llama-tokenize's ids of each prompt, the target built from the per-layer-
-    embeddings file continues greedily as llama-simple did on that file (recorded: CI has no llama.cpp), on
-    every prompt but where the target's top two logits came within 1e-3 of each other: llama.cpp computes
-    GELU through a float16 table (ggml-cpu vec.h GGML_GELU_FP16), which moves them by that much. Measured:
-    4 of 5 prompts the same, the fifth leaving llama-simple's text at a step whose top two logits are 0.0000
-    apart."""
+    embeddings file (and from the E2B file, with its double-wide MLPs) continues greedily as llama-simple did on
+    that file (recorded: CI has no llama.cpp), on every prompt but where the target's top two logits came within
+    1e-3 of each other: llama.cpp computes GELU through a float16 table (ggml-cpu vec.h GGML_GELU_FP16), which
+    moves them by that much. Measured: PLE 4 of 5 prompts the same, the fifth leaving llama-simple's text at a
+    step whose top two logits are 0.0000 apart; E2B 5 of 5."""
     import gemma4_data
 
     from gguf2ov.gguf.read import open_gguf
 
-    gguf = open_gguf(gemma4_data.LLAMACPP_PLE_FILE)
-    recorded = gemma4_data.llamacpp_greedy(gemma4_data.LLAMACPP_PLE_GREEDY)
-    xml = tb.target_ir(gemma4_data.LLAMACPP_PLE_FILE, tmp_path / "ours")
+    path = getattr(gemma4_data, f"LLAMACPP_{kind}_FILE")
+    gguf = open_gguf(path)
+    recorded = gemma4_data.llamacpp_greedy(getattr(gemma4_data, f"LLAMACPP_{kind}_GREEDY"))
+    xml = tb.target_ir(path, tmp_path / "ours")
     eos = int(gguf.metadata["tokenizer.ggml.eos_token_id"])
     same = 0
     for p in recorded["prompts"]:
@@ -374,6 +376,35 @@ def test_the_target_of_llama_cpps_per_layer_embeddings_file_generates_llama_cpps
         same += ours == p["text"]
         assert ours == p["text"] or min(margins) < 1e-3, (p["prompt"], ours, p["text"], min(margins))
     assert same >= 4
+
+
+def test_an_e2b_file_llama_cpps_converter_wrote_builds_the_checkpoints_target(tmp_path):
+    """tests/data/gemma4-e2b-llamacpp-F32.gguf: convert_hf_to_gguf.py (llama.cpp 0c1e570) of gemma4_data's E2B-like
+    checkpoint (`benchmarks/llamacpp_gemma4.py --e2b`: per-layer embeddings, shared KV and the double-wide MLPs of
+    the shared-KV layers). The converter writes feed_forward_length per layer ([64, 64, 128, 128]); it reads
+    back as intermediate_size 64 with use_double_wide_mlp, the target built from it is the checkpoint's byte for
+    byte, and that computes transformers' model of the checkpoint."""
+    import gemma4_data
+
+    from gguf2ov.gguf.read import open_gguf
+    from gguf2ov.maps.rules import plain_value
+
+    assert plain_value(open_gguf(gemma4_data.LLAMACPP_E2B_FILE).metadata["gemma4.feed_forward_length"]) == \
+        [64, 64, 128, 128]
+    hf = gemma4_data.write_checkpoint(tmp_path / "hf", gemma4_data.E2B_CONFIG)
+    source, reference = open_target(gemma4_data.LLAMACPP_E2B_FILE), open_target(hf)
+    c = source.config
+    assert (c.intermediate_size, c.hf.use_double_wide_mlp, c.hf.num_kv_shared_layers,
+            c.hf.hidden_size_per_layer_input) == (64, True, 2, 8)
+    assert source.expected == reference.expected
+    assert source.expected["model.layers.3.mlp.down_proj.weight"] == (48, 128)
+    for name in source.expected:
+        np.testing.assert_array_equal(source.f32(name), reference.f32(name), err_msg=name)
+    ours = tb.target_ir(gemma4_data.LLAMACPP_E2B_FILE, tmp_path / "from-gguf")
+    from_hf = tb.target_ir(hf, tmp_path / "from-hf")
+    assert ours.with_suffix(".bin").read_bytes() == from_hf.with_suffix(".bin").read_bytes()
+    worst = tb.worst_against_transformers(ours, _transformers(hf))
+    assert max(worst.values()) <= 1e-5, worst
 
 
 def test_the_fixture_vlms_language_model_computes_the_vlm_on_text(tmp_path, fixtures_dir):
