@@ -3,10 +3,12 @@
     python benchmarks/llamacpp_gemma4.py        # tests/data/gemma4-llamacpp-{F32,Q4_K_M}.gguf, gemma4-llamacpp.json
     python benchmarks/llamacpp_gemma4.py --moe  # tests/data/gemma4-moe-llamacpp-F32.gguf, gemma4-moe-llamacpp.json
     python benchmarks/llamacpp_gemma4.py --ple  # tests/data/gemma4-ple-llamacpp-F32.gguf, gemma4-ple-llamacpp.json
+    python benchmarks/llamacpp_gemma4.py --e2b  # tests/data/gemma4-e2b-llamacpp-F32.gguf, gemma4-e2b-llamacpp.json
 
 Needs llama.cpp built by benchmarks/llamacpp.py (0c1e570: its convert_hf_to_gguf.py and gguf-py,
 llama-tokenize, llama-simple, llama-quantize). The checkpoints are tests/gemma4_data.py's: its CONFIG (shared KV,
-attention_k_eq_v) and, with `ple`, its PLE_CONFIG (per-layer embeddings, E2B/E4B's kind). Gemma 4's converter reads a
+attention_k_eq_v), with `ple` its PLE_CONFIG (per-layer embeddings, E2B/E4B's kind) and with `e2b` its E2B_CONFIG
+(those and E2B's double-wide MLPs in the shared-KV layers, a feed_forward_length per layer in the file). Gemma 4's converter reads a
 SentencePiece-style BPE tokenizer (byte fallback, spaces as U+2581): one of 384 tokens is trained here on
 the prompts below (pad, eos, bos, unk, the 256 byte tokens, then merges) and the converter writes its
 vocabulary into the file. The file is F32: llama.cpp then computes in float32, as the target does.
@@ -84,11 +86,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--moe", action="store_true", help="the mixture-of-experts checkpoint (MOE_CONFIG)")
     parser.add_argument("--ple", action="store_true", help="the per-layer-embeddings checkpoint (PLE_CONFIG)")
+    parser.add_argument("--e2b", action="store_true", help="PLE_CONFIG with E2B's double-wide MLPs (E2B_CONFIG)")
     args = parser.parse_args()
     if args.moe:
         return moe()
     if args.ple:
-        return record_ple()
+        return record_f32(gemma4_data.PLE_CONFIG, gemma4_data.LLAMACPP_PLE_FILE, gemma4_data.LLAMACPP_PLE_GREEDY)
+    if args.e2b:
+        return record_f32(gemma4_data.E2B_CONFIG, gemma4_data.LLAMACPP_E2B_FILE, gemma4_data.LLAMACPP_E2B_GREEDY)
     with tempfile.TemporaryDirectory() as work:
         hf = gemma4_data.write_checkpoint(Path(work) / "hf")
         write_tokenizer(hf)
@@ -117,17 +122,17 @@ def moe() -> None:
     gemma4_data.MOE_GREEDY.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
 
 
-def record_ple() -> None:
-    """The per-layer-embeddings checkpoint's F32 file and llama-simple's greedy text on it."""
-    gguf = gemma4_data.LLAMACPP_PLE_FILE
+def record_f32(config: dict, gguf: Path, greedy: Path) -> None:
+    """The F32 file of the checkpoint of `config` (gemma4_data's PLE_CONFIG or E2B_CONFIG) and llama-simple's greedy
+    text on it."""
     with tempfile.TemporaryDirectory() as work:
-        hf = gemma4_data.write_checkpoint(Path(work) / "hf", gemma4_data.PLE_CONFIG)
+        hf = gemma4_data.write_checkpoint(Path(work) / "hf", config)
         write_tokenizer(hf)
         convert(hf, gguf, "f32")
     print(f"{gguf.relative_to(REPO)}: {gguf.stat().st_size} bytes")
     record = {"llama.cpp": "0c1e570", "new_tokens": NEW_TOKENS,
               "prompts": [{"prompt": p, "ids": tokenize(gguf, p), "text": simple(gguf, p)} for p in PROMPTS]}
-    gemma4_data.LLAMACPP_PLE_GREEDY.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+    greedy.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
     for p in record["prompts"]:
         print(json.dumps(p, ensure_ascii=False))
 

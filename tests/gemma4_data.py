@@ -8,7 +8,10 @@ llama.cpp), on the vocabulary of a small SentencePiece-style BPE tokenizer, as G
   gemma4-moe-llamacpp-F32.gguf, gemma4-moe-llamacpp.json;
 - PLE_CONFIG, E2B/E4B-like: per-layer embeddings (8 values a layer), v_proj in every layer, the last two
   layers (one sliding, one global) sharing the keys and values of the first two: gemma4-ple-llamacpp-F32.gguf,
-  gemma4-ple-llamacpp.json.
+  gemma4-ple-llamacpp.json;
+- E2B_CONFIG, E2B-like: PLE_CONFIG with use_double_wide_mlp (the MLPs of the two shared-KV layers twice as wide),
+  which llama.cpp's converter writes as a feed_forward_length per layer: gemma4-e2b-llamacpp-F32.gguf,
+  gemma4-e2b-llamacpp.json.
 
 Every value is computed from its tensor's name and position with integer arithmetic alone (no random
 generator whose stream could change), as a multiple of 1/1024 below 2 in magnitude: the file holds the
@@ -29,6 +32,8 @@ MOE_FILE = DATA / "gemma4-moe-llamacpp-F32.gguf"
 MOE_GREEDY = DATA / "gemma4-moe-llamacpp.json"
 LLAMACPP_PLE_FILE = DATA / "gemma4-ple-llamacpp-F32.gguf"
 LLAMACPP_PLE_GREEDY = DATA / "gemma4-ple-llamacpp.json"
+LLAMACPP_E2B_FILE = DATA / "gemma4-e2b-llamacpp-F32.gguf"
+LLAMACPP_E2B_GREEDY = DATA / "gemma4-e2b-llamacpp.json"
 
 CONFIG = {
     "architectures": ["Gemma4ForCausalLM"], "model_type": "gemma4_text", "vocab_size": 384, "hidden_size": 64,
@@ -56,6 +61,7 @@ PLE_CONFIG = CONFIG | {
     "num_kv_shared_layers": 2, "layer_types": ["sliding_attention", "full_attention"] * 2,
     "hidden_size_per_layer_input": 8, "vocab_size_per_layer_input": 384,
 }
+E2B_CONFIG = PLE_CONFIG | {"use_double_wide_mlp": True}
 
 
 def values(name: str, shape) -> np.ndarray:
@@ -74,7 +80,7 @@ def values(name: str, shape) -> np.ndarray:
 
 
 def write_checkpoint(folder: Path, config: dict = CONFIG) -> Path:
-    """The checkpoint of `config` (CONFIG, MOE_CONFIG or PLE_CONFIG; no tokenizer: the converter's is
+    """The checkpoint of `config` (CONFIG, MOE_CONFIG, PLE_CONFIG or E2B_CONFIG; no tokenizer: the converter's is
     benchmarks/llamacpp_gemma4.py's) in `folder`, saved by transformers 5.5.4's Gemma4ForCausalLM with
     every parameter and buffer set by `values`."""
     import torch
@@ -92,7 +98,8 @@ def write_checkpoint(folder: Path, config: dict = CONFIG) -> Path:
 
 
 def llamacpp_greedy(path: Path = LLAMACPP_GREEDY) -> dict:
-    """What benchmarks/llamacpp_gemma4.py recorded (LLAMACPP_GREEDY, MOE_GREEDY or LLAMACPP_PLE_GREEDY): per prompt,
+    """What benchmarks/llamacpp_gemma4.py recorded (LLAMACPP_GREEDY, MOE_GREEDY, LLAMACPP_PLE_GREEDY or
+    LLAMACPP_E2B_GREEDY): per prompt,
     llama-tokenize's ids and llama-simple's text on each file."""
     return json.loads(path.read_text())
 

@@ -34,7 +34,10 @@ Map sections:
   items agree, and `layered: TYPE` reads the items at the layers whose `layer_types` entry is TYPE
   (written back as a list by layer type when two rules state one key); `tensor_absent: TEMPLATE` with
   `in_layers: TYPE` is true when no layer of that type holds the tensor; `write_default: true` writes
-  `default` back when the HF config does not state the value (a key llama.cpp's loader requires).
+  `default` back when the HF config does not state the value (a key llama.cpp's loader requires);
+  `widened_last: {count: KEY, factor: F, sets: FLAG}` also reads a list of one value per layer whose
+  last KEY items are F times the others' (the others' value, and FLAG set true; any other list is
+  refused), and writes that list back when the config sets FLAG (Gemma 4 E2B's double-wide MLPs).
 - `tensors`: GGUF name template (`{N}` = block index) -> HF template, or `{to:, ops: [...],
   aliases: [other GGUF templates of the same tensor, read but never written]}`, or `{refuse: why}`:
   a layout the map cannot read, refused in one error line with why.
@@ -112,7 +115,7 @@ UNSET_SECTIONS = ("hf", "config", "tensors", "optional", "groups", "group_hf", "
 MAPS_ENV = "GGUF2OV_MAPS"
 RULE_KEYS = {"from", "tensor_absent", "type", "add", "default", "optional", "len", "map", "constant", "min", "max",
              "above", "below", "length", "flag", "ambiguous_when", "choices", "write_also", "hf_aliases", "over", "as",
-             "periodic", "per_block", "layered", "write_default", "in_layers"}
+             "periodic", "per_block", "layered", "write_default", "in_layers", "widened_last"}
 # Values a command-line option can set in place of a config rule's `add` (rule key `flag`). Each is
 # a keyword of MetadataReader.hf_config and an option of the commands that read GGUFs, so a new one needs
 # Python; its option is the name with dashes (flag_option).
@@ -492,6 +495,12 @@ def _rule(hf_key, rule, arch, bad, typed: bool = True) -> dict:
             isinstance(rule["in_layers"], str) and "tensor_absent" in rule and "{N}" in rule["tensor_absent"])):
         raise bad(f"config {hf_key}: layered is true or a layer type; in_layers a layer type, with a tensor_absent "
                   "template of {N}")
+    widened = rule.get("widened_last")
+    if widened is not None and not (isinstance(widened, dict) and set(widened) == {"count", "factor", "sets"} and
+                                    isinstance(widened["count"], str) and isinstance(widened["sets"], str) and
+                                    isinstance(widened["factor"], int) and widened["factor"] > 1):
+        raise bad(f"config {hf_key}: widened_last must hold count (a config key), factor (an integer above 1) and "
+                  "sets (the config key set true when the file states the widened list)")
     if rule.get("write_default") and "default" not in rule:
         raise bad(f"config {hf_key}: write_default needs a default")
     if "flag" in rule and rule["flag"] not in KNOWN_FLAGS:

@@ -27,7 +27,8 @@ class MetadataReader:
         out = copy.deepcopy(self.hf)
         missing, deferred = [], []
         for hf_key, rule in self.rules.items():
-            if "over" in rule or by_layer_type(rule) or ("periodic" in rule and self.stated_key(gguf, rule) is None):
+            if "over" in rule or by_layer_type(rule) or "widened_last" in rule or \
+                    ("periodic" in rule and self.stated_key(gguf, rule) is None):
                 deferred.append((hf_key, rule))  # computed from other config values, once they are known
                 continue
             value = self._config_value(gguf, hf_key, rule, flags, allow_ambiguous)
@@ -88,6 +89,8 @@ class MetadataReader:
         TYPE`, `tensor_absent` with `in_layers: TYPE`: by the config's layer_types)."""
         if by_layer_type(rule):
             return self._at_layers_of_type(gguf, hf_key, rule, config)
+        if "widened_last" in rule:
+            return self._widened_last(gguf, hf_key, rule, config)
         if "over" in rule:
             value = self._config_value(gguf, hf_key, rule, {}, True)
             if value in (_MISSING, _ABSENT):
@@ -145,6 +148,31 @@ class MetadataReader:
                                f"{bound if has_type(value, rule['type']) else 'not ' + type_words(rule['type'])}",
                                hint="the file's metadata is malformed; re-download or re-convert the file")
         return value
+
+    def _widened_last(self, gguf, hf_key, rule, config: dict):
+        """`widened_last: {count: KEY, factor: F, sets: FLAG}`: a value the file states once, or per layer with
+        the last KEY layers' items F times the others' (llama.cpp's converter writes Gemma 4 E2B's double-wide
+        MLPs so): the others' value, and FLAG set true in the config. Any other list is refused."""
+        source, widened = self.stated_key(gguf, rule), rule["widened_last"]
+        stated = gguf.metadata[source] if source else None
+        items = plain_value(stated) if source and is_array(stated) and len(stated) <= MAX_LIST else None
+        if items is None or not has_type(items, [rule["type"]]) or len(set(items)) == 1:
+            return self._config_value(gguf, hf_key, rule, {}, True)  # one value, or an error of its own
+        layers, count = config_get(config, "num_hidden_layers"), config_get(config, widened["count"])
+        if not (is_int(layers) and is_int(count)):
+            return _MISSING
+        base = items[0]
+        expected = [base] * (layers - count) + [base * widened["factor"]] * count
+        if not 0 < count < layers or items != expected:
+            raise Gguf2ovError(f"{gguf.path}: {source} states {hf_key} per layer ({short(items)}), where this map "
+                               f"reads one value for every layer, or {widened['factor']} times it in the last "
+                               f"{widened['count']} ({short(count)}) layers ({widened['sets']})",
+                               hint="a per-layer geometry is not supported")
+        if bound := out_of_bounds(base, rule):
+            raise Gguf2ovError(f"{gguf.path}: {hf_key} would be {short(base)} (from {source}), {bound}",
+                               hint="the file's metadata is malformed; re-download or re-convert the file")
+        config_set(config, widened["sets"], True)
+        return base
 
     def _refuse_contradiction(self, gguf, group: str, fields: dict, config: dict) -> None:
         """A group's fixed config fields are what a model with those tensors is: a value the file

@@ -40,6 +40,8 @@ class GgufWriter:
                 value = [v - rule["add"] for v in value] if isinstance(value, list) else value - rule["add"]
             if rule.get("type") == "float" and is_number(value):
                 value = float(value)  # a config may say 10000 where the file must hold a float (F32)
+            if (widened := rule.get("widened_last")) and config_get(hf_config, widened["sets"]):
+                value = widened_list(value, widened, hf_config)
             if isinstance(rule.get("layered"), str):  # one value of the layers of a type
                 by_type.setdefault(rule["from"][0].replace("{arch}", self.arch), {})[rule["layered"]] = value
                 continue
@@ -60,6 +62,15 @@ class GgufWriter:
         """(GGUF name, array) with the map's ops reversed."""
         gguf_name, ops = self.gguf_name_for(hf_name)
         return gguf_name, apply_ops(ops, x, config, reverse=True, where=hf_name)
+
+
+def widened_list(value, widened: dict, hf_config: dict):
+    """What a `widened_last` rule writes when its flag is set: one item per layer, the last `count` layers'
+    `factor` times the value (as llama.cpp's converter writes Gemma 4 E2B's feed_forward_length)."""
+    layers, count = config_get(hf_config, "num_hidden_layers"), config_get(hf_config, widened["count"]) or 0
+    if not (isinstance(layers, int) and isinstance(count, int) and 0 < count < layers):
+        return value
+    return [value] * (layers - count) + [value * widened["factor"]] * count
 
 
 def per_layer(values: dict, layer_types):

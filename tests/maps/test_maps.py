@@ -363,6 +363,9 @@ def test_map_arch_must_match_the_file(draft, tmp_path):
     ("tensors: {}", "`arch` must name"),
     ("arch: x\ntensors: {a.weight: b.weight}\nshapes: {b.weight: ['__import__(1)']}", "shape of b.weight"),
     ("arch: x\ntensors: [", "cannot read tensor map"),
+    ("arch: x\nconfig: {f: {from: k, type: int, widened_last: {count: n, factor: 1, sets: w}}}",
+     "widened_last must hold count"),
+    ("arch: x\nconfig: {f: {from: k, type: int, widened_last: {count: n, sets: w}}}", "widened_last must hold count"),
 ])
 def test_invalid_maps_name_the_yaml_file(tmp_path, body, needle):
     path = tmp_path / "bad.yaml"

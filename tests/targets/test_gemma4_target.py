@@ -49,6 +49,8 @@ GEMMA4 = {
                                  sliding_window=4, final_logit_softcapping=30.0, hidden_size_per_layer_input=8,
                                  vocab_size_per_layer_input=tb.VOCAB),
 }
+# E2B-like: the per-layer-embeddings geometry with the MLPs of its three shared-KV layers twice as wide
+GEMMA4["e2b"] = dict(GEMMA4["per-layer-embeddings"], use_double_wide_mlp=True)
 SHARED = GEMMA4["shared-kv"]
 PLE = GEMMA4["per-layer-embeddings"]
 
@@ -202,6 +204,7 @@ def test_a_gguf_in_llama_cpps_layout_builds_the_checkpoints_target(tmp_path, gem
     model, no K or V in the shared layers, the global layers' proportional RoPE as rope_freqs (1 for each
     turned frequency, 1e30 for the others). The target built from it is the checkpoint's, byte for byte."""
     from gguf2ov.gguf.read import open_gguf
+    from gguf2ov.maps.rules import plain_value
 
     hf, xml = gemma4
     config = tb.config_of(hf)
@@ -217,6 +220,9 @@ def test_a_gguf_in_llama_cpps_layout_builds_the_checkpoints_target(tmp_path, gem
     np.testing.assert_array_equal(gguf.load("rope_freqs.weight"),
                                   np.float32([1.0] * turned + [1e30] * (config["global_head_dim"] // 2 - turned)))
     shared_from = config["num_hidden_layers"] - config.get("num_kv_shared_layers", 0)
+    wide = 2 if config.get("use_double_wide_mlp") else 1
+    widths = [config["intermediate_size"] * (wide if n >= shared_from else 1) for n in range(config["num_hidden_layers"])]
+    assert plain_value(meta["gemma4.feed_forward_length"]) == (widths if wide == 2 else widths[0])
     for n, layer_type in enumerate(config["layer_types"]):
         own = n < shared_from
         assert (f"blk.{n}.attn_k.weight" in gguf.tensors) == own
@@ -227,7 +233,8 @@ def test_a_gguf_in_llama_cpps_layout_builds_the_checkpoints_target(tmp_path, gem
     c, reference = open_target(path).config, open_target(hf).config
     assert (c.layer_types, c.head_dims, c.num_kv_heads) == (reference.layer_types, reference.head_dims,
                                                            reference.num_kv_heads)
-    for key in ("attention_k_eq_v", "num_kv_shared_layers", "sliding_window", "final_logit_softcapping"):
+    for key in ("attention_k_eq_v", "num_kv_shared_layers", "sliding_window", "final_logit_softcapping",
+                "intermediate_size", "use_double_wide_mlp"):
         assert getattr(c.hf, key) == getattr(reference.hf, key), key
 
 
@@ -251,10 +258,10 @@ def _bad_files(tmp_path, gguf_path) -> dict:
             _rewrite(gguf_path, tmp_path / "ple.gguf", kv={"gemma4.embedding_length_per_layer_input": 8},
                      tensors={"per_layer_token_embd.weight": np.zeros((tb.VOCAB, 8 * 5), np.float32)}),
             "tensors do not match the gemma4 model its config describes: 17 missing (model.layers.0.per_layer_input_gate"),
-        "double-wide MLPs in the shared-KV layers (E2B)": (
-            _rewrite(gguf_path, tmp_path / "wide.gguf", kv={"gemma4.feed_forward_length": [96, 96, 96, 192, 192]}),
-            "gemma4.feed_forward_length states intermediate_size per layer ([96, 96, 96, 192, 192]), with 2 different "
-            "values"),
+        "MLP widths per layer other than E2B's double-wide shared-KV layers": (
+            _rewrite(gguf_path, tmp_path / "wide.gguf", kv={"gemma4.feed_forward_length": [96, 96, 192, 192, 192]}),
+            "gemma4.feed_forward_length states intermediate_size per layer ([96, 96, 192, 192, 192]), where this map "
+            "reads one value for every layer, or 2 times it in the last num_kv_shared_layers (2) layers"),
         "rope_freqs for another head size": (
             _rewrite(gguf_path, tmp_path / "freqs.gguf", tensors={"rope_freqs.weight": np.ones(8, np.float32)}),
             "rope_freqs.weight holds 8 factors for the 16 RoPE frequencies of the full_attention layers"),
@@ -266,7 +273,8 @@ def _bad_files(tmp_path, gguf_path) -> dict:
 
 
 @pytest.mark.parametrize("case", ["per-layer embeddings without their layers' tensors",
-                                  "double-wide MLPs in the shared-KV layers (E2B)", "rope_freqs for another head size",
+                                  "MLP widths per layer other than E2B's double-wide shared-KV layers",
+                                  "rope_freqs for another head size",
                                   "key/value heads that differ among sliding layers"])
 def test_bad_gemma4_files_are_one_error_line_and_no_folder(tmp_path, shared, fixtures_dir, capsys, case):
     path, message = _bad_files(tmp_path, _write_gemma4(shared, tmp_path / "g.gguf"))[case]
@@ -344,20 +352,22 @@ def test_a_per_layer_embeddings_file_llama_cpps_converter_wrote_builds_the_check
     assert max(worst.values()) <= 1e-5, worst
 
 
-def test_the_target_of_llama_cpps_per_layer_embeddings_file_generates_llama_cpps_greedy_text(tmp_path):
+@pytest.mark.parametrize("kind", ["PLE", "E2B"])
+def test_the_target_of_llama_cpps_per_layer_embeddings_file_generates_llama_cpps_greedy_text(tmp_path, kind):
     """As for the dense file: on llama-tokenize's ids of each prompt, the target built from the per-layer-
-    embeddings file continues greedily as llama-simple did on that file (recorded: CI has no llama.cpp), on
-    every prompt but where the target's top two logits came within 1e-3 of each other: llama.cpp computes
-    GELU through a float16 table (ggml-cpu vec.h GGML_GELU_FP16), which moves them by that much. Measured:
-    4 of 5 prompts the same, the fifth leaving llama-simple's text at a step whose top two logits are 0.0000
-    apart."""
+    embeddings file (and from the E2B file, with its double-wide MLPs) continues greedily as llama-simple did on
+    that file (recorded: CI has no llama.cpp), on every prompt but where the target's top two logits came within
+    1e-3 of each other: llama.cpp computes GELU through a float16 table (ggml-cpu vec.h GGML_GELU_FP16), which
+    moves them by that much. Measured: PLE 4 of 5 prompts the same, the fifth leaving llama-simple's text at a
+    step whose top two logits are 0.0000 apart; E2B 5 of 5."""
     import gemma4_data
 
     from gguf2ov.gguf.read import open_gguf
 
-    gguf = open_gguf(gemma4_data.LLAMACPP_PLE_FILE)
-    recorded = gemma4_data.llamacpp_greedy(gemma4_data.LLAMACPP_PLE_GREEDY)
-    xml = tb.target_ir(gemma4_data.LLAMACPP_PLE_FILE, tmp_path / "ours")
+    path = getattr(gemma4_data, f"LLAMACPP_{kind}_FILE")
+    gguf = open_gguf(path)
+    recorded = gemma4_data.llamacpp_greedy(getattr(gemma4_data, f"LLAMACPP_{kind}_GREEDY"))
+    xml = tb.target_ir(path, tmp_path / "ours")
     eos = int(gguf.metadata["tokenizer.ggml.eos_token_id"])
     same = 0
     for p in recorded["prompts"]:
@@ -366,6 +376,35 @@ def test_the_target_of_llama_cpps_per_layer_embeddings_file_generates_llama_cpps
         same += ours == p["text"]
         assert ours == p["text"] or min(margins) < 1e-3, (p["prompt"], ours, p["text"], min(margins))
     assert same >= 4
+
+
+def test_an_e2b_file_llama_cpps_converter_wrote_builds_the_checkpoints_target(tmp_path):
+    """tests/data/gemma4-e2b-llamacpp-F32.gguf: convert_hf_to_gguf.py (llama.cpp 0c1e570) of gemma4_data's E2B-like
+    checkpoint (`benchmarks/llamacpp_gemma4.py --e2b`: per-layer embeddings, shared KV and the double-wide MLPs of
+    the shared-KV layers). The converter writes feed_forward_length per layer ([64, 64, 128, 128]); it reads
+    back as intermediate_size 64 with use_double_wide_mlp, the target built from it is the checkpoint's byte for
+    byte, and that computes transformers' model of the checkpoint."""
+    import gemma4_data
+
+    from gguf2ov.gguf.read import open_gguf
+    from gguf2ov.maps.rules import plain_value
+
+    assert plain_value(open_gguf(gemma4_data.LLAMACPP_E2B_FILE).metadata["gemma4.feed_forward_length"]) == \
+        [64, 64, 128, 128]
+    hf = gemma4_data.write_checkpoint(tmp_path / "hf", gemma4_data.E2B_CONFIG)
+    source, reference = open_target(gemma4_data.LLAMACPP_E2B_FILE), open_target(hf)
+    c = source.config
+    assert (c.intermediate_size, c.hf.use_double_wide_mlp, c.hf.num_kv_shared_layers,
+            c.hf.hidden_size_per_layer_input) == (64, True, 2, 8)
+    assert source.expected == reference.expected
+    assert source.expected["model.layers.3.mlp.down_proj.weight"] == (48, 128)
+    for name in source.expected:
+        np.testing.assert_array_equal(source.f32(name), reference.f32(name), err_msg=name)
+    ours = tb.target_ir(gemma4_data.LLAMACPP_E2B_FILE, tmp_path / "from-gguf")
+    from_hf = tb.target_ir(hf, tmp_path / "from-hf")
+    assert ours.with_suffix(".bin").read_bytes() == from_hf.with_suffix(".bin").read_bytes()
+    worst = tb.worst_against_transformers(ours, _transformers(hf))
+    assert max(worst.values()) <= 1e-5, worst
 
 
 def test_the_fixture_vlms_language_model_computes_the_vlm_on_text(tmp_path, fixtures_dir):
@@ -442,8 +481,6 @@ def test_the_target_folder_of_llama_cpps_file_alone_generates_llama_simples_text
 # --- variants not built yet ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("changes, message", [
-    ({"use_double_wide_mlp": True}, "use_double_wide_mlp is True: double-wide MLPs in the shared-KV layers, which "
-                                    "this version does not build"),
     # layers 1-4 share, and no global layer comes before them
     ({"num_kv_shared_layers": 4}, "layer 2 (full_attention) shares the keys and values of an earlier "
                                   "full_attention layer, and the layers before the shared ones have none"),

@@ -3,7 +3,8 @@
 and llama.cpp 0c1e570 (src/models/gemma4.cpp) builds it. The block reads the residual stream x itself
 (the map's step puts no norm before it), since the router reads x un-normed:
 
-    dense:   post_feedforward_layernorm_1(mlp(pre_feedforward_layernorm(x)))      (the MLP alone without MoE)
+    dense:   post_feedforward_layernorm_1(mlp(pre_feedforward_layernorm(x)))      (the MLP alone without MoE;
+             twice intermediate_size wide in the shared-KV layers where use_double_wide_mlp is set: E2B)
     router:  RMSNorm(x) without weight * router.scale * hidden_size^-0.5 -> proj [E, H]
              -> softmax over every expert -> top k -> renormalised -> * per_expert_scale[chosen]
     experts: post_feedforward_layernorm_2(sum_k w_k down_k(gelu_tanh(gate_k(h)) * up_k(h))),
@@ -47,6 +48,14 @@ def _params(c) -> dict:
             "intermediate": int(getattr(hf, "moe_intermediate_size", 0) or 0)}
 
 
+def _dense_width(c, i: int) -> int:
+    """The dense MLP's width in layer i: twice intermediate_size in the shared-KV layers where the config sets
+    use_double_wide_mlp (E2B), as Gemma4TextMLP makes it (layer_idx >= num_hidden_layers - num_kv_shared_layers > 0)."""
+    first_shared = c.num_layers - (getattr(c.hf, "num_kv_shared_layers", 0) or 0)
+    wide = bool(getattr(c.hf, "use_double_wide_mlp", False)) and i >= first_shared > 0
+    return c.intermediate_size * (2 if wide else 1)
+
+
 class Gemma4FeedForward(LayerKind, name="gemma4_moe", role="mlp"):
     # what the router, routing and tiled experts add to a layer's figure (the attention kind's counts the
     # dense MLP): moe.py's measured figure, an over-estimate for a dense Gemma 4 (a disk estimate)
@@ -69,7 +78,7 @@ class Gemma4FeedForward(LayerKind, name="gemma4_moe", role="mlp"):
     def tensors(self, c, i):
         p, m, h = layer_prefix(i), _params(c), c.hidden_size
         shapes = {p + "pre_feedforward_layernorm.weight": (h,),
-                  **gated_mlp_tensors(p + "mlp.", h, c.intermediate_size, c.mlp_bias)}
+                  **gated_mlp_tensors(p + "mlp.", h, _dense_width(c, i), c.mlp_bias)}
         if not m["moe"]:
             return shapes
         e, inter = m["experts"], m["intermediate"]
