@@ -128,6 +128,21 @@ def optimum_export(hf_dir: Path, out: Path) -> Path:
     return out
 
 
+def random_dflash_draft(work: Path, hidden_size: int, layer_ids: list[int], vocab: int = 512) -> Path:
+    """A random DFlash draft of the fixture's geometry, `hidden_size` wide, tapping `layer_ids`, exported to
+    `work`/draft: what the target tests attach in GenAI (random weights: the text must stay the target's)."""
+    import dflash_builders as b
+
+    from gguf2ov.job import Job, Options
+
+    config = json.loads(json.dumps(b.DRAFT_CONFIG))
+    config.update(hidden_size=hidden_size, vocab_size=vocab)
+    config["dflash_config"] = {"target_layer_ids": list(layer_ids), "mask_token_id": 1, "block_size": 8}
+    b.random_checkpoint(config, work / "draft-hf")
+    Job.of(work / "draft-hf", None, Options(progress=False)).export(work / "draft")
+    return work / "draft"
+
+
 def steps(vocab: int, lengths=(7, 3), seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     return [rng.integers(0, vocab, n).astype(np.int64) for n in lengths]

@@ -229,20 +229,13 @@ def test_genai_runs_the_target_with_a_dflash_draft_attached(tmp_path, fixtures_d
     """A random DFlash draft (taps at layers 1 and 3, a global layer and the shared one) attached to the
     target in GenAI's continuous-batching pipeline (the paged target, its experts as GatherMatmul): the
     greedy text with the draft is the text of the target alone, on every fixture prompt."""
-    import dflash_builders as b
-
-    from gguf2ov.job import Job, Options
     from gguf2ov.runtime.genai import GenerationSettings, read_prompts
     from gguf2ov.stages.accept import run_acceptance
 
     hf = tb.write_target_checkpoint(tmp_path / "hf", SHARED, seed=7, vocab=512)  # the fixture tokenizer's
     result = build_target(hf, tmp_path / "target", tokenizer_dir=fixtures_dir / "target-hf")
     assert all(c.status == "pass" for c in result.checks), [(c.name, c.reason) for c in result.checks]
-    config = json.loads(json.dumps(b.DRAFT_CONFIG))
-    config.update(hidden_size=SHARED["hidden_size"], vocab_size=512)
-    config["dflash_config"] = {"target_layer_ids": [1, 3], "mask_token_id": 1, "block_size": 8}
-    b.random_checkpoint(config, tmp_path / "draft-hf")
-    Job.of(tmp_path / "draft-hf", None, Options(progress=False)).export(tmp_path / "draft")
+    tb.random_dflash_draft(tmp_path, SHARED["hidden_size"], [1, 3])
     prompts = read_prompts(fixtures_dir / "prompts.txt")
     r = run_acceptance(TargetIR.open(tmp_path / "target"), tmp_path / "draft", prompts,
                        GenerationSettings(max_new_tokens=24, num_assistant_tokens=5, precision="f32"), progress=False)

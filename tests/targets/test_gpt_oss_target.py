@@ -361,9 +361,6 @@ def test_genai_runs_the_target_with_a_dflash_draft_attached(tmp_path, fixtures_d
     continuous-batching pipeline, where the target is paged (PagedAttention with its sinks and windows,
     GatherMatmul experts): the greedy text with the draft is the paged target's alone, on every fixture
     prompt, and that is the stateful target's (LLMPipeline on the SDPA backend: the IR as built)."""
-    import dflash_builders as b
-
-    from gguf2ov.job import Job, Options
     import openvino_genai as ov_genai
 
     from gguf2ov.runtime.genai import F32_HINT, GenerationSettings, read_prompts
@@ -374,11 +371,7 @@ def test_genai_runs_the_target_with_a_dflash_draft_attached(tmp_path, fixtures_d
     hf = write_gpt_oss(tmp_path / "hf", vocab=512)  # the fixture tokenizer's
     result = build_target(hf, tmp_path / "target", tokenizer_dir=fixtures_dir / "target-hf")
     assert all(c.status == "pass" for c in result.checks), [(c.name, c.reason) for c in result.checks]
-    draft = json.loads(json.dumps(b.DRAFT_CONFIG))
-    draft.update(hidden_size=GPT_OSS["hidden_size"], vocab_size=512)
-    draft["dflash_config"] = {"target_layer_ids": [0, 2], "mask_token_id": 1, "block_size": 8}
-    b.random_checkpoint(draft, tmp_path / "draft-hf")
-    Job.of(tmp_path / "draft-hf", None, Options(progress=False)).export(tmp_path / "draft")
+    tb.random_dflash_draft(tmp_path, GPT_OSS["hidden_size"], [0, 2])
     prompts = read_prompts(fixtures_dir / "prompts.txt")
     settings = GenerationSettings(max_new_tokens=24, num_assistant_tokens=5, precision="f32")
     target = TargetIR.open(tmp_path / "target")
