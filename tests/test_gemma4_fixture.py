@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from dflash_builders import draft_model
 from test_target_fixtures import DEFAULT_PROMPTS_ACCEPTANCE, FIXTURES_ROOT, _dir, _field, _greedy
-from test_target_fixtures import _json, _run, _size
+from test_target_fixtures import _assert_files_as_built, _json, _run, _size
 
 NAME = "tiny-gemma4"
 TARGET_GGUF = "target-Q4_K_M.gguf"
@@ -47,9 +47,7 @@ def test_files_budget_and_prompts():
     assert not missing, f"fixture files missing: {missing}"
     assert _size(d) <= MAX_BYTES, _size(d)
     assert (d / "prompts.txt").read_text() == (FIXTURES_ROOT / "tiny-dflash" / "prompts.txt").read_text()
-    sizes = _json(NAME, "fixture.json")["sizes_bytes"]  # every file but fixture.json, as built
-    assert sizes == {k: (d / k).stat().st_size for k in sizes}
-    assert set(sizes) | {"fixture.json"} == {str(p.relative_to(d)) for p in d.rglob("*") if p.is_file()}
+    _assert_files_as_built(NAME)
 
 
 def test_config_has_two_head_sizes_shared_kv_layers_proportional_rope_and_a_vision_tower():

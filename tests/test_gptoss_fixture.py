@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from dflash_builders import draft_model
 from test_target_fixtures import DEFAULT_PROMPTS_ACCEPTANCE, FIXTURES_ROOT, MIN_ACCEPTANCE, _dir, _field, _greedy
-from test_target_fixtures import _json, _run, _size
+from test_target_fixtures import _assert_files_as_built, _json, _run, _size
 
 NAME = "tiny-gptoss"
 TARGET_GGUF = "target-MXFP4_MOE.gguf"
@@ -39,9 +39,7 @@ def test_files_budget_tokenizer_and_prompts():
     source = FIXTURES_ROOT / "tiny-dflash"
     assert (d / "prompts.txt").read_text() == (source / "prompts.txt").read_text()
     assert (d / "target-hf/tokenizer.json").read_bytes() == (source / "target-hf/tokenizer.json").read_bytes()
-    sizes = _json(NAME, "fixture.json")["sizes_bytes"]  # every file but fixture.json, as built
-    assert sizes == {k: (d / k).stat().st_size for k in sizes}
-    assert set(sizes) | {"fixture.json"} == {str(p.relative_to(d)) for p in d.rglob("*") if p.is_file()}
+    _assert_files_as_built(NAME)
 
 
 def test_config_has_both_window_kinds_a_window_shorter_than_the_prompts_and_trained_sinks():

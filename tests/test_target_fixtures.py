@@ -53,6 +53,14 @@ def _experts(cfg: dict) -> int:
     return cfg.get("num_experts", cfg.get("num_local_experts"))  # transformers 5 saves num_local_experts
 
 
+def _assert_files_as_built(name):
+    """The fixture holds exactly the files its fixture.json lists, each of the size it was built with."""
+    d = _dir(name)
+    sizes = _json(name, "fixture.json")["sizes_bytes"]  # every file but fixture.json, as built
+    assert sizes == {k: (d / k).stat().st_size for k in sizes}
+    assert set(sizes) | {"fixture.json"} == {str(p.relative_to(d)) for p in d.rglob("*") if p.is_file()}
+
+
 @pytest.mark.parametrize("name", [HYBRID, MOE])
 def test_files_budget_tokenizer_and_prompts(name):
     d = _dir(name)
@@ -62,9 +70,7 @@ def test_files_budget_tokenizer_and_prompts(name):
     source = FIXTURES_ROOT / "tiny-dflash"
     assert (d / "prompts.txt").read_text() == (source / "prompts.txt").read_text()
     assert (d / "target-hf/tokenizer.json").read_bytes() == (source / "target-hf/tokenizer.json").read_bytes()
-    sizes = _json(name, "fixture.json")["sizes_bytes"]  # every file but fixture.json, as built
-    assert sizes == {k: (d / k).stat().st_size for k in sizes}
-    assert set(sizes) | {"fixture.json"} == {str(p.relative_to(d)) for p in d.rglob("*") if p.is_file()}
+    _assert_files_as_built(name)
 
 
 def test_hybrid_config():
