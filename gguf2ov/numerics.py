@@ -14,10 +14,13 @@ So each use says which arithmetic it wants:
   of exactness and for figures that must compare across machines: verify's behaviour checks (the
   IR against its source), the tap scan, drift's weight and output figures, reading weights back
   from an IR.
-- `runtime_properties`: what a user's pipeline runs with (the f32 hint for byte-identical text, the
-  plugin's dynamic quantization and KV cache left as they are). For acceptance runs in GenAI, which
-  measure what users get; the report records `numerics()`: the CPU, the group size and the KV
-  cache precision in force.
+- `F32_HINT`: what a user's pipeline runs with (the f32 hint for byte-identical text, the plugin's
+  dynamic quantization and KV cache left as they are). For acceptance runs in GenAI, which measure
+  what users get; the report records what the compiled models run there
+  (`runtime.arithmetic.measured_numerics`): which MatMuls take int8 activations, the KV cache and
+  the inference precision, read from compiled models. Whether the plugin quantizes activations
+  depends on the CPU and the weight's form, not only on `DYNAMIC_QUANTIZATION_GROUP_SIZE` (an AVX2-only
+  CPU reports 32 and quantizes none), so no report infers it from the property.
 
 One `core()` per process: compiled models share its plugin, and a test can request dynamic
 quantization on it to show that the exact mode stays exact where the plugin applies it.
@@ -92,20 +95,6 @@ def _type_name(value):
     return value.get_type_name() if hasattr(value, "get_type_name") else value
 
 
-def numerics(device: str = "CPU", properties: dict | None = None, model_options: dict | None = None) -> dict:
-    """What a run's figures were measured under: the device, its name, the inference precision and
-    the dynamic-quantization group size in force (the property passed, else the model's own
-    `runtime_options`, `model_options`, else the plugin's default). Two reports are comparable when
-    these agree."""
-    properties = {**(model_options or {}), **(properties or {})}
-    info = plugin_default(device)
-    group = properties.get(DQ_KEY, info["dynamic_quantization_default"])
-    return {**info, "inference_precision": properties.get("INFERENCE_PRECISION_HINT", "device default"),
-            "dynamic_quantization_group_size": group,
-            "kv_cache_precision": _type_name(properties.get(KV_KEY, info["kv_cache_precision_default"])),
-            "activations": "float" if not group else f"int8 per group of {group} (dynamic quantization)"}
-
-
 def model_runtime_options(xml_path) -> dict:
     """The plugin properties an IR carries in its rt_info (`runtime_options`), which OpenVINO applies when
     it compiles the model and nothing overrides them: {name: value as written}."""
@@ -125,15 +114,29 @@ def model_runtime_options(xml_path) -> dict:
 
 
 def rounds_unlike_exact(info: dict) -> bool:
-    """Whether the arithmetic in force (`numerics()`) differs from `EXACT` in a way that can part
-    greedy texts: activations quantized on the fly, or a KV cache narrower than f32. A device that
-    reports neither (not the CPU) counts as not differing: `EXACT`'s keys are the CPU plugin's."""
-    return bool(info.get("dynamic_quantization_group_size")) or info.get("kv_cache_precision") not in (None, "f32")
+    """Whether the arithmetic a run measured (`runtime.arithmetic.measured_numerics`) differs from `EXACT` in a
+    way that can part greedy texts: a MatMul whose activations are quantized on the fly, or a KV cache
+    narrower than f32. A device that reports neither (not the CPU) counts as not differing: `EXACT`'s keys
+    are the CPU plugin's."""
+    return bool(info.get("int8_matmuls")) or info.get("kv_cache_precision") not in (None, "f32")
 
 
-def describe_numerics(info: dict) -> str:
-    """One phrase for a report: `Intel(R) Xeon(R) Processor, f32 precision, activations int8 per group of 32,
-    KV cache u8`."""
+def describe_activations(info: dict, roles=None) -> str:
+    """"int8 activations in 13 of 29 target MatMuls and 0 of 15 draft MatMuls (dynamic quantization, groups of
+    32)", or "float activations in every MatMul (29 target, 15 draft)": what the compiled models of `roles`
+    (None: all) run, as measured."""
+    models = {r: forms for r, forms in (info.get("models") or {}).items() if roles is None or r in roles}
+    counts = {r: (sum(f["matmuls"] for f in forms if f["int8"]), sum(f["matmuls"] for f in forms))
+              for r, forms in models.items()}
+    if not any(n for n, _ in counts.values()):
+        return "float activations in every MatMul (" + ", ".join(f"{t} {r}" for r, (_, t) in counts.items()) + ")"
+    return ("int8 activations in " + " and ".join(f"{n} of {t} {r} MatMuls" for r, (n, t) in counts.items())
+            + f" (dynamic quantization, groups of {info.get('dynamic_quantization_group_size')})")
+
+
+def describe_numerics(info: dict, roles=None) -> str:
+    """One phrase for a report: `AMD EPYC, f32 precision, int8 activations in 13 of 29 target MatMuls and 0 of
+    15 draft MatMuls (dynamic quantization, groups of 32), KV cache u8` (`roles`: the models to name)."""
     kv = f", KV cache {info['kv_cache_precision']}" if info.get("kv_cache_precision") else ""
     return (f"{info.get('device_name') or info.get('device')}, {info.get('inference_precision')} precision, "
-            f"activations {info.get('activations')}{kv}")
+            f"{describe_activations(info, roles)}{kv}")

@@ -72,18 +72,21 @@ class RunResult:
         runs = {name.split(":", 1)[1]: r for name, r in self.results.items() if name.startswith("accept")}
         accept_rows = [[label, r.verdict, r.overall.identity, f"{r.overall.accepted_tokens}/{r.overall.generated_tokens}",
                         r.overall.acceptance_rate, r.overall.mean_acceptance_length, r.overall.tok_s_target,
-                        r.overall.tok_s_draft, r.overall.speedup, _best_k(r)] for label, r in runs.items()]
+                        r.overall.tok_s_draft, r.overall.speedup, _best_k(r), _int8_share(r, "draft")]
+                       for label, r in runs.items()]
         if runs:
             first = next(iter(runs.values()))
             from .numerics import describe_numerics
 
             note = f"{first.pipeline} on {first.device}, {first.precision}" + (
-                f" ({describe_numerics(first.numerics)})" if first.numerics else "")
+                f" ({describe_numerics(first.numerics, roles=('target',))})" if first.numerics else "")
             note += f"; K={first.num_assistant_tokens} proposals per step; best K: what pays best on this device " \
-                    "(estimated from each K's measured step time and the acceptance per position)"
+                    "(estimated from each K's measured step time and the acceptance per position); int8 MatMuls: " \
+                    "the draft's MatMuls whose activations the compiled model quantizes on the fly"
             tables.append(Table("Drafts on the target", ["draft", "verdict", "identical", "accepted/generated",
                                                          "accepted/drafted", "mean accept len", "tok/s target",
-                                                         "tok/s draft", "speedup", "best K"], accept_rows, note))
+                                                         "tok/s draft", "speedup", "best K", "int8 MatMuls"],
+                                accept_rows, note))
         return tables
 
     def summary(self) -> list[str]:
@@ -263,6 +266,14 @@ def _verify_judgement(r) -> tuple[bool, str]:
 def _best_k(r) -> str:
     best = r.best
     return f"{best.k} ({best.speedup:.2f}x)" if best is not None else ""
+
+
+def _int8_share(result, role: str) -> str:
+    """"3/15": the MatMuls of `role` that run int8 activations in an acceptance run, of all of them."""
+    forms = (result.numerics.get("models") or {}).get(role)
+    if forms is None:
+        return ""
+    return f"{sum(f['matmuls'] for f in forms if f['int8'])}/{sum(f['matmuls'] for f in forms)}"
 
 
 def _accept_judgement(r) -> tuple[bool, str]:

@@ -12,8 +12,9 @@ from gguf2ov import cli
 from gguf2ov.gguf import quants
 from gguf2ov.gguf.quants import QType as Q
 from gguf2ov.gguf.transcode import grid_weight
-from gguf2ov.numerics import (DQ_KEY, EXACT, F32_HINT, compile_exact, core, describe_numerics, numerics,
+from gguf2ov.numerics import (DQ_KEY, EXACT, F32_HINT, KV_KEY, compile_exact, core, describe_numerics,
                               rounds_unlike_exact)
+from gguf2ov.runtime.arithmetic import MOVED, measured_numerics
 
 REPO_FIXTURES = cli.__file__.rsplit("/gguf2ov/", 1)[0] + "/fixtures"
 
@@ -87,27 +88,75 @@ def test_gguf_exports_verify_with_dynamic_quantization_requested(dynamic_quantiz
     assert result["verify"]["figures"]["max_abs_diff"] < 1e-5 * result["verify"]["figures"]["reference_max_abs"]
 
 
-def test_numerics_name_the_cpu_the_group_size_and_the_kv_cache_in_force():
-    runtime = numerics("CPU", F32_HINT)
-    assert runtime["device_name"] and runtime["inference_precision"] == "f32"
-    assert runtime["dynamic_quantization_group_size"] == runtime["dynamic_quantization_default"]
-    assert runtime["kv_cache_precision"] == runtime["kv_cache_precision_default"] in ("u8", "f16", "bf16", "f32")
-    exact = numerics("CPU", EXACT)
-    assert exact["dynamic_quantization_group_size"] == 0 and exact["activations"] == "float"
-    assert exact["kv_cache_precision"] == "f32" and describe_numerics(exact).endswith("KV cache f32")
+def _saved(tmp_path, name, weights) -> str:
+    """A chain of MatMuls over `weights` (output subgraphs [width, width]), saved as an IR."""
+    import openvino as ov
+
+    x = ops.parameter([-1, -1, 512], np.float32, name="x")
+    y = x
+    for w in weights:
+        y = ops.matmul(y, w, False, True)
+    ov.save_model(ov.Model([ops.result(y)], [x]), str(tmp_path / f"{name}.xml"), compress_to_fp16=False)
+    return str(tmp_path / f"{name}.xml")
+
+
+def _grid(qtype, seed: int, **form):
+    w = np.random.default_rng(seed).standard_normal((512, 512)).astype(np.float32) / 20
+    return grid_weight(quants.quantize(w, qtype), qtype, w.shape, **form)
+
+
+def _moved(xml) -> float:
+    """How far the whole model's output moves when the plugin's dynamic quantization is switched off."""
+    x = np.random.default_rng(3).standard_normal((1, 8, 512)).astype(np.float32)
+    a = core().compile_model(xml, "CPU", F32_HINT)(x)[0]
+    b = core().compile_model(xml, "CPU", {**F32_HINT, DQ_KEY: 0})(x)[0]
+    return float(np.abs(a - b).max() / np.abs(b).max())
+
+
+def test_the_stated_arithmetic_is_what_the_compiled_model_runs(tmp_path):
+    """What a report states, per weight form, is held against the whole model compiled as a pipeline compiles
+    it: one FullyConnected per MatMul stated, in the stated codes' precision, the KV cache and the inference
+    precision it reports; and its output moves with dynamic quantization switched off exactly when a form is
+    stated int8. On every CPU: a Q8_0 weight takes the int8 path on VNNI and AMX CPUs and none on AVX2-only
+    ones; a Q4_K weight folded with its f32 zero point never does."""
+    plain = ops.constant(np.random.default_rng(4).standard_normal((512, 512)).astype(np.float32) / 20).output(0)
+    mixed = _saved(tmp_path, "mixed", [_grid(Q.Q8_0, 1), _grid(Q.Q4_K, 2, folded=True), plain])
+    folded = _saved(tmp_path, "folded", [_grid(Q.Q4_K, 5, folded=True), _grid(Q.Q6_K, 6, folded=True)])
+    info = measured_numerics({"target": mixed, "draft": folded}, "CPU", F32_HINT)
+    stated = {role: [f for f in forms] for role, forms in info["models"].items()}
+    assert [f["matmuls"] for f in stated["target"]] == [1, 1, 1] and sum(f["matmuls"] for f in stated["draft"]) == 2
+    compiled = core().compile_model(mixed, "CPU", F32_HINT)
+    precisions = sorted(op.get_rt_info()["runtimePrecision"].astype(str)
+                        for op in compiled.get_runtime_model().get_ordered_ops()
+                        if op.get_rt_info()["layerType"].astype(str) == "FullyConnected")
+    assert precisions == sorted(f["form"].split(",")[0] for f in stated["target"])
+    assert info["kv_cache_precision"] == compiled.get_property(KV_KEY).get_type_name()
+    assert info["inference_precision"] == compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name() == "f32"
+    q8 = next(f for f in stated["target"] if f["form"].startswith("i8"))
+    assert not any(f["int8"] for f in stated["target"] if f is not q8) and not any(f["int8"] for f in stated["draft"])
+    assert (_moved(mixed) > MOVED) == q8["int8"] == (info["int8_matmuls"] == 1)
+    assert _moved(folded) == 0.0
+    phrase = describe_numerics(info)
+    assert phrase.startswith(info["device_name"]) and phrase.endswith(f"KV cache {info['kv_cache_precision']}")
+    assert (f"int8 activations in 1 of 3 target MatMuls and 0 of 2 draft MatMuls" in phrase if q8["int8"] else
+            "float activations in every MatMul (3 target, 2 draft)" in phrase)
+
+
+def test_the_exact_mode_is_stated_float_everywhere(tmp_path):
+    xml = _saved(tmp_path, "q8", [_grid(Q.Q8_0, 1)])
+    info = measured_numerics({"draft": xml}, "CPU", EXACT)
+    assert info["int8_matmuls"] == 0 and info["dynamic_quantization_group_size"] == 0
+    assert info["kv_cache_precision"] == "f32" and not rounds_unlike_exact(info)
+    assert describe_numerics(info).endswith("float activations in every MatMul (1 draft), KV cache f32")
 
 
 def test_only_arithmetic_that_differs_from_the_exact_mode_asks_for_a_recheck():
     """The acceptance recheck runs where the plugin's own arithmetic can part texts, and never with
     the CPU plugin's keys on a device that reports none of them."""
-    assert not rounds_unlike_exact(numerics("CPU", EXACT))
-    assert rounds_unlike_exact({"dynamic_quantization_group_size": 32, "kv_cache_precision": "f32"})
-    assert rounds_unlike_exact({"dynamic_quantization_group_size": 0, "kv_cache_precision": "u8"})
-    assert not rounds_unlike_exact({"dynamic_quantization_group_size": None, "kv_cache_precision": None})  # a GPU
-    runtime = numerics("CPU", F32_HINT)
-    assert rounds_unlike_exact(runtime) == bool(runtime["dynamic_quantization_group_size"]
-                                                or runtime["kv_cache_precision"] != "f32")
-
+    assert rounds_unlike_exact({"int8_matmuls": 3, "kv_cache_precision": "f32"})
+    assert rounds_unlike_exact({"int8_matmuls": 0, "kv_cache_precision": "u8"})
+    assert not rounds_unlike_exact({"int8_matmuls": 0, "kv_cache_precision": "f32"})
+    assert not rounds_unlike_exact({"int8_matmuls": 0, "kv_cache_precision": None})  # a GPU
 
 
 @pytest.mark.slow
@@ -142,6 +191,6 @@ def test_a_models_own_runtime_options_are_the_numerics_in_force(tmp_path):
     options = model_runtime_options(tmp_path / "m.xml")
     assert options == {DQ_KEY: 16}
     assert ov.Core().compile_model(str(tmp_path / "m.xml"), "CPU").get_property(DQ_KEY) == 16  # OpenVINO applies it
-    assert numerics("CPU", {}, options)["dynamic_quantization_group_size"] == 16
-    assert numerics("CPU", {DQ_KEY: 0}, options)["dynamic_quantization_group_size"] == 0
+    assert measured_numerics({"target": tmp_path / "m.xml"}, "CPU", {})["dynamic_quantization_group_size"] == 16
+    assert measured_numerics({"target": tmp_path / "m.xml"}, "CPU", {DQ_KEY: 0})["dynamic_quantization_group_size"] == 0
     assert model_runtime_options(tmp_path / "absent.xml") == {}

@@ -84,8 +84,9 @@ def test_run_on_an_optimum_folder_passes_for_both_drafts(fixtures_dir, optimum_t
     # acceptance as users run it, drift's output figures exact: both name the CPU and the setting
     accept, drift = report["results"]["accept:gguf"]["numerics"], report["results"]["drift"]["numerics"]
     assert accept["device_name"] == drift["device_name"] and accept["device_name"] in md
-    assert accept["dynamic_quantization_group_size"] == accept["dynamic_quantization_default"]
-    assert drift["dynamic_quantization_group_size"] == 0
+    assert set(accept["models"]) == {"target", "draft"} and accept["kv_cache_precision"]
+    assert drift["dynamic_quantization_group_size"] == 0 and drift["int8_matmuls"] == 0
+    assert set(drift["models"]) == {v["name"] for v in report["results"]["drift"]["variants"]}
     assert report["provenance"]["packages"]["openvino-genai"]
     # the output contract (tests/contract.py): --json and --markdown hold what the run writes beside its outputs
     assert code == verdict_code(data["verdict"])

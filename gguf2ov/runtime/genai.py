@@ -140,7 +140,7 @@ def properties(precision: str, device: str = "CPU") -> dict:
     if precision not in PRECISIONS:
         raise Gguf2ovError(f"unknown precision {precision!r}", hint=f"use one of {', '.join(PRECISIONS)}")
     # what users run: the f32 hint for byte-identical text, the plugin's dynamic quantization as it
-    # is (numerics() records it beside the figures)
+    # is (runtime.arithmetic measures what the compiled models run, for the report)
     props = dict(F32_HINT) if precision == "f32" else {}
     if device.upper().startswith("GPU"):
         props["ATTENTION_BACKEND"] = "PA"

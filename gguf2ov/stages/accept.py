@@ -21,10 +21,11 @@ from pathlib import Path
 
 from ..errors import Gguf2ovError, library_message
 from ..names import IR_XML
-from ..numerics import EXACT, describe_numerics, model_runtime_options, numerics, rounds_unlike_exact
+from ..numerics import EXACT, describe_numerics, rounds_unlike_exact
 from ..progress import progress as progress_bar
 from ..progress import step
 from ..report import Table
+from ..runtime.arithmetic import measured_numerics
 from ..runtime.genai import (PIPELINES, Generation, GenerationSettings, Prompt, as_prompts, describe_layer_types,
                              generate, generation_config, make_pipeline, properties)
 from ..runtime.target import TargetIR, require_not_gguf_named
@@ -96,8 +97,8 @@ class AcceptResult:
     properties: dict = field(default_factory=dict)
     pipeline: str = "LLMPipeline"
     by_kind: dict = field(default_factory=dict)  # "text" / "image" totals when a run has both
-    # the device and arithmetic the figures were measured under (numerics.numerics): reports from two
-    # machines compare when these agree
+    # the device and arithmetic the figures were measured under, read from compiled models
+    # (runtime.arithmetic.measured_numerics): reports from two machines compare when these agree
     numerics: dict = field(default_factory=dict)
     target_layers: str = ""  # the target's kinds of layer, when it has several
     draft_lengths: tuple[DraftLength, ...] = ()  # k = 1..K as measured on this device
@@ -134,6 +135,8 @@ class AcceptResult:
             tables.append(Table("Acceptance per draft position", ["position", "accepted when proposed"],
                                 [[i + 1, p if p == p else "never proposed"]  # nan: no step proposed that many
                                  for i, p in enumerate(self.per_position_acceptance)]))
+        if self.numerics.get("models"):
+            tables.append(arithmetic_table(self.numerics))
         if self.draft_lengths:
             tables.append(Table(
                 "Proposals per step on this device", ["K", "step / decode step", "tokens per step", "speedup (est.)"],
@@ -407,7 +410,7 @@ def run_acceptance(target: TargetIR, draft_dir, prompts, settings: GenerationSet
                                   failed=f"on target {target.path} with draft {draft_dir}",
                                   probes=probed_lengths(gen.num_assistant_tokens))
     per_prompt = [_prompt_acceptance(p, b_runs, s_runs) for p, b_runs, s_runs in zip(prompts, base, spec)]
-    in_force = numerics(gen.device, props, model_runtime_options(target.model_path))
+    in_force = measured_numerics({"target": target.model_path, "draft": draft_dir / IR_XML}, gen.device, props)
     if gen.precision == "f32" and rounds_unlike_exact(in_force):
         per_prompt = _recheck_exactly(per_prompt, prompts, target, draft_dir, gen, props, progress)
     overall = _total(per_prompt, base, spec)
@@ -440,6 +443,16 @@ def run_acceptance(target: TargetIR, draft_dir, prompts, settings: GenerationSet
         draft_lengths=lengths,
         best_num_assistant_tokens=best,
     )
+
+
+def arithmetic_table(info: dict) -> Table:
+    """The MatMuls of each model by weight form, and whether the compiled model quantizes their activations."""
+    rows = [[role, f["form"], f["kernel"], f["matmuls"], f["weights"], f["path"]]
+            for role, forms in info["models"].items() for f in forms]
+    return Table("Arithmetic of the compiled models", ["model", "weight form", "kernel", "MatMuls", "weights",
+                                                       "activations"], rows,
+                 note="each weight form compiled alone with the run's properties and again with dynamic quantization "
+                      "off: int8 where its output moved")
 
 
 def _prompt_acceptance(prompt: Prompt, base: list[Generation], spec: list[Generation]) -> PromptAcceptance:

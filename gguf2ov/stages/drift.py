@@ -17,9 +17,11 @@ import numpy as np
 
 from ..checks.selector import SelectorGain, log_softmax
 from ..errors import Gguf2ovError
-from ..numerics import EXACT, describe_numerics, numerics
+from ..numerics import EXACT, describe_numerics
 from ..outputs import relocated
+from ..names import IR_XML
 from ..report import Table, human_bytes
+from ..runtime.arithmetic import measured_numerics
 from ..runtime.genai import DEFAULT_PROMPTS, text_prompts
 
 
@@ -396,7 +398,8 @@ def drift(draft, out_dir, variants=None, target=None, prompts=None, verify=None,
             source=str(draft.path), out_dir=str(out_dir), contexts=blocks.kind, n_blocks=len(blocks.embeds),
             n_rows=int(sum(len(e) - 1 for e in blocks.embeds)), variants=results,
             plot=str(out_dir / "drift.png") if plot else None, seconds=time.monotonic() - start,
-            provenance=record, selector=selector, numerics=numerics("CPU", EXACT), skipped=plan.skipped,
+            provenance=record, selector=selector, skipped=plan.skipped,
+            numerics=measured_numerics({v.name: tmp / v.name / IR_XML for v in results}, "CPU", EXACT),
         )
         result = relocated(result, tmp, out_dir)
         write_reports(result, tmp / "drift.json", tmp / "drift.md", title="gguf2ov drift")

@@ -9,7 +9,7 @@ from gguf.constants import GGML_QUANT_SIZES
 from gguf2ov.errors import Gguf2ovError
 from gguf2ov.gguf import quants, transcode
 from gguf2ov.gguf.quants import QType as Q
-from gguf2ov.numerics import compile_exact
+from gguf2ov.numerics import compile_exact, core
 
 TYPES = [Q.Q8_0, Q.Q4_0, Q.Q5_0, Q.Q4_1, Q.Q5_1, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.MXFP4]
 # Same f32 operations on the same operands as quants.dequantize (MXFP4: the same products): bit for bit.
@@ -451,14 +451,17 @@ def test_the_split_form_is_the_grid_and_takes_the_int8_path(qtype, tmp_path):
     """A K-quant weight split for a target's Linear: its codes times d*sc, plus -dmin*m per group through
     the group sums of the input, is the file's grid to float32 rounding; saved and compiled, both
     MatMuls run compressed (the codes and the minimums' u8 codes), the main one with no zero point, so
-    that the plugin's dynamic quantization of the activations applies to it (the folded form's f32 zero
-    point keeps it on the f32 path)."""
+    that the plugin's dynamic quantization of the activations applies to it wherever it applies to a Q8_0
+    weight (no zero point either): on CPUs with VNNI or AMX, none on an AVX2-only CPU. The folded form's f32
+    zero point keeps it on the f32 path on every CPU."""
     import openvino as ov
     from openvino import opset13 as ops
 
     from gguf2ov.gguf.transcode import SplitWeight
     from gguf2ov.ir.graph_ops import linear
     from gguf2ov.ir.irweights import evaluate, matmul_weights
+    from gguf2ov.numerics import F32_HINT
+    from gguf2ov.runtime.arithmetic import matmul_forms
 
     rows, n = 24, 1024
     raw = valid_blocks(qtype, rows, n, np.random.default_rng(7)).reshape(rows, -1)
@@ -469,22 +472,34 @@ def test_the_split_form_is_the_grid_and_takes_the_int8_path(qtype, tmp_path):
     assert np.abs(values - ref).max() <= 1e-6 * np.abs(ref).max()
     assert transcode.grid_bytes(qtype, (rows, n), split=True) * 8 / (rows * n) == (4 if qtype == Q.Q4_K else 8) + 1.375
 
-    x = ops.parameter([-1, -1, n], ov.Type.f32, name="x")
-    model = ov.Model([ops.result(linear(x, split, "model.layers.0.mlp.up_proj"))], [x])
-    ov.save_model(model, str(tmp_path / "m.xml"), compress_to_fp16=False)
-    read_back = matmul_weights(tmp_path / "m.xml")["model.layers.0.mlp.up_proj.weight"]
+    def saved(name, weight):
+        x = ops.parameter([-1, -1, n], ov.Type.f32, name="x")
+        ov.save_model(ov.Model([ops.result(linear(x, weight, "model.layers.0.mlp.up_proj"))], [x]),
+                      str(tmp_path / f"{name}.xml"), compress_to_fp16=False)
+        return tmp_path / f"{name}.xml"
+
+    xml = saved("split", split)
+    read_back = matmul_weights(xml)["model.layers.0.mlp.up_proj.weight"]
     assert np.abs(read_back - ref).max() <= 1e-6 * np.abs(ref).max()
     inputs = np.random.default_rng(8).standard_normal((1, 3, n)).astype(np.float32)
     expected = inputs @ ref.astype(np.float64).T
-    compiled = compile_exact(tmp_path / "m.xml")
+    compiled = compile_exact(xml)
     assert np.abs(compiled(inputs)[0] - expected).max() <= 1e-5 * np.abs(expected).max()
     fc = sorted(op.get_rt_info()["runtimePrecision"].astype(str) for op in compiled.get_runtime_model().get_ordered_ops()
                 if op.get_rt_info()["layerType"].astype(str) == "FullyConnected")
     assert fc == sorted(["u4" if qtype == Q.Q4_K else "u8", "u8"])
-    from gguf2ov.numerics import core
 
-    quantized = core().compile_model(str(tmp_path / "m.xml"), "CPU", {"INFERENCE_PRECISION_HINT": "f32",
-                                                                      "DYNAMIC_QUANTIZATION_GROUP_SIZE": 32})
+    # as a user's pipeline compiles it, beside a Q8_0 weight (i8, no zero point) and the folded form
+    q8 = valid_blocks(Q.Q8_0, rows, n, np.random.default_rng(9)).reshape(rows, -1)
+    paths = {name: {f.form: f.int8 for f in matmul_forms(path, "CPU", F32_HINT)[0]}
+             for name, path in (("split", xml), ("q8_0", saved("q8_0", transcode.grid_weight(q8, Q.Q8_0, (rows, n)))),
+                                ("folded", saved("folded", transcode.grid_weight(raw, qtype, (rows, n), folded=True))))}
+    codes = "u4" if qtype == Q.Q4_K else "u8"
+    main_path = next(int8 for form, int8 in paths["split"].items() if form.startswith(codes + ","))
+    assert main_path == any(paths["q8_0"].values())
+    assert not any(paths["folded"].values())
+    quantized = core().compile_model(str(xml), "CPU", F32_HINT)
     rounded = np.abs(quantized(inputs)[0] - expected).max() / np.abs(expected).max()
-    if core().get_property("CPU", "DYNAMIC_QUANTIZATION_GROUP_SIZE"):  # a CPU with VNNI or AMX: the int8 path
-        assert 1e-4 < rounded < 2e-2, rounded
+    assert (1e-4 < rounded < 2e-2) if main_path else rounded <= 1e-5, rounded
+
+

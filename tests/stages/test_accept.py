@@ -180,7 +180,11 @@ def test_cli_runs_the_draft_it_is_given(fixtures_dir, tmp_path):
     assert r["draft_dir"] == str(draft) and r["num_assistant_tokens"] == 3
     assert r["identical"] is True and r["overall"]["generated_tokens"] == 12
     assert r["accepted_tokens"] >= 6, r  # the trained fixture draft
-    # what the figures were measured under: the CPU and the plugin's dynamic quantization, as users run
-    assert r["numerics"]["device_name"] and r["numerics"]["inference_precision"] == "f32"
-    assert r["numerics"]["dynamic_quantization_group_size"] == r["numerics"]["dynamic_quantization_default"]
+    # what the figures were measured under, read from compiled models: the CPU, the precision, and for the
+    # target and the draft the path of each weight form's MatMuls
+    numerics = r["numerics"]
+    assert numerics["device_name"] and numerics["inference_precision"] == "f32"
+    assert set(numerics["models"]) == {"target", "draft"} and all(numerics["models"].values())
+    assert numerics["int8_matmuls"] == sum(f["matmuls"] for forms in numerics["models"].values() for f in forms
+                                           if f["path"] == "int8")
     assert code == verdict_code(r["verdict"])
