@@ -543,7 +543,7 @@ def ensure_target_gguf(geom, cache_dir: Path = CACHE) -> dict:
     from gguf import GGMLQuantizationType as Q
 
     from gguf2ov.maps.load import load_map
-    from gguf2ov.targets.config import arch_of
+    from gguf2ov.targets.config import target_map
     from gguf2ov.targets.source import ROPE_FACTORS, rope_factors_of
     from random_target import write_tokenizer
 
@@ -554,7 +554,7 @@ def ensure_target_gguf(geom, cache_dir: Path = CACHE) -> dict:
         return json.loads(sidecar.read_text()) | {"cached": True, "path": str(path)}
     start = time.perf_counter()
     config = geom.config()
-    arch = arch_of(config["model_type"], geom.name)
+    arch = target_map(config["model_type"], geom.name).arch
     rng = np.random.default_rng(int(geom.key(), 16))
     mix = getattr(geom, "mix", MIX)
     if geom.model_type == "gemma4_text":  # llama.cpp's order (layer by layer), its Q4_K_M rules

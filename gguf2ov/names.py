@@ -9,6 +9,7 @@ TOKENIZER_IR = "openvino_tokenizer.xml"
 DETOKENIZER_IR = "openvino_detokenizer.xml"
 CONFIG_FILE = "config.json"
 PROVENANCE_FILE = "gguf2ov.json"
+TARGET_MAP_FILE = "gguf2ov_map.yaml"  # the map a target folder was built through with --map, kept in it
 SAFETENSORS_FILE = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"  # a sharded checkpoint's
 LOCATORS_KEY = "hidden_states_decoder_layers"  # a target's rt_info: where each decoder layer's hidden state is

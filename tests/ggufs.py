@@ -207,7 +207,7 @@ def _target_shapes(amap, config: dict) -> dict:
     from gguf2ov.targets.config import target_config
     from gguf2ov.targets.decoder import stored_shapes
 
-    return stored_shapes(target_config(merged(amap.hf, config), f"a model from {amap.path}", arch=amap.arch))
+    return stored_shapes(target_config(merged(amap.hf, config), f"a model from {amap.path}", amap))
 
 
 def merged(fixed: dict, config: dict) -> dict:

@@ -56,6 +56,7 @@ class ArchMap:
     trailing: dict | None = None                  # blocks after the decoder's (`trailing_blocks`)
     checkpoint: CheckpointLayout = field(default_factory=CheckpointLayout)
     not_run: tuple = ()                           # not_run.NotRun: kinds of file GenAI does not run, refused
+    mmproj: dict | None = None                    # a VLM's projector file (`mmproj:`, read by targets/vision.py)
     # the jobs (load.py makes them from the sections above)
     metadata: object = field(default=None, repr=False)   # metadata.MetadataReader
     tensors: object = field(default=None, repr=False)    # tensors.TensorMatcher

@@ -198,10 +198,11 @@ def _cached_build(resource, name: str) -> ArchMap:
 _LOADED: dict[tuple, ArchMap] = {}
 
 
-def map_data(arch: str, maps_dir=None) -> dict:
-    """A map's YAML content with `extends` resolved: one self-contained map (to write a variant of it)."""
-    load_map(arch, maps_dir=maps_dir)  # the same checks and messages
-    return _read_yaml(_arch_files(maps_dir)[arch][0])
+def map_data(arch: str | None, maps_dir=None, path=None) -> dict:
+    """A map's YAML content (the map of `arch`, or the file at `path`) with `extends` resolved: one
+    self-contained map (to write a variant of it, or to keep beside what it built)."""
+    load_map(arch, path, maps_dir)  # the same checks and messages
+    return _read_yaml(Path(path) if path is not None else _arch_files(maps_dir)[arch][0])
 
 
 def shipped_maps(maps_dir=None) -> list[ArchMap]:
@@ -250,14 +251,16 @@ class MappedGguf:
         return self.amap.tensors.iter_tensors(self.gguf, self.plan, self.config)
 
 
-def open_mapped(gguf_path, map_path=None, target_layer_offset=None, allow_ambiguous: bool = False) -> MappedGguf:
-    """Open a GGUF, choose its map, build the HF config and the strict tensor plan.
+def open_mapped(gguf_path, map_path=None, target_layer_offset=None, allow_ambiguous: bool = False,
+                amap: ArchMap | None = None) -> MappedGguf:
+    """Open a GGUF, choose its map (`amap` when the caller chose it already), build the HF config and the
+    strict tensor plan.
 
     `allow_ambiguous` takes the map's default where the file cannot settle a value (target layer ids
     of an old-layout dflash file): for uses that do not write a checkpoint, or that name the shift.
     """
     gguf = gguf_path if isinstance(gguf_path, GgufFile) else open_gguf(gguf_path)  # or opened once by the caller
-    amap = map_for(gguf, map_path)
+    amap = amap if amap is not None else map_for(gguf, map_path)
     if target_layer_offset is not None and amap.metadata.flag_rule("target_layer_offset") is None:
         raise Gguf2ovError(f"--target-layer-offset does not apply to {amap.arch}: its map ({amap.path}) has no "
                            "target layer ids")
@@ -406,7 +409,8 @@ def _build(data: dict, name: str) -> ArchMap:
             raise bad(f"compare {key} must list the other places a config may hold it")
     return _with_jobs(ArchMap(arch, name, dict(data.get("hf") or {}), config, rules, shapes, legacy, group_hf,
                               {k: list(v) for k, v in compare.items()}, _target(data.get("target"), bad), trailing,
-                              _checkpoint(data.get("checkpoint") or {}, bad), not_run_entries(data.get("not_run"), bad)))
+                              _checkpoint(data.get("checkpoint") or {}, bad), not_run_entries(data.get("not_run"), bad),
+                              data.get("mmproj")))
 
 
 def _with_jobs(amap: ArchMap) -> ArchMap:

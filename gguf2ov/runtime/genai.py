@@ -160,19 +160,18 @@ def describe_layer_types(types) -> str:
     return " (" + ", ".join(f"{n} {kind}" for kind, n in Counter(types).items()) + ")"
 
 
-def recurrent_layers(config: dict) -> int:
+def recurrent_layers(target) -> int:
     """How many layers of a target keep a recurrent (linear-attention) state, as the kinds its map names
     for their layer types say (`LayerKind.RECURRENT`): what GenAI's scheduler must make room for.
-    `config`: the target's language-model config (runtime.target.TargetIR.config). A model type no map
-    builds is read by every target map's kinds."""
-    from ..maps.load import shipped_maps
+    `target`: a runtime.target.TargetIR, whose map (`TargetIR.amap`: the one it was built through) names
+    the kinds; a model type no map builds is read by every target map's kinds."""
+    from ..targets.config import target_maps
     from ..targets.layers import REGISTRY
 
-    maps = [m for m in shipped_maps() if m.target is not None]
-    own = [m for m in maps if m.hf.get("model_type") == config.get("model_type")]
-    recurrent = {t for m in own or maps for t, kind in m.target["mixers"].items()
+    maps = [target.amap] if target.amap is not None else target_maps()
+    recurrent = {t for m in maps for t, kind in m.target["mixers"].items()
                  if kind in REGISTRY and REGISTRY[kind].RECURRENT}
-    return sum(t in recurrent for t in layer_types(config))
+    return sum(t in recurrent for t in layer_types(target.config))
 
 
 def layer_types(config: dict) -> list[str]:
@@ -211,7 +210,7 @@ def make_pipeline(target, device: str, props: dict, draft_dir=None, num_assistan
     count("target compiles (GenAI pipelines)")
     cls = ov_genai.VLMPipeline if target.kind == "vlm" else ov_genai.LLMPipeline
     extra = {} if draft_dir is None else {"draft_model": ov_genai.draft_model(str(draft_dir), device, **props)}
-    s = scheduler(recurrent_layers(target.config) > 0, num_assistant_tokens if draft_dir is not None else None)
+    s = scheduler(recurrent_layers(target) > 0, num_assistant_tokens if draft_dir is not None else None)
     return cls(str(target.path), device, scheduler_config=s, **extra, **props)
 
 

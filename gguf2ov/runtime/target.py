@@ -29,8 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import Gguf2ovError
-from ..names import (CONFIG_FILE, DETOKENIZER_IR, IR_XML, LOCATORS_KEY, TOKENIZER_IR, VLM_LANGUAGE_MODEL,
-                     VLM_PER_LAYER_EMBEDDINGS, VLM_TEXT_EMBEDDINGS)
+from ..names import (CONFIG_FILE, DETOKENIZER_IR, IR_XML, LOCATORS_KEY, TARGET_MAP_FILE, TOKENIZER_IR,
+                     VLM_LANGUAGE_MODEL, VLM_PER_LAYER_EMBEDDINGS, VLM_TEXT_EMBEDDINGS)
 from ..numerics import compile_exact, compile_plain, core
 from ..work import count
 from ..ir.irweights import gather_rows, matmul_rows
@@ -140,17 +140,29 @@ class TargetIR:
         return read_locators(self.model)
 
     @cached_property
+    def amap(self):
+        """The map its layers are built as (maps.arch_map.ArchMap): the one a folder `gguf2ov target --map`
+        built keeps (TARGET_MAP_FILE), else the target map of its model type; None for a model type no map
+        builds."""
+        from ..maps.load import load_map
+        from ..targets.config import map_of_type
+
+        if (self.path / TARGET_MAP_FILE).is_file():
+            return load_map(path=self.path / TARGET_MAP_FILE)
+        return map_of_type(self.config.get("model_type"))
+
+    @cached_property
     def built_as(self):
-        """The config as `gguf2ov target` builds it (target.config.TargetConfig), for an architecture
-        this tool builds; None for another, whose checks need no layer kinds, and for a VLM's language
-        model (optimum's, which takes embeddings: not the graph `gguf2ov target` builds, even of a
+        """The config as `gguf2ov target` builds it (target.config.TargetConfig, through `amap`), for an
+        architecture this tool builds; None for another, whose checks need no layer kinds, and for a VLM's
+        language model (optimum's, which takes embeddings: not the graph `gguf2ov target` builds, even of a
         gemma4 text model)."""
         from ..targets.config import target_config
 
-        if self.kind == "vlm":
+        if self.kind == "vlm" or self.amap is None:
             return None
         try:
-            return target_config(self.config, self.path / CONFIG_FILE)
+            return target_config(self.config, self.path / CONFIG_FILE, self.amap)
         except Gguf2ovError:
             return None
 

@@ -150,7 +150,7 @@ def ovms_repository(target_dir, draft_dir, out_dir, name: str | None = None, dev
         out_dir=str(out_dir), name=name, target_dir=str(target_dir), draft_dir=str(draft_dir),
         draft_models_path=draft_models_path, device=device, options=options, draft_rt_info=rt_info,
         files=files, skipped=[GRAPH_FILE] if (target_dir / GRAPH_FILE).exists() else [], warnings=warnings,
-        num_assistant_tokens=num_assistant_tokens, linear_attention_layers=recurrent_layers(target.config),
+        num_assistant_tokens=num_assistant_tokens, linear_attention_layers=recurrent_layers(target),
         seconds=time.perf_counter() - start)
 
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from ..findings import Finding
 from ..errors import Gguf2ovError
-from ..names import (CONFIG_FILE, DETOKENIZER_IR, IR_XML, PROVENANCE_FILE, TOKENIZER_IR, VLM_LANGUAGE_MODEL,
-                     VLM_PER_LAYER_EMBEDDINGS, VLM_TEXT_EMBEDDINGS, VLM_VISION_EMBEDDINGS)
+from ..names import (CONFIG_FILE, DETOKENIZER_IR, IR_XML, PROVENANCE_FILE, TARGET_MAP_FILE, TOKENIZER_IR,
+                     VLM_LANGUAGE_MODEL, VLM_PER_LAYER_EMBEDDINGS, VLM_TEXT_EMBEDDINGS, VLM_VISION_EMBEDDINGS)
 from ..outputs import atomic_dir, atomic_write_text, require_space, writing
 from ..progress import step
 from ..provenance import provenance
@@ -141,6 +141,8 @@ def export_target(forms, out_dir, tokenizer_from, overwrite: bool = False, progr
                    "allow_nonfinite": forms.allow_nonfinite, "nonfinite": dict(forms.nonfinite)}
         atomic_write_text(tmp / PROVENANCE_FILE,
                           json.dumps(provenance({"source": target, **(sources or {})}, options), indent=2) + "\n")
+        if target.map_path is not None:
+            write_target_map(tmp, target.map_path)
 
         step("checking the written target", progress)
         checks, info = check_target_ir(tmp, target.config, vlm=vision is not None)
@@ -246,6 +248,19 @@ def write_target(folder: Path, target, variant, tokenizer_from, progress: bool =
     return forms
 
 
+def write_target_map(folder: Path, map_path) -> None:
+    """The map a target is built through with --map, kept in its folder (TARGET_MAP_FILE) as one
+    self-contained YAML (`extends` resolved): what reopens the folder (runtime.target.TargetIR.amap: verify
+    --target, accept, run) takes the layers' kinds, steps and options from it, not from the shipped map of
+    its model type, and no map need be passed again."""
+    import yaml
+
+    from ..maps.load import map_data
+
+    atomic_write_text(folder / TARGET_MAP_FILE, f"# the tensor map this target was built through (--map {map_path})\n"
+                      + yaml.safe_dump(map_data(None, path=map_path), sort_keys=False))
+
+
 def open_vision(target, mmproj):
     """The mmproj of a VLM target, opened through the map of the text file's architecture and checked
     against it (targets/vision.py)."""
@@ -253,7 +268,7 @@ def open_vision(target, mmproj):
 
     if target.kind != "gguf":
         raise Gguf2ovError("--mmproj applies to a GGUF target only")
-    return open_mmproj(mmproj, target.config.hidden_size, mmproj_section(target.arch, mmproj))
+    return open_mmproj(mmproj, target.config.hidden_size, mmproj_section(target.config.amap, mmproj))
 
 
 def write_vlm_target(folder: Path, target, variant, tokenizer_from, vision, image_max_tokens: int,
@@ -262,12 +277,12 @@ def write_vlm_target(folder: Path, target, variant, tokenizer_from, vision, imag
     model (taking `inputs_embeds`), the text embeddings model (Gemma's scale in it), the per-layer
     embeddings model, the vision embeddings model (`vision`, the mmproj), config.json with the
     vision_config, preprocessor_config.json, generation_config.json and the tokenizers."""
-    from ..maps.load import map_data
     from ..targets.graph import (build_per_layer_embeddings_model, build_target_ir, build_text_embeddings_model,
                                  target_forms)
     from ..targets.vision import build_vision_model, preprocessor_config, vlm_config
 
-    section = map_data(target.arch)["mmproj"]  # the config first: a vocabulary without the image's tokens is refused
+    section = target.config.amap.mmproj  # the map's, checked when the mmproj was opened (`open_vision`)
+    # the config first: a vocabulary without the image's tokens is refused
     config = vlm_config(target.config.raw, vision, target.gguf.metadata.get("tokenizer.ggml.tokens"), section)
     if tokenizer_from is not None:
         step("converting the tokenizer", progress)

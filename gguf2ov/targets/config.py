@@ -3,7 +3,10 @@
 Which architectures are targets, and how each is built, is data: a map in `tensor_maps/` with a
 `target:` section names the kind of each layer type (`mixers`), the MLP kind (`mlp`), the decoder
 layer's norms and residual steps (`layer`) and the options of its forward (`forward`), read by
-`decoder.py`. `target_config` fills in every default with
+`decoder.py`. The map travels as an object: a GGUF's config is built as the map it was opened
+through (`--map`'s, for an architecture no shipped map names too), a checkpoint's as the target map
+of its model type, and the TargetConfig keeps it (`amap`); nothing looks a map up again by name.
+`target_config` fills in every default with
 transformers' config class for the model type (head_dim, layer types, RoPE parameters per layer
 type); transformers is imported for its config classes only (the RoPE tables are computed from
 them in NumPy, `ir/rope.py`), no model is built and no remote code is run.
@@ -20,11 +23,34 @@ from ..maps.rules import is_int
 ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
 
 
-def target_arches(maps_dir=None) -> tuple[str, ...]:
-    """The architectures `gguf2ov target` builds: the maps with a `target:` section."""
+def target_maps(maps_dir=None) -> list:
+    """The maps with a `target:` section (maps.arch_map.ArchMap), shipped or found through GGUF2OV_MAPS, by name."""
     from ..maps.load import shipped_maps
 
-    return tuple(sorted(m.arch for m in shipped_maps(maps_dir) if m.target is not None))
+    return [m for m in shipped_maps(maps_dir) if m.target is not None]
+
+
+def target_arches(maps_dir=None) -> tuple[str, ...]:
+    """The architectures `gguf2ov target` builds: the maps with a `target:` section."""
+    return tuple(m.arch for m in target_maps(maps_dir))
+
+
+def map_of_type(model_type):
+    """The target map whose HF model type is `model_type` (tensor_maps/<arch>.yaml `hf.model_type`; the
+    first by name where several are); None: no map builds it."""
+    return next((m for m in target_maps() if m.hf.get("model_type") == model_type), None)
+
+
+def target_map(model_type, where):
+    """`map_of_type`, refused in one line when no map builds the model type: the map a config.json (a
+    checkpoint's, an OpenVINO folder's) is built as."""
+    amap = map_of_type(model_type)
+    if amap is None:
+        hint = f"supported model types: {', '.join(sorted(t for m in target_maps() if (t := m.hf.get('model_type'))))}"
+        if model_type == "gemma3":
+            hint = "a gemma3 checkpoint with a vision tower: export its text model (model_type gemma3_text)"
+        raise Gguf2ovError(f"{where}: model_type {model_type!r} is not a target this tool builds", hint=hint)
+    return amap
 
 
 @dataclass(frozen=True, eq=False)
@@ -60,21 +86,24 @@ class TargetConfig:
     eos_token_id: int | list | None = None
     pad_token_id: int | None = None
     hf: object = field(default=None, repr=False)  # transformers' config object: what a kind reads beyond these
+    amap: object = field(default=None, repr=False)  # the map it is built as (maps.arch_map.ArchMap): the decoder's
 
 
-def target_config(raw: dict, where, arch: str | None = None, complete: bool = False) -> TargetConfig:
+def target_config(raw: dict, where, amap=None, complete: bool = False) -> TargetConfig:
     """Validate a target's config (config.json, or built from GGUF metadata through its map).
 
+    `amap`: the map it is built as (the one a GGUF was opened through, `--map`'s too), whose `target:`
+    section gives the layers' kinds, steps and options; None: the target map of its model type.
     `complete`: the config written beside the IR states every value the graph is built with
     (transformers' defaults for what `raw` leaves out), as save_pretrained writes it: for a GGUF,
     whose metadata states less than a checkpoint's config.json.
     """
-    from ..maps.load import load_map
     from .decoder import check_config, decoder_of
 
     raw = text_model_config(raw, where)
-    arch = arch or arch_of(raw.get("model_type"), where)
-    decoder = decoder_of(load_map(arch))  # the map's target section, held against the kinds
+    if amap is None:
+        amap = target_map(raw.get("model_type"), where)
+    decoder = decoder_of(amap)  # the map's target section, held against the kinds
     forward = decoder.options
     hf = _hf_config(raw, where)
     for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"):
@@ -118,7 +147,7 @@ def target_config(raw: dict, where, arch: str | None = None, complete: bool = Fa
     scalar = getattr(hf, "query_pre_attn_scalar", None)
     cap = getattr(hf, "final_logit_softcapping", None)
     config = TargetConfig(
-        raw=hf.to_dict() if complete else raw, arch=arch, hidden_size=hf.hidden_size, num_layers=layers,
+        raw=hf.to_dict() if complete else raw, arch=amap.arch, hidden_size=hf.hidden_size, num_layers=layers,
         num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, intermediate_size=intermediate or 0,
         vocab_size=hf.vocab_size, rms_norm_eps=float(hf.rms_norm_eps),
         tie_word_embeddings=bool(getattr(hf, "tie_word_embeddings", False)), layer_types=layer_types,
@@ -130,7 +159,7 @@ def target_config(raw: dict, where, arch: str | None = None, complete: bool = Fa
         embedding_scale=float(np.float32(hf.hidden_size ** 0.5)) if forward["scaled_embedding"] else None,
         final_logit_softcapping=float(cap) if cap else None,
         bos_token_id=getattr(hf, "bos_token_id", None), eos_token_id=getattr(hf, "eos_token_id", None),
-        pad_token_id=getattr(hf, "pad_token_id", None), hf=hf)
+        pad_token_id=getattr(hf, "pad_token_id", None), hf=hf, amap=amap)
     check_config(config, where)  # what each layer kind refuses
     return config
 
@@ -146,10 +175,7 @@ def text_model_config(raw: dict, where) -> dict:
     """The config a target is built from: `raw`, or a VLM's language model, its `text_config`, for the
     model types a map names in `checkpoint.text_config_of` (the hub's Qwen3.5 checkpoints are VLMs):
     named as the map's text model, with the VLM's tied-embeddings flag, which its lm_head follows."""
-    from ..maps.load import load_map
-
-    for arch in target_arches():
-        amap = load_map(arch)
+    for amap in target_maps():
         if raw.get("model_type") in amap.checkpoint.text_config_of:
             text = raw.get("text_config")
             if not isinstance(text, dict):
@@ -159,19 +185,6 @@ def text_model_config(raw: dict, where) -> dict:
                 text["tie_word_embeddings"] = raw["tie_word_embeddings"]
             return text
     return raw
-
-
-def arch_of(model_type, where) -> str:
-    """The target map whose HF model type `model_type` is (tensor_maps/<arch>.yaml `hf.model_type`)."""
-    from ..maps.load import load_map
-
-    by_type = {load_map(arch).hf.get("model_type"): arch for arch in target_arches()}
-    if model_type not in by_type:
-        hint = f"supported model types: {', '.join(sorted(t for t in by_type if t))}"
-        if model_type == "gemma3":
-            hint = "a gemma3 checkpoint with a vision tower: export its text model (model_type gemma3_text)"
-        raise Gguf2ovError(f"{where}: model_type {model_type!r} is not a target this tool builds", hint=hint)
-    return by_type[model_type]
 
 
 def _hf_config(raw: dict, where):

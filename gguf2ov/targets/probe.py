@@ -116,7 +116,7 @@ class ProbeSource(TensorSource):
         for kind in dict.fromkeys(k for i in layers for _, k in layer_steps(c, i)):  # each kind's widths and keys
             raw.update(kind.probe(c, layers, width))
         raw.pop("auto_map", None)
-        self.config = target_config(raw, f"{source.path} (probe)", arch=c.arch)
+        self.config = target_config(raw, f"{source.path} (probe)", c.amap)  # the target's map: its kinds and options
         self.expected = tensor_shapes(self.config)
         self.embeddings, self.last_matmul_shared = source.embeddings, source.last_matmul_shared
         self.kept, self.batched = kept_weights(self.config), batched_weights(self.config)

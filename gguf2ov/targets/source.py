@@ -109,15 +109,14 @@ def _check_tensors(expected: dict, found: dict, config: TargetConfig, where) -> 
 def open_target_checkpoint(path: Path) -> TargetSource:
     """Open a Hugging Face checkpoint folder as a target, validated and ready to stream weights."""
     from ..hf.checkpoint import Checkpoint, RenamedCheckpoint, read_json_object
-    from ..maps.load import load_map
 
     config_path = path / CONFIG_FILE
     if not config_path.is_file():
         raise Gguf2ovError(f"no {CONFIG_FILE} in {path}", hint="pass a Hugging Face checkpoint folder or a GGUF file")
     raw = read_json_object(config_path)
-    config = target_config(raw, config_path)
+    config = target_config(raw, config_path)  # built as the map of its model type
     checkpoint = Checkpoint(path)  # memory-mapped safetensors, read one tensor at a time
-    amap = load_map(config.arch)
+    amap = config.amap
     if amap.checkpoint:  # saved under a prefix, or beside other models' tensors (the map's `checkpoint`)
         checkpoint = RenamedCheckpoint(checkpoint, amap.checkpoint.names(checkpoint.shapes, amap.arch, path))
     return TargetSource(path, "checkpoint", config, dict(checkpoint.shapes), checkpoint=checkpoint)
@@ -126,7 +125,9 @@ def open_target_checkpoint(path: Path) -> TargetSource:
 def open_target_gguf(gguf, map_path=None) -> TargetSource:
     """Open a target GGUF (an opened, memory-mapped GgufFile) through its map, validated and ready to
     stream weights: the map held against its layer kinds, the tensors' names against the map, the
-    config resolved, then the stored shapes against the kinds'."""
+    config resolved, then the stored shapes against the kinds'. The map (`map_path`, else the one the
+    file's architecture names) is chosen once, and the target takes everything from it: names, config,
+    and the layers' kinds, steps and options."""
     from ..maps.load import map_for, open_mapped
 
     path = gguf.path
@@ -136,7 +137,7 @@ def open_target_gguf(gguf, map_path=None) -> TargetSource:
                 else f"supported: {', '.join(target_arches())}")
         raise Gguf2ovError(f"{path} is a {amap.arch} model, not a target this tool builds", hint=hint)
     decoder_of(amap)
-    mapped = open_mapped(gguf, map_path)
+    mapped = open_mapped(gguf, amap=amap)
     scaling_key = ROPE_SCALING_KEY.format(arch=amap.arch)
     scaling = mapped.gguf.get(scaling_key)
     if scaling is not None and not isinstance(scaling, str):  # llama.cpp reads it as a string
@@ -166,7 +167,7 @@ def gguf_target_config(gguf, amap, config: dict, plan) -> TargetConfig:
     factors = gguf.load(ROPE_FACTORS).reshape(-1) if ROPE_FACTORS in gguf.tensors else None
     if factors is not None:
         raw = _proportion_stated(raw, decoder_of(amap).rope_factors, factors)
-    c = target_config(raw, gguf.path, arch=amap.arch, complete=True)
+    c = target_config(raw, gguf.path, amap, complete=True)
     if factors is not None:
         rope = dict(c.rope)
         for layer_type in decoder_of(amap).rope_factors or sorted(c.rope):

@@ -174,15 +174,12 @@ def vision_config(source: VisionSource) -> dict:
             "rope_parameters": {"rope_type": "default", "rope_theta": c["rope_theta"]}}
 
 
-def mmproj_section(arch: str, path) -> dict:
-    """The map's `mmproj:` section for a target of `arch`; refused for an architecture without one."""
-    from ..maps.load import map_data
-
-    section = map_data(arch).get("mmproj")
-    if not section:
-        raise Gguf2ovError(f"--mmproj {path}: a {arch} target is built as a text model only",
+def mmproj_section(amap, path) -> dict:
+    """The `mmproj:` section of `amap`, the map the text model is built as; refused for a map without one."""
+    if not amap.mmproj:
+        raise Gguf2ovError(f"--mmproj {path}: a {amap.arch} target is built as a text model only",
                            hint="leave --mmproj out")
-    return section
+    return amap.mmproj
 
 
 def vlm_config(text_config: dict, source: VisionSource, vocabulary, section: dict) -> dict:

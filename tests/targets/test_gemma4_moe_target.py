@@ -240,3 +240,31 @@ def test_genai_runs_the_target_with_a_dflash_draft_attached(tmp_path, fixtures_d
     r = run_acceptance(TargetIR.open(tmp_path / "target"), tmp_path / "draft", prompts,
                        GenerationSettings(max_new_tokens=24, num_assistant_tokens=5, precision="f32"), progress=False)
     assert r.overall.identical, [p.first_difference for p in r.prompts]
+
+
+def test_a_large_target_with_shared_kv_layers_is_checked_on_a_probe_of_its_kinds(tmp_path, fixtures_dir, monkeypatch):
+    """Above the compile budget, the check compiles a small model of the target's distinct layers
+    (`targets/probe.py`). Where more layers share keys and values than the probe has (E4B shares them over
+    18 of its 42 layers), the probe shares them over the probed shared layers, each over an earlier probed
+    layer of its type, as in the target (before: "num_kv_shared_layers is 4, not from 0 to 3", the target's
+    count)."""
+    from gguf2ov.ir.variants import parse_variant
+    from gguf2ov.targets import probe
+    from gguf2ov.targets.graph import target_forms
+    from gguf2ov.targets.layers import REGISTRY
+
+    monkeypatch.setattr(probe, "COMPILE_BUDGET", 0)
+    geometry = dict(SHARED, num_hidden_layers=8, num_kv_shared_layers=4,
+                    layer_types=(["sliding_attention"] * 3 + ["full_attention"]) * 2)
+    hf = tb.write_target_checkpoint(tmp_path / "hf", geometry, seed=5)
+    result = build_target(hf, tmp_path / "t", tokenizer_dir=fixtures_dir / "target-hf")
+    finding = {c.name: c for c in result.checks}["target-compiled"]
+    assert finding.status == "pass", finding.reason
+    assert finding.reason.startswith("12 GatherMatmul, no Tile or ScatterElementsUpdate, stateful and paged")
+    assert "checked on a 4-layer model of the target's layer kinds and weight forms (standing for layers 0, 3, 4, 7" \
+        in finding.reason
+    source = open_target(hf)
+    model, layers = probe.write_probe(tmp_path / "probe", source, target_forms(source, parse_variant("fp32")))
+    attention = REGISTRY["shared_kv_attention"]
+    own = [bool(attention.states(model.config, j)) for j in range(len(layers))]
+    assert own == [bool(attention.states(source.config, i)) for i in layers] == [True, True, False, False]

@@ -137,7 +137,7 @@ def test_a_target_section_the_decoder_cannot_build_is_one_error_naming_the_map(t
     ("by_layer_types", 5, ["full_attention"] * 2)])
 def test_which_layers_slide_when_a_config_states_no_layer_types(tmp_path, monkeypatch, sliding, window, types):
     """MistralConfig states no layer_types: the map says that its window, when set, is every layer's."""
-    from gguf2ov.maps.load import MAPS_ENV
+    from gguf2ov.maps.load import MAPS_ENV, load_map
     from gguf2ov.targets.config import target_config
 
     (tmp_path / "toy.yaml").write_text("arch: toy\nextends: _decoder.yaml\nhf: {model_type: mistral}\ntarget:\n"
@@ -147,7 +147,7 @@ def test_which_layers_slide_when_a_config_states_no_layer_types(tmp_path, monkey
     raw = dict(model_type="mistral", hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
                num_key_value_heads=2,
                vocab_size=300, sliding_window=window)
-    c = target_config(raw, "toy", arch="toy")
+    c = target_config(raw, "toy", load_map("toy"))
     assert list(c.layer_types) == types and c.sliding_window == (window if "sliding_attention" in types else None)
 
 
@@ -202,7 +202,7 @@ def test_the_recurrent_layers_genai_makes_room_for_are_the_kinds(tmp_path, confi
     from gguf2ov.runtime.target import TargetIR
 
     (tmp_path / "config.json").write_text(json.dumps(config))
-    assert recurrent_layers(TargetIR(tmp_path).config) == layers
+    assert recurrent_layers(TargetIR(tmp_path)) == layers
 
 
 # --- a map and its kinds, held against each other when the map is read ----------------------------

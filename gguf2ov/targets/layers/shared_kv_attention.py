@@ -134,6 +134,13 @@ class SharedKvAttention(LayerKind, name="shared_kv_attention", role="mixer"):
     def states(self, c, i):
         return [] if _donor(c, i) is not None else [_state(i, "key"), _state(i, "value")]
 
+    def probe(self, c, layers, width):
+        """The probe shares keys and values over the probed layers that share them in the target, not over
+        the target's count: they come last (the shared layers are the target's last), and each reads the
+        last probed layer of its type before them, of which there is one (the first layer of each type is
+        probed, and a shared layer's type has a layer of its own)."""
+        return {"num_kv_shared_layers": sum(_donor(c, i) is not None for i in layers)}
+
     def paged(self, c, i):
         """One paged attention per layer with the layer's key/value heads, head size and window (0: full);
         a shared layer's reads the key/value cache of the layer it shares (`cache`: that layer)."""
