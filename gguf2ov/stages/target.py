@@ -246,14 +246,14 @@ def write_target(folder: Path, target, variant, tokenizer_from, progress: bool =
     return forms
 
 
-def open_vision(target, mmproj):
+def open_vision(target, mmproj, allow_nonfinite: bool = False):
     """The mmproj of a VLM target, opened through the map of the text file's architecture and checked
-    against it (targets/vision.py)."""
+    against it (targets/vision.py); its NaN and Inf values refused unless `allow_nonfinite`."""
     from ..targets.vision import mmproj_section, open_mmproj
 
     if target.kind != "gguf":
         raise Gguf2ovError("--mmproj applies to a GGUF target only")
-    return open_mmproj(mmproj, target.config.hidden_size, mmproj_section(target.arch, mmproj))
+    return open_mmproj(mmproj, target.config.hidden_size, mmproj_section(target.arch, mmproj), allow_nonfinite)
 
 
 def write_vlm_target(folder: Path, target, variant, tokenizer_from, vision, image_max_tokens: int,
@@ -283,6 +283,9 @@ def write_vlm_target(folder: Path, target, variant, tokenizer_from, vision, imag
     _save_as(build_text_embeddings_model(target.config, embedding.weight), folder, VLM_TEXT_EMBEDDINGS, embedding)
     _save_as(build_per_layer_embeddings_model(target.config), folder, VLM_PER_LAYER_EMBEDDINGS)
     _save_as(build_vision_model(vision), folder, VLM_VISION_EMBEDDINGS)
+    # what --allow-nonfinite let through in the other models, reported with the language model's
+    forms.nonfinite.update(embedding.nonfinite)
+    forms.nonfinite.update(vision.nonfinite)
     atomic_write_text(folder / CONFIG_FILE, json.dumps(config, indent=2) + "\n")
     atomic_write_text(folder / PREPROCESSOR_CONFIG,
                       json.dumps(preprocessor_config(vision, image_max_tokens), indent=2) + "\n")
