@@ -122,7 +122,9 @@ def export_target(forms, out_dir, tokenizer_from, overwrite: bool = False, progr
     image_max_tokens = image_max_tokens or MAX_SOFT_TOKENS
     if tokenizer_from == "gguf":
         _require_vocabulary(target)
-    require_space(out_dir, target_folder_bytes(forms, tokenizer_from, vision), f"the {variant.name} target",
+    scratch = target_scratch_bytes(forms)
+    require_space(out_dir, target_folder_bytes(forms, tokenizer_from, vision), f"the {variant.name} target" +
+                  (f" (with {human_bytes(scratch)} of scratch files while its IR is written)" if scratch else ""),
                   hint="write to another folder (-o)" + (", or keep the file's own factorisation (--compact-grid: "
                                                          "~0.74x the folded IR)" if forms.transcoded and
                                                          forms.grid != "compact" else ""))
@@ -172,15 +174,25 @@ SMALL_FILES_BYTES = 12_000
 
 
 def target_folder_bytes(forms, tokenizer_from, vision=None) -> int:
-    """The bytes `export_target` writes (the IR, the tokenizers and the small files), within a few
-    percent (measured); a VLM folder (`vision`, its mmproj) adds the text embeddings model (a second copy of
-    the table) and the float32 vision embeddings model."""
+    """The disk `export_target` takes: the bytes it writes (the IR, the tokenizers and the small files), within a
+    few percent (measured), and the scratch files held while the IR is written (`target_scratch_bytes`); a VLM
+    folder (`vision`, its mmproj) adds the text embeddings model (a second copy of the table) and the float32
+    vision embeddings model."""
     from ..targets.decoder import EMBEDDING
     from ..targets.graph import target_ir_bytes
     from ..targets.vision import vision_ir_bytes
 
     vlm = forms.tensor_bytes(EMBEDDING) + vision_ir_bytes(vision) if vision is not None else 0
-    return target_ir_bytes(forms) + tokenizer_bytes(tokenizer_from, forms.source) + SMALL_FILES_BYTES + vlm
+    return (target_ir_bytes(forms) + tokenizer_bytes(tokenizer_from, forms.source) + SMALL_FILES_BYTES + vlm
+            + target_scratch_bytes(forms))
+
+
+def target_scratch_bytes(forms) -> int:
+    """The disk the scratch files of the target's biggest weights (ir/spill.py) take beside the folder, in
+    the same folder, while the IR is written: all of one IR's at once, freed when it is written. A VLM
+    folder's text embeddings model, saved after the language model, spills no more than its table, which
+    the language model's count holds."""
+    return forms.scratch_bytes()
 
 
 def tokenizer_bytes(tokenizer_from, target) -> int:
