@@ -120,13 +120,20 @@ class SpillFile:
         write_out(self._fd)
         self._unflushed = 0
 
+    def _close_fd(self) -> None:
+        """The descriptor closed once: closed again, its number may be another file's by then (the .bin's
+        flushing thread opens one while the IR is written)."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
     def tensors(self) -> dict:
         """{name: ov.Tensor} mapped from the file (the file then unlinked, the mapping kept by the Spill)."""
         import openvino as ov
 
         try:
             self._flush()
-            os.close(self._fd)
+            self._close_fd()
             xml = self._folder / "spill.xml"
             xml.write_text(_const_ir(self._kinds, self._offsets))
             model = ov.Core().read_model(str(xml), str(self._bin))
@@ -139,9 +146,9 @@ class SpillFile:
         return {name: constants[name].get_tensor_view() for name in self._kinds}
 
     def close(self) -> None:
-        """After a failure: the file closed and removed."""
+        """Once mapped, or after a failure: the file closed and removed."""
         try:
-            os.close(self._fd)
+            self._close_fd()
         except OSError:
             pass
         for path in (self._folder / "spill.xml", self._bin):
