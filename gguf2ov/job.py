@@ -258,7 +258,7 @@ class Job:
 
         build = self.target_spec
         tokenizer_from = self.require_target_build(out_dir, overwrite)
-        vision = open_vision(self.target_source, build.mmproj) if build.mmproj is not None else None
+        vision = None if build.mmproj is None else open_vision(self.target_source, build.mmproj, build.allow_nonfinite)
         return export_target(self.target_forms, out_dir, tokenizer_from, overwrite=overwrite,
                              progress=self.options.progress,
                              sources={"tokenizer": build.tokenizer_dir} if build.tokenizer_dir else None,

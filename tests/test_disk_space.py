@@ -154,3 +154,49 @@ def test_the_estimates_are_within_a_tenth_of_what_is_written(tmp_path):
         pairs[f"target {fmt}"] = (estimate, written(tmp_path / f"target-{fmt}"))
     for label, (estimate, real) in pairs.items():
         assert abs(estimate - real) <= 0.1 * real, (label, estimate, real)
+
+
+GEMMA4_GGUF = FIXTURES.parent / "tiny-gemma4" / "target-Q4_K_M.gguf"  # llama.cpp's file: Q4_K, Q6_K and Q8_0 grids
+
+
+def _target_folder_bytes(monkeypatch, spill: str | None) -> int:
+    """What the disk check of `gguf2ov target GEMMA4_GGUF` asks for (its estimate, margin and slack), with the
+    scratch threshold `spill` (ir/spill.py; None: the default, which nothing of this file passes)."""
+    from gguf2ov.cli.args import target_build
+    from gguf2ov.ir.spill import SPILL_ENV
+    from gguf2ov.job import Job, Options
+
+    if spill is None:
+        monkeypatch.delenv(SPILL_ENV, raising=False)
+    else:
+        monkeypatch.setenv(SPILL_ENV, spill)
+    estimate = Job.of(None, GEMMA4_GGUF, Options(progress=False), build=target_build()).target_bytes()
+    return int(estimate * outputs.SPACE_MARGIN + outputs.SPACE_SLACK)
+
+
+def test_the_target_check_counts_the_scratch_files_of_its_biggest_weights(tmp_path, capsys, monkeypatch):
+    """A weight whose constants pass the threshold is decoded into a scratch file beside the IR, whose blocks
+    stay allocated until the IR is written (a 31B Gemma 4's table: 1.64 GiB, more than the 5% margin). Every
+    weight spilled (threshold 0), a disk with room for the folder but not for the scratch files is refused
+    before any work, naming them; with nothing spilled the same disk takes the build."""
+    from gguf2ov.ir.spill import SPILL_ENV
+
+    room = _target_folder_bytes(monkeypatch, None) + 4096  # the folder's own check, and a page
+    with tmpfs(tmp_path / "fs", f"{room // 1024}k") as fs:
+        out = fs / "out"
+        monkeypatch.setenv(SPILL_ENV, "0")
+        line = one_error(["target", str(GEMMA4_GGUF), "-o", str(out), "--quiet"], capsys)
+        assert line.startswith(f"error: not enough disk space for {out}: the gguf target (with ") and \
+            " KiB of scratch files while its IR is written) takes about " in line, line
+        assert nothing_left(fs)
+        monkeypatch.delenv(SPILL_ENV)
+        assert main(["target", str(GEMMA4_GGUF), "-o", str(out), "--quiet"]) == 0
+
+
+@pytest.mark.slow
+def test_a_target_whose_every_weight_spills_fits_where_the_check_lets_it_build(tmp_path, monkeypatch):
+    """The disk the check asks for with every weight spilled is enough: the folder and the scratch files fit."""
+    room = _target_folder_bytes(monkeypatch, "0") + 4096
+    with tmpfs(tmp_path / "fs", f"{room // 1024}k") as fs:
+        assert main(["target", str(GEMMA4_GGUF), "-o", str(fs / "out"), "--quiet"]) == 0
+        assert [p.name for p in fs.iterdir()] == ["out"] and not list((fs / "out").glob(".spill-*"))

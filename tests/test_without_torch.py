@@ -2,10 +2,12 @@
 
 Each test runs a Python whose site-packages are this environment's less torch, torchvision and
 optimum (optimum-intel lives in optimum's folder): a folder of links to every other entry, added
-with `site.addsitedir` to an interpreter started without its own site-packages. For that Python
+with `site.addsitedir` to an interpreter started without its own site-packages (a `.pth` file that adds
+another folder, such as another environment's site-packages, is pointed at a view of that folder too). For that Python
 the reference stack is not installed at all, its metadata included, as after `pip install .`.
 """
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -41,18 +43,67 @@ else:
 """
 
 
-@pytest.fixture(scope="module")
-def site_without_torch(tmp_path_factory) -> Path:
-    view = tmp_path_factory.mktemp("site-without-torch")
-    dirs = dict.fromkeys(Path(sysconfig.get_paths()[k]) for k in ("purelib", "platlib"))
+def view_without_torch(dirs, view: Path) -> Path:
+    """`view`: a folder of links to the entries of the site folders `dirs`, the reference stack left out.
+
+    A `.pth` file that adds a folder (a venv that reuses another environment's site-packages) would bring
+    the stack back from there: it is written into the view pointing at a view of that folder, made the
+    same way (its `import` lines kept as they are)."""
+    view.mkdir(parents=True, exist_ok=True)
     for d in dirs:
-        for entry in d.iterdir():
+        for entry in Path(d).iterdir():
             name = entry.name
             top = name.split(".")[0].split("-")[0]
             if top in HIDDEN or name.startswith(HIDDEN_DISTS) or (view / name).exists():
                 continue
-            (view / name).symlink_to(entry)
+            if name.endswith(".pth") and entry.is_file():
+                (view / name).write_text("".join(_pth_line(line, Path(d), view) for line in
+                                                 entry.read_text(encoding="utf-8").splitlines(keepends=True)))
+            else:
+                (view / name).symlink_to(entry)
     return view
+
+
+def _pth_line(line: str, site: Path, view: Path) -> str:
+    """One line of a .pth file as `site.addpackage` reads it: a folder it adds (relative to its site folder)
+    becomes a view of that folder; comments, blank lines, `import` lines and missing folders stay as they are."""
+    text = line.rstrip()
+    if not text or text.startswith(("#", "import ", "import\t")) or not (site / text).is_dir():
+        return line
+    added = site / text
+    folder = view / ".pth-folders" / hashlib.sha256(str(added.resolve()).encode()).hexdigest()[:16]
+    return f"{view_without_torch([added], folder)}\n"
+
+
+@pytest.fixture(scope="module")
+def site_without_torch(tmp_path_factory) -> Path:
+    dirs = dict.fromkeys(Path(sysconfig.get_paths()[k]) for k in ("purelib", "platlib"))
+    return view_without_torch(dirs, tmp_path_factory.mktemp("site-without-torch"))
+
+
+def test_a_pth_file_that_adds_another_environments_site_packages_does_not_bring_torch_back(tmp_path):
+    """A venv whose .pth file adds another venv's site-packages (which has torch): the view hides the stack
+    there too, and keeps the rest of that folder."""
+    other = tmp_path / "other-venv-site"
+    for package in ("torch", "keptpackage"):
+        (other / package).mkdir(parents=True)
+        (other / package / "__init__.py").write_text("")
+    (other / "torch-2.0.0.dist-info").mkdir()
+    (other / "torch-2.0.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.0.0\n")
+    site = tmp_path / "venv-site"
+    site.mkdir()
+    (site / "other.pth").write_text(f"# the other environment\n{other}\nimport sys\n")
+    view = view_without_torch([site], tmp_path / "view")
+    p = run(view, "-c", """
+import importlib.metadata as md, importlib.util as u
+print(u.find_spec("torch") is None, u.find_spec("keptpackage") is not None)
+try:
+    md.version("torch")
+    print("torch is installed")
+except md.PackageNotFoundError:
+    print("no torch")
+""")
+    assert p.returncode == 0 and p.stdout.split() == ["True", "True", "no", "torch"], (p.stdout, p.stderr[-3000:])
 
 
 def run(view: Path, *args, cwd=None, timeout=600) -> subprocess.CompletedProcess:

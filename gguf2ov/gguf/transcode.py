@@ -366,9 +366,15 @@ _TYPE_BYTES = {"f32": 4, "f16": 2, "u8": 1, "i8": 1, "f8e8m0": 1, "u6": 6 / 8, "
 def grid_bytes(qtype, shape, folded: bool = False, split: bool = False, gather: bool = False) -> int:
     """The bytes a weight of `qtype` and [out, in] `shape` takes in the IR on its own grid (its
     Constants as `grid_weight` makes them; the few shape constants aside)."""
-    layout = _layout(QType(qtype), shape, folded or split, gather)
-    kinds = _constant_kinds(QType(qtype), layout, shape, _form(layout, shape, folded or gather, split))
+    kinds = grid_constants(qtype, shape, folded, split, gather)
     return int(sum(_TYPE_BYTES[kind] * np.prod(dims, dtype=np.int64) for kind, dims in kinds.values()))
+
+
+def grid_constants(qtype, shape, folded: bool = False, split: bool = False, gather: bool = False) -> dict:
+    """{constant: (OpenVINO type, shape)} of the weight's Constants as `grid_weight` makes them (the few shape
+    constants aside): what `grid_bytes` adds up and what a scratch file (`ir.spill`) would hold."""
+    layout = _layout(QType(qtype), shape, folded or split, gather)
+    return _constant_kinds(QType(qtype), layout, shape, _form(layout, shape, folded or gather, split))
 
 
 def _layout(qtype: QType, shape, folded: bool, gather: bool) -> _Layout:

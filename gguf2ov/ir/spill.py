@@ -9,6 +9,11 @@ the IR's folder and handed to the serializer mapped from that file: its pages ar
 the kernel writes back and drops under a memory limit, where a buffer of the whole table would be
 anonymous memory held until it is written. The IR written is the same byte for byte.
 
+The scratch files take disk beside the IR: each is unlinked once mapped, but its blocks stay allocated
+while the mapping is held, until the IR is written (`release`). So a save takes, besides the IR, the sum of
+its spilled weights' files (`scratch_bytes`; the tied 262144 x 5376 Q6_K table of a 31B Gemma 4 alone makes
+1.64 GiB), which the disk check adds (`ir.weights.WeightForms.scratch_bytes`).
+
 The mapping is made by OpenVINO's own IR reader (a one-Const IR over the scratch file, read with
 mmap), not by numpy: the serializer drops the tensor it is given without Python's GIL, and a tensor
 over numpy memory then releases a Python object without it (a segfault, openvino 2026.4.1). A
@@ -39,6 +44,21 @@ def spill_bytes() -> int:
     return int(value) if value else SPILL_BYTES
 
 
+def scratch_bytes(kinds: dict) -> int:
+    """The bytes of the scratch file `Spill.file` makes for constants {name: (type, dims)} (0: none, they stay
+    under the threshold); what a disk check adds, since the file holds its blocks until the save ends."""
+    sizes = [constant_bytes(kind, dims) for kind, dims in kinds.values()]
+    return sum(_aligned(size) for size in sizes) if _spills(sizes) else 0
+
+
+def _spills(sizes) -> bool:
+    return sum(sizes) > spill_bytes()
+
+
+def _aligned(size: int) -> int:
+    return -(-size // 64) * 64  # as OpenVINO aligns a mapped Constant
+
+
 def constant_bytes(kind: str, dims) -> int:
     """The bytes of a constant of OpenVINO type `kind` ("u4", "f32", ...) and shape `dims`."""
     import openvino as ov
@@ -57,7 +77,7 @@ class Spill:
     def file(self, kinds: dict):
         """A `SpillFile` for constants {name: (type, dims)} that pass the threshold, else None."""
         sizes = {name: constant_bytes(kind, dims) for name, (kind, dims) in kinds.items()}
-        if self.directory is None or sum(sizes.values()) <= spill_bytes():
+        if self.directory is None or not _spills(sizes.values()):
             return None
         return SpillFile(self, kinds, sizes)
 
@@ -75,7 +95,7 @@ class SpillFile:
         self._offsets, offset = {}, 0
         for name, size in sizes.items():
             self._offsets[name] = offset
-            offset += -(-size // 64) * 64  # aligned as OpenVINO aligns a mapped Constant
+            offset += _aligned(size)
         self._folder = Path(tempfile.mkdtemp(prefix=".spill-", dir=spill.directory))
         self._bin = self._folder / "spill.bin"
         self._fd = os.open(self._bin, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -100,13 +120,20 @@ class SpillFile:
         write_out(self._fd)
         self._unflushed = 0
 
+    def _close_fd(self) -> None:
+        """The descriptor closed once: closed again, its number may be another file's by then (the .bin's
+        flushing thread opens one while the IR is written)."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
     def tensors(self) -> dict:
         """{name: ov.Tensor} mapped from the file (the file then unlinked, the mapping kept by the Spill)."""
         import openvino as ov
 
         try:
             self._flush()
-            os.close(self._fd)
+            self._close_fd()
             xml = self._folder / "spill.xml"
             xml.write_text(_const_ir(self._kinds, self._offsets))
             model = ov.Core().read_model(str(xml), str(self._bin))
@@ -119,9 +146,9 @@ class SpillFile:
         return {name: constants[name].get_tensor_view() for name in self._kinds}
 
     def close(self) -> None:
-        """After a failure: the file closed and removed."""
+        """Once mapped, or after a failure: the file closed and removed."""
         try:
-            os.close(self._fd)
+            self._close_fd()
         except OSError:
             pass
         for path in (self._folder / "spill.xml", self._bin):

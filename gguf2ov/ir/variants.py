@@ -60,6 +60,17 @@ def _grid_bytes(forms, name) -> int:
     return grid_bytes(grid[1], forms.source.expected[name], **forms.grid_form(name))
 
 
+def _grid_scratch_bytes(forms, name) -> int:
+    """The scratch file a weight on the file's grid is decoded into while a streamed IR is saved (ir/spill.py)."""
+    from ..gguf.transcode import grid_constants
+    from .spill import scratch_bytes
+
+    grid = _stored_grid(forms, name)
+    if grid is None or not forms.streamed:
+        return 0
+    return scratch_bytes(grid_constants(grid[1], forms.source.expected[name], **forms.grid_form(name)))
+
+
 def _grid_xml_bytes(forms, name) -> int:
     if _stored_grid(forms, name) is None:
         return 0
@@ -186,6 +197,8 @@ class Format:
     compressed: bool = True        # integer codes in the IR (optimum then leaves the KV cache in f32)
     nncf_bits: int | None = None   # NNCF's weight compression at this width
     after_save: Callable | None = None   # (xml path) -> None, once the IR is written
+    # (forms, name) -> the bytes of the scratch file the weight is made in while the IR is saved (ir/spill.py)
+    scratch_bytes: Callable = lambda forms, name: 0
     annotate: Callable | None = None     # (ov.Model, Variant[, ignored MatMuls]) -> None: the rt_info it adds
 
 
@@ -199,7 +212,7 @@ FORMATS = {f.name: f for f in [
     Format("int4", "NNCF int4 per group (int8 where NNCF keeps a backup)", _nncf_weight, _nncf_bytes,
            xml_bytes=_nncf_xml_bytes, tolerance=None, nncf_bits=4, annotate=_nncf_rt_info),
     Format("gguf", "the GGUF's own codes, scales and minimums", _grid_weight, _grid_bytes, xml_bytes=_grid_xml_bytes,
-           tolerance=1e-4, needs_gguf=True),
+           tolerance=1e-4, needs_gguf=True, scratch_bytes=_grid_scratch_bytes),
 ]}
 
 

@@ -133,6 +133,12 @@ class WeightForms:
         weights = dict(self.compressed_weights())
         return sum(self.tensor_bytes(name, weights) for name in self.source.expected)
 
+    def scratch_bytes(self, names=None) -> int:
+        """The disk the scratch files of the IR's biggest weights (ir/spill.py) take while it is saved, beside
+        `stored_bytes`: every one is held until the save ends. `names`: those weights only (default: all)."""
+        names = [n for n, _ in self.compressed_weights()] if names is None else names
+        return sum(self.variant.format.scratch_bytes(self, name) for name in names)
+
     def tensor_bytes(self, name: str, weights: dict | None = None) -> int:
         """The bytes the IR holds for tensor `name` (`stored_bytes`'s term; `weights`: compressed_weights(),
         when made already)."""

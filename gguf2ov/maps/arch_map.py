@@ -17,12 +17,14 @@ from ..errors import Gguf2ovError
 class CheckpointLayout:
     """How a checkpoint's tensor names become the map's (`checkpoint:`): prefixes renamed (transformers 5
     saves some decoders under `model.language_model.`), tensors of other parts of the folder's model
-    ignored (a vision tower, an MTP block), and the VLM model types whose config holds this model's
-    as `text_config`."""
+    ignored (a vision tower, an MTP block), the VLM model types whose config holds this model's
+    as `text_config`, and the vocabulary llama.cpp's converter writes from its tokenizer (tokenizer.ggml.model:
+    its own for this model, and for a DFlash draft of it, whose converter reuses the target's)."""
 
     rename: dict = field(default_factory=dict)
     ignore: tuple = ()
     text_config_of: tuple = ()
+    vocabulary: str = "gpt2"
 
     def __bool__(self) -> bool:
         return bool(self.rename or self.ignore)

@@ -108,7 +108,7 @@ TOP_LEVEL_KEYS = {"arch", "extends", "unset", "strip_hf_prefix", "hf", "config",
                   "checkpoint", "not_run", "mmproj"}  # mmproj: a VLM's projector file (targets/vision.py)
 TARGET_KEYS = {"mixers", "mlp", "layer", "forward", "sliding", "head_dim", "refuse", "rope_factors"}
 TRAILING_KEYS = {"count", "counted_in", "hf", "what", "tensors", "optional"}
-CHECKPOINT_KEYS = {"rename", "ignore", "text_config_of"}
+CHECKPOINT_KEYS = {"rename", "ignore", "text_config_of", "vocabulary"}
 # Sections whose entries `unset` can drop (the ones that are mappings).
 UNSET_SECTIONS = ("hf", "config", "tensors", "optional", "groups", "group_hf", "shapes", "legacy", "compare")
 # Extra folders of maps, separated like PATH (os.pathsep).
@@ -437,14 +437,17 @@ def _target(target, bad) -> dict | None:
 
 
 def _checkpoint(checkpoint, bad) -> CheckpointLayout:
+    from ..gguf.tokenizer import MODELS
+
     if not isinstance(checkpoint, dict) or set(checkpoint) - CHECKPOINT_KEYS \
             or not all(isinstance(k, str) and isinstance(v, str) for k, v in (checkpoint.get("rename") or {}).items()) \
             or not all(isinstance(p, str) for p in checkpoint.get("ignore") or []) \
-            or not all(isinstance(t, str) for t in checkpoint.get("text_config_of") or []):
-        raise bad("checkpoint must hold `rename` (prefix -> prefix), `ignore` (prefixes) and `text_config_of` "
-                  "(model types)")
+            or not all(isinstance(t, str) for t in checkpoint.get("text_config_of") or []) \
+            or checkpoint.get("vocabulary", "gpt2") not in MODELS:
+        raise bad("checkpoint must hold `rename` (prefix -> prefix), `ignore` (prefixes), `text_config_of` "
+                  f"(model types) and `vocabulary` (one of {', '.join(MODELS)})")
     return CheckpointLayout(dict(checkpoint.get("rename") or {}), tuple(checkpoint.get("ignore") or ()),
-                            tuple(checkpoint.get("text_config_of") or ()))
+                            tuple(checkpoint.get("text_config_of") or ()), checkpoint.get("vocabulary", "gpt2"))
 
 
 def _trailing_blocks(section, config, arch, bad) -> dict | None:

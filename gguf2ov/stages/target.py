@@ -122,7 +122,9 @@ def export_target(forms, out_dir, tokenizer_from, overwrite: bool = False, progr
     image_max_tokens = image_max_tokens or MAX_SOFT_TOKENS
     if tokenizer_from == "gguf":
         _require_vocabulary(target)
-    require_space(out_dir, target_folder_bytes(forms, tokenizer_from, vision), f"the {variant.name} target",
+    scratch = target_scratch_bytes(forms)
+    require_space(out_dir, target_folder_bytes(forms, tokenizer_from, vision), f"the {variant.name} target" +
+                  (f" (with {human_bytes(scratch)} of scratch files while its IR is written)" if scratch else ""),
                   hint="write to another folder (-o)" + (", or keep the file's own factorisation (--compact-grid: "
                                                          "~0.74x the folded IR)" if forms.transcoded and
                                                          forms.grid != "compact" else ""))
@@ -174,15 +176,25 @@ SMALL_FILES_BYTES = 12_000
 
 
 def target_folder_bytes(forms, tokenizer_from, vision=None) -> int:
-    """The bytes `export_target` writes (the IR, the tokenizers and the small files), within a few
-    percent (measured); a VLM folder (`vision`, its mmproj) adds the text embeddings model (a second copy of
-    the table) and the float32 vision embeddings model."""
+    """The disk `export_target` takes: the bytes it writes (the IR, the tokenizers and the small files), within a
+    few percent (measured), and the scratch files held while the IR is written (`target_scratch_bytes`); a VLM
+    folder (`vision`, its mmproj) adds the text embeddings model (a second copy of the table) and the float32
+    vision embeddings model."""
     from ..targets.decoder import EMBEDDING
     from ..targets.graph import target_ir_bytes
     from ..targets.vision import vision_ir_bytes
 
     vlm = forms.tensor_bytes(EMBEDDING) + vision_ir_bytes(vision) if vision is not None else 0
-    return target_ir_bytes(forms) + tokenizer_bytes(tokenizer_from, forms.source) + SMALL_FILES_BYTES + vlm
+    return (target_ir_bytes(forms) + tokenizer_bytes(tokenizer_from, forms.source) + SMALL_FILES_BYTES + vlm
+            + target_scratch_bytes(forms))
+
+
+def target_scratch_bytes(forms) -> int:
+    """The disk the scratch files of the target's biggest weights (ir/spill.py) take beside the folder, in
+    the same folder, while the IR is written: all of one IR's at once, freed when it is written. A VLM
+    folder's text embeddings model, saved after the language model, spills no more than its table, which
+    the language model's count holds."""
+    return forms.scratch_bytes()
 
 
 def tokenizer_bytes(tokenizer_from, target) -> int:
@@ -261,14 +273,14 @@ def write_target_map(folder: Path, map_path) -> None:
                       + yaml.safe_dump(map_data(None, path=map_path), sort_keys=False))
 
 
-def open_vision(target, mmproj):
+def open_vision(target, mmproj, allow_nonfinite: bool = False):
     """The mmproj of a VLM target, opened through the map of the text file's architecture and checked
-    against it (targets/vision.py)."""
+    against it (targets/vision.py); its NaN and Inf values refused unless `allow_nonfinite`."""
     from ..targets.vision import mmproj_section, open_mmproj
 
     if target.kind != "gguf":
         raise Gguf2ovError("--mmproj applies to a GGUF target only")
-    return open_mmproj(mmproj, target.config.hidden_size, mmproj_section(target.config.amap, mmproj))
+    return open_mmproj(mmproj, target.config.hidden_size, mmproj_section(target.config.amap, mmproj), allow_nonfinite)
 
 
 def write_vlm_target(folder: Path, target, variant, tokenizer_from, vision, image_max_tokens: int,
@@ -298,6 +310,9 @@ def write_vlm_target(folder: Path, target, variant, tokenizer_from, vision, imag
     _save_as(build_text_embeddings_model(target.config, embedding.weight), folder, VLM_TEXT_EMBEDDINGS, embedding)
     _save_as(build_per_layer_embeddings_model(target.config), folder, VLM_PER_LAYER_EMBEDDINGS)
     _save_as(build_vision_model(vision), folder, VLM_VISION_EMBEDDINGS)
+    # what --allow-nonfinite let through in the other models, reported with the language model's
+    forms.nonfinite.update(embedding.nonfinite)
+    forms.nonfinite.update(vision.nonfinite)
     atomic_write_text(folder / CONFIG_FILE, json.dumps(config, indent=2) + "\n")
     atomic_write_text(folder / PREPROCESSOR_CONFIG,
                       json.dumps(preprocessor_config(vision, image_max_tokens), indent=2) + "\n")

@@ -16,7 +16,7 @@ from the mmproj's tensors, read through the map's `mmproj:` section (tensor_maps
 - the embedder: RMSNorm without weight, then the projection to the text width.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -44,20 +44,34 @@ class VisionSource:
     names: dict            # HF name -> GGUF name
     layouts: dict          # HF name -> layout the file stores it in
     gguf: object
+    allow_nonfinite: bool = False                 # NaN and Inf values written, counted (else refused)
+    nonfinite: dict = field(default_factory=dict)  # HF name -> NaN/Inf values written (allow_nonfinite)
 
     def tensor(self, hf_name: str) -> np.ndarray:
-        values = self.gguf.load(self.names[hf_name])
+        """The float32 values of a constant of the vision model, their NaN and Inf refused naming the tensor
+        (or, allowed, counted), as the language model's weights are (ir/weights.py `check_finite`)."""
+        from ..finite import count_nonfinite, nonfinite_error
+
+        gguf_name = self.names[hf_name]
+        values = self.gguf.load(gguf_name)
         if self.layouts.get(hf_name) == "patch_kernel":  # [hidden, 3, p, p] -> HF's [hidden, p * p * 3]
             values = values.transpose(0, 2, 3, 1).reshape(values.shape[0], -1)
-        return np.ascontiguousarray(values, dtype=np.float32)
+        values = np.ascontiguousarray(values, dtype=np.float32)
+        if bad := count_nonfinite(values):
+            if not self.allow_nonfinite:
+                where = f"--mmproj {self.path}: {hf_name} (from {gguf_name}, {self.gguf.info(gguf_name).qtype.name})"
+                raise nonfinite_error(where, bad, values.size)
+            self.nonfinite[hf_name] = bad
+        return values
 
     def has(self, hf_name: str) -> bool:
         return hf_name in self.names
 
 
-def open_mmproj(path, text_hidden: int, section: dict) -> VisionSource:
+def open_mmproj(path, text_hidden: int, section: dict, allow_nonfinite: bool = False) -> VisionSource:
     """The mmproj at `path`, checked against the map's `mmproj:` section and the text model's width: one
-    error line for a file of another projector, a key or tensor missing, or a width that does not match."""
+    error line for a file of another projector, a key or tensor missing, or a width that does not match.
+    Its NaN and Inf values are refused as the vision model is built, unless `allow_nonfinite`."""
     from ..gguf.read import open_gguf
 
     path = Path(path)
@@ -117,7 +131,7 @@ def open_mmproj(path, text_hidden: int, section: dict) -> VisionSource:
             raise Gguf2ovError(f"--mmproj {path}: tensor {names[hf_name]} is {list(got)}, not {list(shape)} (vision "
                                f"width {config['hidden_size']}, text width {text_hidden})",
                                hint="give the mmproj converted from the same checkpoint as the text GGUF")
-    return VisionSource(path, config, text_hidden, names, layouts, gguf)
+    return VisionSource(path, config, text_hidden, names, layouts, gguf, allow_nonfinite)
 
 
 def _number(path, key: str, value, kind):

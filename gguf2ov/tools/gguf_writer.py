@@ -88,8 +88,9 @@ def write_dflash_gguf(checkpoint_dir, out_path, tokenizer_dir=None, mix: str = "
     """Write the HF DFlash draft in `checkpoint_dir` as a GGUF draft at `out_path`.
 
     `legacy=True` writes the first llama.cpp DFlash layout (target layers unshifted, mask token
-    under `dflash.mask_token_id`). `tokenizer_dir` is the target's HF tokenizer, written as
-    llama.cpp writes a gpt2-style BPE vocabulary (`tokenizer_pre` names its pre-tokenizer).
+    under `dflash.mask_token_id`). `tokenizer_dir` is the target's HF folder (tokenizer and config.json), whose
+    vocabulary is written as llama.cpp's DFlash converter writes it from `--target-model-dir`: with the target's
+    own converter (`vocabulary_of`), a gpt2-style BPE by default (`tokenizer_pre` names its pre-tokenizer).
     """
     return write_gguf(checkpoint_dir, out_path, ARCH, tokenizer_dir, mix, legacy, progress, tokenizer_pre, pure=pure)
 
@@ -121,7 +122,8 @@ def write_gguf(checkpoint_dir, out_path, arch: str, tokenizer_dir=None, mix: str
     # write the same keys again from config.json (gguf-py keeps the last and warns).
     tokenizer_keys = set()
     if tokenizer_dir is not None:
-        tokenizer_keys = _add_tokenizer(writer, Path(tokenizer_dir), config.get("vocab_size"), tokenizer_pre)
+        tokenizer_keys = _add_tokenizer(writer, Path(tokenizer_dir), config.get("vocab_size"), tokenizer_pre,
+                                        vocabulary_of(amap, Path(tokenizer_dir)))
     for key, value in metadata.items():
         if key not in tokenizer_keys:
             add_value(writer, key, value)
@@ -199,13 +201,78 @@ def add_value(writer: GGUFWriter, key: str, value) -> None:
         raise Gguf2ovError(f"cannot write metadata {key} = {value!r} to GGUF")
 
 
-def _add_tokenizer(writer: GGUFWriter, tokenizer_dir: Path, vocab_size, pre: str) -> set[str]:
-    """A gpt2-style BPE vocabulary, as llama.cpp's `get_vocab_base` + `_set_vocab_gpt2` write it.
-    Returns the keys it wrote."""
+def vocabulary_of(amap, tokenizer_dir: Path) -> str:
+    """The vocabulary (tokenizer.ggml.model) llama.cpp's converter writes from `tokenizer_dir` into a file of
+    `amap`'s architecture: a target's own (its map's `checkpoint.vocabulary`); for a draft, the target's whose
+    folder `tokenizer_dir` is (its config.json's model type, as a map's HF model type or a VLM's it reads the
+    text config of), as its DFlash converter takes it from --target-model-dir; gpt2 where no map names one,
+    and for a byte-level BPE whatever the map says (Gemma 4's converter refuses one: the tiny VLM fixture's
+    files were converted with the gpt2 writer, benchmarks/llamacpp_gemma4_vlm.py)."""
+    from ..maps.load import shipped_maps
+
+    tokenizer = tokenizer_dir / "tokenizer.json"
+    if tokenizer.is_file() and (read_json_object(tokenizer).get("decoder") or {}).get("type") == "ByteLevel":
+        return "gpt2"
+    if amap.target is not None:
+        return amap.checkpoint.vocabulary
+    config = tokenizer_dir / "config.json"
+    model_type = read_json_object(config).get("model_type") if config.is_file() else None
+    target = next((m for m in shipped_maps() if model_type is not None and
+                   (m.hf.get("model_type") == model_type or model_type in m.checkpoint.text_config_of)), None)
+    return target.checkpoint.vocabulary if target is not None else "gpt2"
+
+
+def _add_tokenizer(writer: GGUFWriter, tokenizer_dir: Path, vocab_size, pre: str, vocabulary: str = "gpt2") -> set[str]:
+    """The tokenizer's `vocabulary` (`vocabulary_of`) as llama.cpp's converter writes it. Returns the keys it
+    wrote."""
+    before = set(writer.kv_data[0])
+    if vocabulary == "gemma4":
+        _add_gemma4_vocabulary(writer, tokenizer_dir)
+    elif vocabulary == "gpt2":
+        _add_gpt2_vocabulary(writer, tokenizer_dir, vocab_size, pre)
+    else:
+        raise Gguf2ovError(f"writing a {vocabulary} vocabulary into a GGUF is not implemented",
+                           hint="the writer writes gpt2 and gemma4 vocabularies")
+    return set(writer.kv_data[0]) - before
+
+
+# Tokens llama.cpp's Gemma 4 converter keeps visible (user-defined), so that its chat parser reads them
+GEMMA4_VISIBLE = ("<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>", "<|tool_response>", "<tool_response|>",
+                  '<|"|>')
+
+
+def _add_gemma4_vocabulary(writer: GGUFWriter, tokenizer_dir: Path) -> None:
+    """Gemma 4's SentencePiece-style BPE, as llama.cpp's `Gemma4Model.set_vocab` writes it: gguf-py's
+    LlamaHfVocab tokens (every score -1000), the chat parser's tokens user-defined, the merges and special ids
+    (SpecialVocab, the mask token left to the map as for gpt2), no space prefix, bos always."""
+    from gguf.vocab import LlamaHfVocab, SpecialVocab
+
+    vocab = LlamaHfVocab(tokenizer_dir)
+    tokens, scores, types = [], [], []
+    for text, score, kind in vocab.all_tokens():
+        tokens.append(text)
+        scores.append(score)
+        types.append(TokenType.USER_DEFINED if text.decode() in GEMMA4_VISIBLE else kind)
+    writer.add_tokenizer_model("gemma4")
+    writer.add_token_list(tokens)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    SpecialVocab(tokenizer_dir, load_merges=True, special_token_types=_SPECIAL_TYPES).add_to_gguf(writer, quiet=True)
+    writer.add_add_space_prefix(False)
+    if "tokenizer.ggml.add_bos_token" not in writer.kv_data[0]:  # each key once (gguf-py keeps the last and warns)
+        writer.add_add_bos_token(True)
+
+
+# The special ids gguf-py's SpecialVocab writes: the mask token is written from the draft config through the
+# map (its key differs between the current and the first DFlash layout).
+_SPECIAL_TYPES = ("bos", "eos", "unk", "sep", "pad", "cls")
+
+
+def _add_gpt2_vocabulary(writer: GGUFWriter, tokenizer_dir: Path, vocab_size, pre: str) -> None:
+    """A gpt2-style BPE vocabulary, as llama.cpp's `get_vocab_base` + `_set_vocab_gpt2` write it."""
     from gguf.vocab import SpecialVocab
     from transformers import AutoTokenizer
 
-    before = set(writer.kv_data[0])
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     vocab = tokenizer.get_vocab()
     vocab_size = vocab_size or len(vocab)
@@ -228,12 +295,8 @@ def _add_tokenizer(writer: GGUFWriter, tokenizer_dir: Path, vocab_size, pre: str
     writer.add_tokenizer_pre(pre)
     writer.add_token_list(tokens)
     writer.add_token_types(types)
-    # The mask token is written from the draft config through the map (its key differs between
-    # the current and the first DFlash layout), so SpecialVocab leaves it out.
-    special = SpecialVocab(tokenizer_dir, load_merges=True, n_vocab=len(tokens),
-                           special_token_types=("bos", "eos", "unk", "sep", "pad", "cls"))
+    special = SpecialVocab(tokenizer_dir, load_merges=True, n_vocab=len(tokens), special_token_types=_SPECIAL_TYPES)
     special.add_to_gguf(writer, quiet=True)
-    return set(writer.kv_data[0]) - before
 
 
 def _looks_special(token: str) -> bool:

@@ -108,3 +108,24 @@ def test_a_target_whose_every_weight_spills_is_the_same_ir_and_passes_its_checks
 def _numbered(xml) -> str:
     """The .xml with OpenVINO's own node names (`Constant_1676`: a counter over the process) left out."""
     return re.sub(r'name="([A-Za-z]+)_[0-9]+"', r'name="\1"', xml.read_text())
+
+
+def test_a_scratch_file_closes_its_descriptor_once(tmp_path, monkeypatch):
+    """The decoder closes a scratch file after it is mapped (`tensors`, then `close` on the way out): its
+    descriptor was closed twice, the second time another file's, opened meanwhile under the freed number (the
+    .bin's flushing thread lost its descriptor while a target whose weights spilled was written)."""
+    import os
+
+    monkeypatch.setenv(SPILL_ENV, "0")
+    constants = Spill()
+    constants.directory = tmp_path
+    scratch = constants.file({"codes": ("u8", [4, 16])})
+    scratch.write("codes", 0, np.arange(64, dtype=np.uint8))
+    scratch.tensors()
+    other = os.open(tmp_path / "other", os.O_CREAT | os.O_RDONLY)  # the lowest free number: the one just freed
+    try:
+        scratch.close()
+        os.fstat(other)  # still open
+    finally:
+        os.close(other)
+        constants.release()

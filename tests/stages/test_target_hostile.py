@@ -6,6 +6,7 @@ for its alignment and tensor layout."""
 import json
 import struct
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -174,3 +175,31 @@ def test_a_key_of_the_wrong_type_is_one_error_line(tmp_path, q4_k_m, capsys, key
     path = tmp_path / "t.gguf"
     path.write_bytes(fuzz.serialise(model)[0])
     assert needle in _refused(capsys, path, "-o", tmp_path / "out")
+
+
+# --- the vision model of a VLM folder ----------------------------------------------------------------
+
+GEMMA4 = Path(__file__).resolve().parents[2] / "fixtures" / "tiny-gemma4"
+
+
+def test_a_nan_in_an_f16_vision_weight_is_refused_naming_it(tmp_path, capsys):
+    """One NaN in an F16 weight of the mmproj (what one flipped byte makes): the VLM folder was written with
+    NaN in its vision embeddings model, exit 0 and every target check passed. It is refused as a NaN in the
+    text file is, naming the tensor, and `--allow-nonfinite` writes it, counted."""
+    mmproj = _patched(GEMMA4 / "mmproj-F16.gguf", tmp_path / "mmproj.gguf", "v.blk.0.ffn_up.weight", "<e", np.nan,
+                      at=2 * 5)
+    text = GEMMA4 / "target-Q4_K_M.gguf"
+    line = _refused(capsys, text, "--mmproj", mmproj, "-o", tmp_path / "out")
+    assert line.splitlines()[0] == (
+        f"error: --mmproj {mmproj}: model.vision_tower.encoder.layers.0.mlp.up_proj.linear.weight (from "
+        "v.blk.0.ffn_up.weight, F16) holds 1 NaN or Inf values of 2048: the tensor's data (or its quantization "
+        "scales) in the file is broken")
+    assert "--allow-nonfinite" in line.splitlines()[1]
+    code, err, numpy_warnings = _target(capsys, text, "--mmproj", mmproj, "-o", tmp_path / "out", "--allow-nonfinite",
+                                        "--json", tmp_path / "report.json")
+    assert code == 0 and not numpy_warnings, err
+    name = "model.vision_tower.encoder.layers.0.mlp.up_proj.linear.weight"
+    assert f"warning: {name} was written with 1 NaN or Inf values (--allow-nonfinite)" in err
+    assert json.loads((tmp_path / "report.json").read_text())["nonfinite"] == {name: 1}
+    options = json.loads((tmp_path / "out" / "gguf2ov.json").read_text())["options"]
+    assert options["nonfinite"] == {name: 1}

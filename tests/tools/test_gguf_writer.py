@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -300,3 +301,34 @@ def test_a_transformers_5_config_keeps_its_rope_base(tmp_path, fixtures_dir):
     write_gguf(fixtures_dir / "target-hf", path, "qwen3", mix="F32")
     assert open_gguf(path).metadata["qwen3.rope.freq_base"] == 10000.0
     assert open_mapped(path).config["rope_theta"] == 10000.0
+
+
+def test_a_draft_of_a_gemma4_target_carries_its_vocabulary_as_llama_cpp_writes_it(tmp_path):
+    """llama.cpp's DFlash converter writes a draft's vocabulary with its target's own converter (--target-model-dir):
+    for a Gemma 4 target that is `gemma4` (Gemma 4's SentencePiece-style BPE, every token scored -1000, no space
+    prefix, bos always), not gpt2. The fixture draft of fixtures/tiny-gemma4 carries every tokenizer key llama.cpp's
+    converter wrote into the target's file from the same tokenizer, with the same values."""
+    fixture = Path(__file__).resolve().parents[2] / "fixtures" / "tiny-gemma4"
+    path = write_dflash_gguf(fixture / "draft-ref", tmp_path / "draft.gguf", tokenizer_dir=fixture / "target-hf",
+                             mix="F16").path
+
+    def tokenizer_keys(path):
+        return {k: v if isinstance(v, (str, int, float, bool)) else list(v)
+                for k, v in open_gguf(path).metadata.items() if k.startswith("tokenizer.")}
+
+    ours, llamacpp = tokenizer_keys(path), tokenizer_keys(fixture / "target-Q4_K_M.gguf")
+    assert ours["tokenizer.ggml.model"] == "gemma4"
+    assert ours == llamacpp
+
+
+def test_a_byte_level_tokenizer_is_written_as_gpt2_whatever_the_target(tmp_path):
+    """fixtures/tiny-vlm's target is a Gemma 4 VLM with a byte-level BPE, which Gemma 4's converter refuses and
+    llama.cpp's gpt2 writer writes (benchmarks/llamacpp_gemma4_vlm.py): its draft's vocabulary stays gpt2."""
+    fixture = Path(__file__).resolve().parents[2] / "fixtures" / "tiny-vlm"
+    path = write_dflash_gguf(fixture / "draft-ref", tmp_path / "draft.gguf", tokenizer_dir=fixture / "target-hf",
+                             mix="F16").path
+    ours, committed = open_gguf(path).metadata, open_gguf(fixture / "draft-Q4_K_M.gguf").metadata
+    assert ours["tokenizer.ggml.model"] == "gpt2"
+    assert {k: v for k, v in ours.items() if k.startswith("tokenizer.ggml.")}.keys() == \
+        {k for k in committed if k.startswith("tokenizer.ggml.")}
+    assert list(ours["tokenizer.ggml.tokens"]) == list(committed["tokenizer.ggml.tokens"])
