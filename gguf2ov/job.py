@@ -264,6 +264,28 @@ class Job:
                              sources={"tokenizer": build.tokenizer_dir} if build.tokenizer_dir else None,
                              vision=vision, image_max_tokens=build.image_max_tokens)
 
+    def memory_plan(self, accepted=()):
+        """The run-time memory of the target to build where GenAI runs it (runtime/memory.py), before anything
+        is built: in its form and the others its source can take, with a VLM folder's vision model, and with the
+        draft's `accepted` variants beside it (the heaviest counts), holding the target's table and head as the
+        job plans them; the KV cache sized for the longest prompt and the generation (a byte a token at most)."""
+        from .ir.variants import parse_variant
+        from .ir.weights import WeightForms
+        from .runtime.memory import DraftPlan, plan_target
+        from .stages.target import open_vision
+        from .draft.graph import draft_grid
+
+        build, gen = self.target_spec, self.options.generation
+        vision = None if build.mmproj is None else open_vision(self.target_source, build.mmproj, build.allow_nonfinite)
+        head = self.planned_head() if accepted else None
+        drafts = tuple(DraftPlan(WeightForms(self.shaped_draft, parse_variant(n), grid=draft_grid(None)), head)
+                       for n in accepted)
+        context = None
+        if accepted:
+            longest = max(len(p.text.encode()) for p in self.prompts())
+            context = longest + gen.max_new_tokens + gen.num_assistant_tokens + 1
+        return plan_target(self.target_forms, vision, drafts, context)
+
     def with_target(self, target_dir) -> "Job":
         """This job on the OpenVINO target folder `target_dir` (the one `build_target` wrote), opened here
         once: every later stage takes it as `target`. A new job, whose draft is opened again when first

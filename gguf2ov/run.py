@@ -59,6 +59,7 @@ class RunResult:
     results: dict = field(default_factory=dict)   # stage name -> its result dataclass
     provenance: dict = field(default_factory=dict)
     work: dict = field(default_factory=dict)      # what the run did, counted (work.py): compiles, generations, ...
+    run_time_memory: dict | None = None           # the plan of a target it built (runtime.memory.MemoryPlan.record)
 
     @property
     def passed(self) -> bool:
@@ -94,14 +95,16 @@ class RunResult:
 
 
 def run(job, out_dir, reference_dir=None, requant: str | None = None, variants=None,
-        overwrite: bool = False) -> RunResult:
+        overwrite: bool = False, ignore_memory: bool = False) -> RunResult:
     """The whole job on `job` into `out_dir`: its draft a GGUF, its target an OpenVINO folder, or a
     model (a GGUF or a Hugging Face checkpoint) that the `target` stage builds one from first, into
     OUT/target.
 
     `variants` (None: drift's defaults) and `requant` (None: DEFAULT_REQUANT): a variant the caller
     names that this draft cannot take is refused before any work; a default one is skipped, and the
-    drift table and the report say which and why (the requantized draft's verify and accept stages too)."""
+    drift table and the report say which and why (the requantized draft's verify and accept stages too).
+    A target to build is planned first (runtime/memory.py): a run whose pair would not fit in this machine's
+    memory stops before any work, naming the form that would, unless `ignore_memory`."""
     from .ir.variants import DEFAULT_DRIFT_VARIANTS, parse_variant
     from .outputs import atomic_dir, relocated, require_output_dir, require_space
     from .sources import GgufSpec
@@ -135,6 +138,14 @@ def run(job, out_dir, reference_dir=None, requant: str | None = None, variants=N
                   f"checkpoint, {len(names)} draft variants and the reports)",
                   hint="write to another folder (-o), or build fewer draft variants (--variants)"
                        + (", or the target with --target-format int4" if job.builds_target else ""))
+    memory = job.memory_plan((LOSSLESS, requant)) if job.builds_target else None
+    if memory is not None:
+        step(memory.line(), o.progress)
+        if not memory.fits_chosen and not ignore_memory:
+            other = memory.alternative()
+            raise Gguf2ovError(memory.line(), hint=(f"build the target as {other.form} ({memory.flag(other.form, 'run')})"
+                                                    if other else "run on a machine with more memory")
+                               + ", or pass --ignore-memory-plan to run anyway")
     before = counts()
     start = time.monotonic()
     with atomic_dir(out_dir, overwrite=overwrite, inputs=inputs) as tmp:
@@ -152,7 +163,8 @@ def run(job, out_dir, reference_dir=None, requant: str | None = None, variants=N
         target_dir = Path(stages.results["target"].out_dir) if "target" in stages.results else job.target_spec.path
         result = RunResult(str(gguf_path), str(target_dir), str(tmp), verdict, stages.outcomes, stages.results,
                            provenance({"gguf": job.gguf or gguf_path, "target": target_record(target_dir)}, options),
-                           _since(before, counts()) | {"wall seconds": round(time.monotonic() - start, 1)})
+                           _since(before, counts()) | {"wall seconds": round(time.monotonic() - start, 1)},
+                           run_time_memory=memory.record() if memory else None)
         result = relocated(result, tmp, out_dir)
         _write_reports(result, tmp)
     return result

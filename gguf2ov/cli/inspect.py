@@ -1,4 +1,5 @@
-"""`gguf2ov inspect FILE.gguf`: what a GGUF holds, and whether a map converts it."""
+"""`gguf2ov inspect FILE.gguf`: what a GGUF (or a target's checkpoint folder) holds, whether a map converts it,
+and for a target the memory it will take where GenAI runs it."""
 
 import sys
 
@@ -7,11 +8,11 @@ from ..stages.inspect import inspect
 from . import args as a
 from .output import add_output_arguments, emit, stdout_is_report
 
-HELP = "show a GGUF's architecture, metadata, tensors and the map that applies"
+HELP = "show a GGUF's architecture, metadata, tensors, the map that applies, and a target's run-time memory"
 
 
 def configure_parser(parser) -> None:
-    a.source_argument(parser, "gguf", checkpoint=False, what="the GGUF to inspect")
+    a.source_argument(parser, "gguf", what="the GGUF to inspect, or a target's checkpoint folder")
     a.map_arguments(parser, offset=False)
     add_output_arguments(parser, inputs=("gguf", "map"))
 

@@ -30,6 +30,9 @@ def configure_parser(p) -> None:
     a.acceptance_arguments(p)
     a.map_arguments(p)
     p.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
+    p.add_argument("--ignore-memory-plan", action="store_true",
+                   help="build and run a target whose planned run-time memory exceeds what this machine has available "
+                        "(by default such a run stops before any work, naming the form that would fit)")
     # OUT/report.json and OUT/report.md are written in any case; --json / --markdown copy them elsewhere
     add_output_arguments(p, inputs=("gguf", "target", "reference", "map", "prompts", "image", "mmproj"), outputs=("output",))
 
@@ -45,7 +48,8 @@ def main(args) -> int:
                            f"{args.target} is an OpenVINO folder already",
                            hint="leave --target-format out, or pass the GGUF or checkpoint to build the target from")
     result = run(job, args.output, reference_dir=args.reference, requant=args.requant,
-                 variants=a.parse_list(args.variants), overwrite=args.overwrite)
+                 variants=a.parse_list(args.variants), overwrite=args.overwrite,
+                 ignore_memory=args.ignore_memory_plan)
     text = render(result.results["drift"], "text") + "\n" if "drift" in result.results else ""
     text += render(result, "text", title="gguf2ov run") + "\n"
     return emit(result, args, title="gguf2ov run", text=text, markdown=markdown_report(result),

@@ -153,6 +153,60 @@ def _nncf_weight(forms, name):
     return output, values
 
 
+# --- what a weight holds at run time ------------------------------------------------------------------
+# The CPU plugin repacks each MatMul weight into private memory at the first inference: its codes (4 bits
+# for u4, i4 and f4e2m1; 8 for u8 and i8, 5- and 6-bit codes running as u8) and an f32 scale and an f32
+# zero point per group; f16 weights as f32. An embedding Gather reads its table from the mapped file.
+# Measured: benchmarks/runtime_bytes.py (openvino 2026.4.1, f32 hint; FullyConnected, an expert
+# GatherMatmul and a Gather; bits a weight of private memory after the first inference, its fixed
+# ~7 MiB a model aside). Each returns (forms, name, kernel) -> bits a weight; kernel: "fc" | "experts" |
+# "gather".
+RUNTIME_FLOAT_BITS = 32  # f32, and f16 decompressed into it (32.0 measured for f16 weights)
+
+
+def _float_runtime(forms, name, kernel) -> float:
+    return 0.0 if kernel == "gather" else RUNTIME_FLOAT_BITS
+
+
+def _nncf_runtime(forms, name, kernel) -> float:
+    spec = forms.plan.get(name)
+    if spec is None:  # a weight NNCF leaves alone (a router): float32
+        return _float_runtime(forms, name, kernel)
+    if kernel == "gather":  # the scales a compressed table's Gather converts (int4 g128: 0.5, int8 per row: 0)
+        return 0.5 if spec.bits == 4 else 0.0
+    group = spec.group_size if spec.group_size > 0 else forms.source.expected[name][-1]
+    return spec.bits + 64 / group  # int4 g128: 4.5 (4.5, and 4.4 symmetric, measured); g32: 6.0; int8: 8.0
+
+
+# The file's own grid at run time (measured): folded, 4-bit codes take 6 bits a weight and 5-, 6- and
+# 8-bit codes 10 (Q6_K's groups of 16 have a constant zero point; Q8_0's i8 take one per group);
+# MXFP4 5 (f4e2m1 codes, an f32 scale per 32) in a FullyConnected and 9 as an expert (i8 codes: its
+# GatherMatmul takes no f4e2m1); the compact form keeps its stored factorisation beside the repacked
+# codes (Q4_K 8.1, Q6_K 20.2; elsewhere taken as folded plus stored).
+_FOUR_BIT_GRIDS = {"Q4_K", "Q4_0", "Q4_1"}
+_COMPACT_RUNTIME_BITS = {"Q4_K": 8.1, "Q6_K": 20.2}
+
+
+def _grid_runtime(forms, name, kernel) -> float:
+    from ..gguf.transcode import grid_bytes
+
+    grid = _stored_grid(forms, name)
+    if grid is None:
+        return _float_runtime(forms, name, kernel)
+    qtype, shape, form = grid[1], forms.source.expected[name], forms.grid_form(name)
+    if kernel == "gather":
+        return 1.0 if qtype.name == "Q8_0" else 0.0
+    if qtype.name == "MXFP4":
+        return 9.0 if kernel == "experts" else 5.0
+    folded = 6.0 if qtype.name in _FOUR_BIT_GRIDS else 10.0
+    stored = 8 * grid_bytes(qtype, shape, **form) / max(1, _elements(forms, name))
+    if form["split"]:
+        return min(folded, stored)  # Q4_K and Q5_K split: their stored bits (5.3 for Q4_K, measured)
+    if form["folded"]:
+        return folded
+    return _COMPACT_RUNTIME_BITS.get(qtype.name, folded + stored)
+
+
 def _nncf_rt_info(model, variant, ignored=()) -> None:
     from .nncf_weights import write_nncf_rt_info
 
@@ -200,6 +254,8 @@ class Format:
     # (forms, name) -> the bytes of the scratch file the weight is made in while the IR is saved (ir/spill.py)
     scratch_bytes: Callable = lambda forms, name: 0
     annotate: Callable | None = None     # (ov.Model, Variant[, ignored MatMuls]) -> None: the rt_info it adds
+    # (forms, name, kernel) -> bits a weight of private memory at run time (the CPU plugin's repacked form)
+    runtime_bits: Callable = _float_runtime
 
 
 FORMATS = {f.name: f for f in [
@@ -208,11 +264,11 @@ FORMATS = {f.name: f for f in [
            xml_bytes=lambda forms, name: 490, tolerance=1e-2, compressed=False,
            after_save=lambda xml: mark_decompression(xml)),  # NNCF's own f16 Converts stay as NNCF wrote them
     Format("int8", "NNCF int8 per channel", _nncf_weight, _nncf_bytes, xml_bytes=_nncf_xml_bytes, tolerance=None,
-           nncf_bits=8, annotate=_nncf_rt_info),
+           nncf_bits=8, annotate=_nncf_rt_info, runtime_bits=_nncf_runtime),
     Format("int4", "NNCF int4 per group (int8 where NNCF keeps a backup)", _nncf_weight, _nncf_bytes,
-           xml_bytes=_nncf_xml_bytes, tolerance=None, nncf_bits=4, annotate=_nncf_rt_info),
+           xml_bytes=_nncf_xml_bytes, tolerance=None, nncf_bits=4, annotate=_nncf_rt_info, runtime_bits=_nncf_runtime),
     Format("gguf", "the GGUF's own codes, scales and minimums", _grid_weight, _grid_bytes, xml_bytes=_grid_xml_bytes,
-           tolerance=1e-4, needs_gguf=True, scratch_bytes=_grid_scratch_bytes),
+           tolerance=1e-4, needs_gguf=True, scratch_bytes=_grid_scratch_bytes, runtime_bits=_grid_runtime),
 ]}
 
 

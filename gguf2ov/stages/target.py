@@ -64,6 +64,9 @@ class TargetExportResult:
     nonfinite: dict[str, int] = field(default_factory=dict)  # weight -> NaN/Inf values written (--allow-nonfinite)
     seconds: float = 0.0
     vision: dict | None = None  # a VLM folder's image encoder (targets/vision.py's vision_config, and its mmproj)
+    run_time_memory: dict | None = None  # the plan (runtime.memory.MemoryPlan.record): bytes per form, whether it fits
+    memory_line: str = ""               # the plan's one line
+    memory_table: Table | None = None
 
     def tables(self) -> list[Table]:
         io_rows = [["input", *row] for row in self.inputs] + [["output", *row] for row in self.outputs]
@@ -74,7 +77,7 @@ class TargetExportResult:
             Table("Target rt_info", ["key", "value"], [[k, v] for k, v in self.rt_info.items()]),
             Table("Target checks", ["check", "status", "reason"], [[c.name, c.status, c.reason] for c in self.checks]),
             Table("Files", ["file", "size"], [[k, human_bytes(v)] for k, v in self.files.items()]),
-        ]
+        ] + ([self.memory_table] if self.memory_table is not None else [])
 
     def summary(self) -> list[str]:
         lines = [f"built {self.source} ({self.source_kind}, {self.arch}) -> {self.out_dir} as {self.weight_format} "
@@ -96,6 +99,8 @@ class TargetExportResult:
             lines.append(f"kept in NNCF's backup int8: {_backup_text(self.nncf_backup, self.nncf_backup_why)}")
         passed = sum(c.status == "pass" for c in self.checks)
         lines.append(f"target checks: {passed}/{len(self.checks)} pass")
+        if self.memory_line:
+            lines.append(self.memory_line)
         if self.nonfinite:
             lines.append(f"NaN or Inf values written (--allow-nonfinite) in {len(self.nonfinite)} weights")
         return lines
@@ -115,6 +120,7 @@ def export_target(forms, out_dir, tokenizer_from, overwrite: bool = False, progr
     folder is then written (`write_vlm_target`), images taking `image_max_tokens` soft tokens at most (None:
     transformers' default, targets/vision.MAX_SOFT_TOKENS).
     """
+    from ..runtime.memory import plan_target
     from ..targets.probe import compiled_check
     from ..targets.vision import MAX_SOFT_TOKENS, vision_config
 
@@ -129,6 +135,8 @@ def export_target(forms, out_dir, tokenizer_from, overwrite: bool = False, progr
                                                          "~0.74x the folded IR)" if forms.transcoded and
                                                          forms.grid != "compact" else ""))
 
+    plan = plan_target(forms, vision)
+    step(plan.line(), progress)  # before the build: what running it will take here
     start = time.perf_counter()
     with atomic_dir(out_dir, overwrite=overwrite) as tmp:
         if vision is None:
@@ -168,7 +176,9 @@ def export_target(forms, out_dir, tokenizer_from, overwrite: bool = False, progr
         nncf_backup_why={n: forms.plan[n].reason.removeprefix("backup: ") for n in options["nncf_backup"]},
         nonfinite=dict(forms.nonfinite), seconds=time.perf_counter() - start,
         vision=None if vision is None else {**vision_config(vision), "mmproj": str(vision.path),
-                                            "max_soft_tokens": image_max_tokens})
+                                            "max_soft_tokens": image_max_tokens},
+        run_time_memory=plan.record(), memory_line=plan.line(), memory_table=plan.table())
+
 
 
 # config.json, generation_config.json and gguf2ov.json
