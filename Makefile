@@ -37,4 +37,4 @@ fixtures: install
 	.venv/bin/python fixtures/make_fixtures.py --dflash2
 
 bench: install
-	.venv/bin/python benchmarks/bench_dequant.py
+	.venv/bin/python -m benchmarks.bench_dequant

@@ -10,8 +10,8 @@ process so that peak RSS belongs to the check alone:
 The check holds one source tensor, its reference tensor and float64 chunks at a time, so its
 peak should sit near the import baseline plus a few times the largest tensor, not the model size.
 
-    python benchmarks/bench_check.py                   # hidden 2048, 2 layers (~120M parameters)
-    python benchmarks/bench_check.py --layers 4 --keep /tmp/bench-draft
+    python -m benchmarks.bench_check                   # hidden 2048, 2 layers (~120M parameters)
+    python -m benchmarks.bench_check --layers 4 --keep /tmp/bench-draft
 
 Measured on 2 shared CPU cores (load ~5), hidden 2048, 2 layers, 5 target layers: 121.6M
 parameters, largest tensor fc.weight 21M elements (80 MiB in f32), reference 232 MiB BF16, GGUF

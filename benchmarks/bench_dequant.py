@@ -1,6 +1,6 @@
 """Time gguf-py's dequantize against gguf2ov.gguf.quants.dequantize, per GGML type.
 
-    python benchmarks/bench_dequant.py [--rows 4096 --cols 4096 --repeat 3] [--real-file] [--types Q6_K ...]
+    python -m benchmarks.bench_dequant [--rows 4096 --cols 4096 --repeat 3] [--real-file] [--types Q6_K ...]
                                        [--clock wall|cpu]
 
 Synthetic tensors hold random blocks with finite f16 scales; `--real-file` adds every quantized
@@ -18,17 +18,17 @@ import json
 import platform
 import time
 import warnings
-from pathlib import Path
 
 import gguf
 import numpy as np
 from gguf.constants import GGML_QUANT_SIZES
 
+from benchmarks.common import RESULTS
 from gguf2ov.gguf import quants
 
 Q = gguf.GGMLQuantizationType
 TYPES = [Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.MXFP4]
-RESULTS = Path(__file__).resolve().parent / "results" / "dequant.json"
+OUT = RESULTS / "dequant.json"
 
 
 def random_tensor(qtype: Q, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
@@ -137,13 +137,13 @@ def main() -> None:
             if qtype != Q.F32 and qtype in types:
                 rows.append(measure("gemma-3-270m", qtype, tensors, args.repeat))
                 print_row(rows[-1])
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps({
         "numpy": np.__version__, "gguf": getattr(gguf, "__version__", "0.19.0"), "clock": args.clock,
         "machine": platform.machine(), "processor": platform.processor(), "copy_bandwidth": bandwidth,
         "results": rows,
     }, indent=2))
-    print(f"wrote {RESULTS}")
+    print(f"wrote {OUT}")
 
 
 def print_row(row: dict) -> None:

@@ -17,7 +17,7 @@ fixture corpus (fixtures/tiny-dflash/corpus-sample.txt, tokenized by the target)
 the full vocabulary with -inf elsewhere (EAGLE-3's and llama.cpp's `d2t`): what a reduced head costs
 in acceptance. Results: results/draft-head.json and .md.
 
-    python benchmarks/bench_draft_head.py [--pairs tiny-dflash,tiny-vlm] [--forms graft,stored,int4_asym_g32]
+    python -m benchmarks.bench_draft_head [--pairs tiny-dflash,tiny-vlm] [--forms graft,stored,int4_asym_g32]
                                           [--vocab-experiment]
 """
 
@@ -30,10 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-FIXTURES = ROOT / "fixtures"
-RESULTS = HERE / "results"
+from benchmarks.common import REPO, RESULTS
+
+FIXTURES = REPO / "fixtures"
 WORK = RESULTS / "draft-head-work"
 FORMS = ("graft", "stored", "int8", "int4_asym_g16", "int4_asym_g32", "int4_asym_g128", "int4_sym_g32", "int4_sym_g128")
 VOCAB_SHARES = (0.5, 0.25)

@@ -7,27 +7,20 @@ no lm_head, so top-1 agreement and KLD are left out and the output drift is the 
 draft's hidden states). The drift against the GGUF grid is what this benchmark is for: whether a
 variant keeps the values the file held.
 
-    python benchmarks/bench_drift.py                       # hidden 2048, 2 layers
-    python benchmarks/bench_drift.py --hidden 1024 --keep /tmp/drift-bench
+    python -m benchmarks.bench_drift                       # hidden 2048, 2 layers
+    python -m benchmarks.bench_drift --hidden 1024 --keep /tmp/drift-bench
 """
 
 import argparse
-import importlib.util
 import json
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from benchmarks.bench_check import build_reference
+from benchmarks.common import RESULTS
 from gguf2ov.job import Job, Options
-
-HERE = Path(__file__).resolve().parent
-
-
-def _bench_check():
-    spec = importlib.util.spec_from_file_location("bench_check", HERE / "bench_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def main() -> int:
@@ -46,8 +39,7 @@ def main() -> int:
     ref, gguf = work / "reference", work / "draft-Q4_K_M.gguf"
     t = time.perf_counter()
     if not (ref / "config.json").is_file():
-        _bench_check().build_reference(ref, args.hidden, args.layers, args.hidden // 128, max(1, args.hidden // 512),
-                                       args.ffn, 5)
+        build_reference(ref, args.hidden, args.layers, args.hidden // 128, max(1, args.hidden // 512), args.ffn, 5)
     if not gguf.is_file():
         write_dflash_gguf(ref, gguf)
     setup = time.perf_counter() - t
@@ -56,7 +48,7 @@ def main() -> int:
     seconds = time.perf_counter() - t
     print(render(result, "text", title=f"drift: hidden {args.hidden}, {args.layers} layers, GGUF "
                                         f"{gguf.stat().st_size / 2**20:.0f} MiB (setup {setup:.0f} s, drift {seconds:.0f} s)"))
-    out = HERE / "results" / "drift.json"
+    out = RESULTS / "drift.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({"hidden": args.hidden, "layers": args.layers, "setup_s": setup, "drift_s": seconds,
                                "variants": [{k: getattr(v, k) for k in ("name", "size_bytes", "rel_err", "cosine",

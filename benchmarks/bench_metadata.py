@@ -5,7 +5,7 @@ types, 150,000 merges), opens it with `gguf2ov.gguf.read.open_gguf` twice (array
 Python lists as before), and reports for each the bytes still allocated once the file is open
 (tracemalloc), the peak while parsing, and the time to open it. No test depends on it.
 
-    python benchmarks/bench_metadata.py [--out benchmarks/results/metadata-memory.md]
+    python -m benchmarks.bench_metadata [--out benchmarks/results/metadata-memory.md]
 
 Measured on 2 shared CPU cores (11.2 MiB of metadata in the file):
   arrays as              retained   x file   peak while parsing   open time
@@ -17,7 +17,6 @@ its size as a list (a 28-byte int object and an 8-byte pointer for 2 bytes).
 
 import argparse
 import gc
-import sys
 import tempfile
 import time
 import tracemalloc
@@ -25,13 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
-
-from ggufs import write_gguf  # noqa: E402
-
-from gguf2ov.gguf import read  # noqa: E402
+from benchmarks.common import RESULTS
+from gguf2ov.gguf import read
+from tests.ggufs import write_gguf
 
 N_TOKENS, N_MERGES = 262_144, 150_000
 
@@ -68,7 +63,7 @@ def _measure(path: Path, compact: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "metadata-memory.md")
+    parser.add_argument("--out", type=Path, default=RESULTS / "metadata-memory.md")
     args = parser.parse_args()
     default = read.COMPACT_ARRAY
     with tempfile.TemporaryDirectory() as tmp:

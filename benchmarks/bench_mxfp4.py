@@ -20,8 +20,8 @@ Forms (the GGUF ones built by gguf2ov.gguf.transcode from random blocks; bits a 
   mxfp4-folded     fc: f4e2m1 codes, f32 scale per 32; experts: i8 codes, f32 scale per 32   5 / 9
   mxfp4-f4-experts experts as f4e2m1 / f8e8m0 without the i8 step (what GatherMatmul refuses) 4.25
 
-    python benchmarks/bench_mxfp4.py [--workloads fc experts] [--repeat 3] [--iters 30]
-    python benchmarks/bench_mxfp4.py --gpt-oss-20b      # one expert block of gpt-oss-20b (below)
+    python -m benchmarks.bench_mxfp4 [--workloads fc experts] [--repeat 3] [--iters 30]
+    python -m benchmarks.bench_mxfp4 --gpt-oss-20b      # one expert block of gpt-oss-20b (below)
 
 Writes benchmarks/results/mxfp4.json and prints Markdown tables. Needs ~3 GB: run it under the shared
 machine's lock.
@@ -46,8 +46,9 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results" / "mxfp4.json"
+from benchmarks.common import RESULTS, load_average, short_commit
+
+OUT = RESULTS / "mxfp4.json"
 FC_SIZE, FC_LAYERS = 4096, 8
 EXPERTS, TOP_K, EXPERT_SIZE = 16, 4, 2048
 FORMS = {"fc": ("q4_k-folded", "u4-f16-u4zp", "mxfp4", "mxfp4-folded"),
@@ -63,11 +64,11 @@ GPT_OSS_20B = {"experts": 32, "top_k": 4, "size": 2880, "forms": ("mxfp4", "mxfp
 def use_gpt_oss_20b(experts: int | None = None, forms=None) -> None:
     """The experts workload at gpt-oss-20b's size (module constants, so that the child sees them too);
     `experts`: fewer experts of the same width (what one weight costs, in less memory)."""
-    global EXPERTS, TOP_K, EXPERT_SIZE, TOKENS, RESULTS
+    global EXPERTS, TOP_K, EXPERT_SIZE, TOKENS, OUT
     g = GPT_OSS_20B
     EXPERTS, TOP_K, EXPERT_SIZE, TOKENS = experts or g["experts"], g["top_k"], g["size"], g["tokens"]
     FORMS["experts"] = tuple(forms or g["forms"])
-    RESULTS = RESULTS.with_name(f"mxfp4-gpt-oss-20b-{EXPERTS}x.json")
+    OUT = OUT.with_name(f"mxfp4-gpt-oss-20b-{EXPERTS}x.json")
 
 
 def _status_kib(field: str) -> int:
@@ -280,7 +281,7 @@ def main() -> int:
     import openvino as ov
 
     builders = {"fc": build_fc, "experts": build_experts}
-    load_before = os.getloadavg()
+    load_before = load_average()
     results = {}
     with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR")) as tmp:
         folder = Path(tmp)
@@ -292,7 +293,7 @@ def main() -> int:
                 sizes[form] = (folder / f"{workload}-{form}.bin").stat().st_size / 2**20
             for rep in range(args.repeat):
                 for form in runs:  # interleaved
-                    done = subprocess.run([sys.executable, __file__, "--child", workload,
+                    done = subprocess.run([sys.executable, "-m", __spec__.name, "--child", workload,
                                            str(folder / f"{workload}-{form}.xml"), "--iters", str(args.iters),
                                            *(["--gpt-oss-20b"] if args.gpt_oss_20b else []),
                                            *(["--experts", str(args.experts)] if args.experts else []),
@@ -305,15 +306,14 @@ def main() -> int:
             results[workload] = {form: _summary(m, BITS[workload][form], sizes[form]) for form, m in runs.items()}
             for path in folder.iterdir():
                 path.unlink()
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
+    commit = short_commit()
     result = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": commit, "openvino": ov.__version__,
               "cpu": ov.Core().get_property("CPU", "FULL_DEVICE_NAME"), "machine": platform.machine(),
-              "load_before": [round(v, 2) for v in load_before], "load_after": [round(v, 2) for v in os.getloadavg()],
+              "load_before": load_before, "load_after": load_average(),
               "repeat": args.repeat, "iters": args.iters, "fc": f"{FC_LAYERS} x {FC_SIZE}x{FC_SIZE}",
               "experts": f"{EXPERTS} x 3 x {EXPERT_SIZE}x{EXPERT_SIZE}, top {TOP_K}", "results": results}
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=1) + "\n")
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps(result, indent=1) + "\n")
     for workload, rows in results.items():
         print(_table(workload, rows) + "\n")
     print(f"{result['date']}, {commit}, {result['cpu']}, load {result['load_before']} -> {result['load_after']}")

@@ -23,7 +23,7 @@ Every case runs in a fresh process with default properties (what a user's pipeli
   0.5 GiB (`memlimit.py`), and its peak RSS.
 Results merge into results/pair-memory.json (by case) and results/pair-memory.md.
 
-    python benchmarks/bench_pair_memory.py --cases target-8b,pair-graft-8b,pair-int4_asym_g32-8b,llamacpp-8b
+    python -m benchmarks.bench_pair_memory --cases target-8b,pair-graft-8b,pair-int4_asym_g32-8b,llamacpp-8b
 """
 
 import argparse
@@ -36,17 +36,14 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from benchmarks import memlimit
+from benchmarks.bench_target_build import DRAFT_OF, GGUF2OV, PROMPT, SIZES, WORK, built_draft, built_target
+from benchmarks.common import CHECKOUT_ENV, RESULTS, load_average, machine_info, package_versions
+from benchmarks.llamacpp.tools import tool
+from benchmarks.random_target import GEOMETRIES
+from benchmarks.scale_gguf import GEOMETRIES as DRAFTS
+from benchmarks.scale_gguf import ensure_gguf, ensure_target_gguf
 
-import memlimit  # noqa: E402
-from bench_target_build import DRAFT_OF, ENV, GGUF2OV, PROMPT, SIZES, WORK, built_draft, built_target  # noqa: E402
-from llamacpp import tool  # noqa: E402
-from random_target import GEOMETRIES  # noqa: E402
-from scale_gguf import GEOMETRIES as DRAFTS  # noqa: E402
-from scale_gguf import ensure_gguf, ensure_target_gguf  # noqa: E402
-
-RESULTS = HERE / "results"
 GIB = 2**30
 NEW_TOKENS = 16
 K = 7  # gguf2ov's default proposals per step (`accept`, `run`)
@@ -80,7 +77,7 @@ def draft_with_head(size: str, head: str) -> Path:
     if not (out / "openvino_model.xml").is_file():
         subprocess.run([*map(str, GGUF2OV), "export", str(pair["draft_gguf"]), "-o", str(out), "--weight-format", "gguf",
                         "--target", str(pair["target"]), "--draft-head", head, "--overwrite", "--quiet"],
-                       check=True, env=ENV)
+                       check=True, env=CHECKOUT_ENV)
     return out
 
 
@@ -194,7 +191,8 @@ def draft_phases(draft: str, block: int = 16, context: int = 32) -> dict:
 
 def child(kind: str, args: list[str]) -> dict:
     """Run this script's hidden `--child KIND ARGS` in a fresh process: its JSON."""
-    p = subprocess.run([sys.executable, __file__, "--child", kind, *args], capture_output=True, text=True, env=ENV)
+    p = subprocess.run([sys.executable, "-m", __spec__.name, "--child", kind, *args], capture_output=True, text=True,
+                       env=CHECKOUT_ENV)
     if p.returncode:
         return {"error": p.stderr[-800:]}
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -206,7 +204,7 @@ def case(name: str) -> dict:
     """argv of the measured command, the inputs whose page cache is dropped, and the phases child."""
     kind, _, size = name.rpartition("-")
     pair = inputs(size)
-    me = [sys.executable, __file__, "--child"]
+    me = [sys.executable, "-m", __spec__.name, "--child"]
     if kind == "target":
         args = ["pair", str(pair["target"]), "-"]
         return {"argv": me + args, "child": args, "inputs": [pair["target"]], "limits": LIMITS[("target", size)]}
@@ -234,7 +232,7 @@ def measure(name: str, say=print) -> dict:
         say(f"[bench] {name}: phases {json.dumps(result['phases'])[:400]}")
     probes, lo, hi = c["limits"]
     r = memlimit.smallest_limit(c["argv"], name=name, probes=probes, lo_gib=lo, hi_gib=hi,
-                                log_dir=RESULTS / "pair-memory-logs", env=ENV, evict_paths=c["inputs"], say=say)
+                                log_dir=RESULTS / "pair-memory-logs", env=CHECKOUT_ENV, evict_paths=c["inputs"], say=say)
     result |= {k: r[k] for k in ("unlimited", "tries", "smallest_limit_gib", "largest_failing_gib", "timeout_s")
                if k in r}
     return result
@@ -280,8 +278,6 @@ def main(argv=None) -> int:
         else:
             print(json.dumps(draft_phases(rest[0])))
         return 0
-    from bench_scale import machine_info, package_versions
-
     path = RESULTS / "pair-memory.json"
     report = json.loads(path.read_text()) if path.is_file() else {"cases": {}}
     say = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
@@ -292,7 +288,7 @@ def main(argv=None) -> int:
         else:
             result = measure(name, say)
         result["measured"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        result["load_avg"] = [round(x, 2) for x in os.getloadavg()]
+        result["load_avg"] = load_average()
         report["cases"][name] = result
         report |= {"machine": machine_info(), "packages": package_versions()}
         path.write_text(json.dumps(report, indent=2) + "\n")

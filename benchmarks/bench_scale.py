@@ -26,11 +26,11 @@ Memory guard (`--max-rss-gb`, default 75% of RAM): a command is skipped before i
     measured in this run) exceeds the limit;
 and a running command whose process tree passes the limit is killed (recorded as `killed`).
 
-    python benchmarks/bench_scale.py --sizes tiny                        # smoke run, ~3 min
-    python benchmarks/bench_scale.py --sizes tiny,small
-    python benchmarks/bench_scale.py --sizes qwen3-8b-dflash,guide-1.3b --commands inspect,convert
-    python benchmarks/bench_scale.py --skip 'fp32@qwen3-8b-dflash,drift@guide-1.3b' --max-rss-gb 16
-    python benchmarks/bench_scale.py --plot-only                         # redraw from scale.json
+    python -m benchmarks.bench_scale --sizes tiny                        # smoke run, ~3 min
+    python -m benchmarks.bench_scale --sizes tiny,small
+    python -m benchmarks.bench_scale --sizes qwen3-8b-dflash,guide-1.3b --commands inspect,convert
+    python -m benchmarks.bench_scale --skip 'fp32@qwen3-8b-dflash,drift@guide-1.3b' --max-rss-gb 16
+    python -m benchmarks.bench_scale --plot-only                         # redraw from scale.json
 """
 
 import argparse
@@ -38,7 +38,6 @@ import fnmatch
 import hashlib
 import json
 import os
-import platform
 import shutil
 import signal
 import subprocess
@@ -49,13 +48,9 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
+from benchmarks.common import REPO, RESULTS, folder_bytes, machine_info, meminfo_kib, package_versions
+from benchmarks.scale_gguf import CACHE, GEOMETRIES, check_values, ensure_gguf
 
-from scale_gguf import CACHE, GEOMETRIES, check_values, ensure_gguf  # noqa: E402
-
-RESULTS = HERE / "results"
 GGUF2OV = Path(sys.executable).with_name("gguf2ov")
 TIME = "/usr/bin/time"
 
@@ -78,55 +73,13 @@ GIB = 2**30
 
 # -- machine ---------------------------------------------------------------------------------------
 
-def _meminfo_kib(field: str) -> int | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return None
-
-
-def machine_info() -> dict:
-    model = None
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    total = _meminfo_kib("MemTotal")
-    info = {
-        "cpu_model": model or platform.processor() or None,
-        "logical_cores": os.cpu_count(),
-        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "ram_gib": round(total / 2**20, 1) if total else None,
-        "ram_available_gib_at_start": round((_meminfo_kib("MemAvailable") or 0) / 2**20, 1),
-        "load_average_at_start": list(os.getloadavg()),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-    }
-    for var in ("OMP_NUM_THREADS", "OV_CPU_THREADS_NUM"):
-        if var in os.environ:
-            info[var] = os.environ[var]
-    return info
-
-
-def package_versions() -> dict:
-    from gguf2ov.provenance import package_versions as versions
-
-    return versions()
-
-
 def source_state() -> dict:
     """The commit measured, and whether the package differed from it (others edit concurrently)."""
     def git(*args):
-        r = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+        r = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True)
         return r.stdout.strip() if r.returncode == 0 else None
 
-    r = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "gguf2ov", "tensor_maps",
+    r = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "gguf2ov", "tensor_maps",
                         "pyproject.toml"], capture_output=True, text=True)
     dirty = r.stdout.rstrip() if r.returncode == 0 else ""
     return {"commit": git("rev-parse", "HEAD"), "package_modified": sorted(dirty.splitlines()) if dirty else [],
@@ -136,7 +89,7 @@ def source_state() -> dict:
 def package_hash() -> str:
     """Hash of the package's sources and maps right now: rows measured on different code differ."""
     h = hashlib.sha256()
-    for f in sorted([*(ROOT / "gguf2ov").glob("*.py"), *(ROOT / "tensor_maps").glob("*.yaml")]):
+    for f in sorted([*(REPO / "gguf2ov").glob("*.py"), *(REPO / "tensor_maps").glob("*.yaml")]):
         h.update(f.name.encode())
         h.update(f.read_bytes())
     return h.hexdigest()[:12]
@@ -217,14 +170,6 @@ class Watchdog:
         self._thread.join()
 
 
-def folder_bytes(path: Path) -> int | None:
-    if not path.exists():
-        return None
-    if path.is_file():
-        return path.stat().st_size
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
-
-
 def _last_error_line(text: str) -> str | None:
     lines = [seg.strip() for line in text.splitlines() for seg in line.split("\r") if seg.strip()]
     errors = [ln for ln in lines if ln.startswith("error:")]
@@ -233,7 +178,7 @@ def _last_error_line(text: str) -> str | None:
 
 def _rel(path) -> str:
     path = Path(path)
-    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
 
 
 def run_measured(argv: list[str], log_stem: Path, limit_kib: int | None, timeout: float | None, env: dict) -> dict:
@@ -244,7 +189,7 @@ def run_measured(argv: list[str], log_stem: Path, limit_kib: int | None, timeout
     cmd = [TIME, "-f", "%e %M", "-o", str(time_file), *argv]
     wall = time.perf_counter()
     with open(out_path, "w") as out, open(err_path, "w") as err:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env, cwd=ROOT)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env, cwd=REPO)
         with Watchdog(proc, limit_kib, timeout) as dog:
             code = proc.wait()
     wall = time.perf_counter() - wall
@@ -329,7 +274,7 @@ def bench_size(size: str, commands: list[str], args, rows: list[dict], known: li
                "peak_rss_kib": None, "peak_rss_mib": None, "sampled_peak_tree_pss_kib": None, "out_bytes": None,
                "out_over_gguf": None, "rss_over_out": None, "error": None, "killed": None, "skip_reason": None}
         argv = [str(GGUF2OV), *(a.format(gguf=gguf, out=out, ref=ref) for a in template)]
-        row["argv"] = " ".join(_rel(a) if a.startswith(str(ROOT)) else a for a in argv)
+        row["argv"] = " ".join(_rel(a) if a.startswith(str(REPO)) else a for a in argv)
         reason, known_peak = skip_reason(command, size, geom.parameters, args, rows, known, limit_kib)
         if reason is None and needs and not (ref / "config.json").is_file():
             reason = f"needs the output of {needs}, which is absent"
@@ -564,7 +509,7 @@ def main(argv=None) -> int:
         ap.error(f"{TIME} is needed (GNU time: apt-get install time)")
     if not GGUF2OV.is_file():
         ap.error(f"{GGUF2OV} not found: run this with the project's venv python")
-    total_kib = _meminfo_kib("MemTotal")
+    total_kib = meminfo_kib("MemTotal")
     if args.max_rss_gb is None:
         limit_kib = int(0.75 * total_kib) if total_kib else None
     else:

@@ -24,8 +24,8 @@ geometries (`scale_gguf.ensure_target_gguf`): `qwen3-1.7b`, `qwen3-8b` (dense), 
 `qwen3.5-9b` (hybrid), `qwen3-30b-a3b` (MoE), the 8B and 9B with a random draft of their DFlash
 geometry (the pair's cost; random weights accept nothing).
 
-    python benchmarks/bench_side_by_side.py fixture-wide [--rounds 3] [--forms split,folded] [--memory]
-    python benchmarks/bench_side_by_side.py qwen3-8b --lock FILE   # heavy: each measurement under a shared flock
+    python -m benchmarks.bench_side_by_side fixture-wide [--rounds 3] [--forms split,folded] [--memory]
+    python -m benchmarks.bench_side_by_side qwen3-8b --lock FILE   # heavy: each measurement under a shared flock
 
 Writes results/side-by-side-CASE.json and .md.
 """
@@ -43,17 +43,11 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from benchmarks.common import CACHE, CHECKOUT_ENV, REPO, RESULTS, machine_info, package_versions, short_commit
+from benchmarks.llamacpp.tools import convert, quantize, tool
 
-from llamacpp import convert, quantize, tool  # noqa: E402
-
-ROOT = HERE.parent
-RESULTS = HERE / "results"
-CACHE = RESULTS / "cache"
 GGUF2OV = [sys.executable, "-m", "gguf2ov"]
-ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
-FIXTURE = ROOT / "fixtures" / "tiny-dflash"
+FIXTURE = REPO / "fixtures" / "tiny-dflash"
 KS = (1, 3, 7)
 THREADS = 2
 GRIDS = {"split": ["--grid", "split"], "folded": ["--grid", "folded"], "compact": ["--grid", "compact"],
@@ -93,10 +87,10 @@ def case_inputs(case: str) -> dict:
     if case == "fixture-wide":
         return {"target": fixture_wide(), "draft": FIXTURE / "draft-Q4_K_M.gguf", "prompts": FIXTURE / "prompts.txt",
                 "tokenizer": None, "trained": True}
-    from bench_target_build import tokenizer_dir
-    from random_target import GEOMETRIES
-    from scale_gguf import GEOMETRIES as DRAFT_GEOMETRIES
-    from scale_gguf import ensure_gguf, ensure_target_gguf
+    from benchmarks.bench_target_build import tokenizer_dir
+    from benchmarks.random_target import GEOMETRIES
+    from benchmarks.scale_gguf import GEOMETRIES as DRAFT_GEOMETRIES
+    from benchmarks.scale_gguf import ensure_gguf, ensure_target_gguf
 
     if case not in GEOMETRIES:
         raise SystemExit(f"unknown case {case!r}: fixture-wide or one of {', '.join(GEOMETRIES)}")
@@ -135,7 +129,7 @@ def built_target(inputs: dict, form: str) -> Path:
         say(f"building the {form} target of {gguf.name}")
         with heavy():
             subprocess.run([*GGUF2OV, "target", str(gguf), "-o", str(out), *GRIDS[form], *tok, "--overwrite", "--quiet"],
-                           check=True, env=ENV)
+                           check=True, env=CHECKOUT_ENV)
     return out
 
 
@@ -143,7 +137,7 @@ def built_draft(gguf: Path) -> Path:
     out = CACHE / "side-by-side" / f"{gguf.stem}-draft"
     if not (out / "openvino_model.xml").is_file():
         subprocess.run([*GGUF2OV, "export", str(gguf), "-o", str(out), "--weight-format", "gguf", "--overwrite",
-                        "--quiet"], check=True, env=ENV)
+                        "--quiet"], check=True, env=CHECKOUT_ENV)
     return out
 
 
@@ -177,8 +171,8 @@ def llama_bench(gguf: Path) -> dict:
 
 def genai_decode(target: Path, hint: str | None) -> dict:
     before = load()
-    argv = [sys.executable, HERE / "bench_target_build.py", "--genai-speed", target, *(["--hint", hint] if hint else [])]
-    p, peak = timed(argv, env=ENV)
+    argv = [sys.executable, "-m", "benchmarks.bench_target_build", "--genai-speed", target, *(["--hint", hint] if hint else [])]
+    p, peak = timed(argv, env=CHECKOUT_ENV)
     if p.returncode:
         return {"error": p.stderr[-500:], "load_before": before}
     row = json.loads(p.stdout.strip().splitlines()[-1])
@@ -188,8 +182,8 @@ def genai_decode(target: Path, hint: str | None) -> dict:
 
 def genai_verify(target: Path) -> dict:
     before = load()
-    argv = [sys.executable, __file__, "--verify-cost", target]
-    p, _ = timed(argv, env=ENV)
+    argv = [sys.executable, "-m", __spec__.name, "--verify-cost", target]
+    p, _ = timed(argv, env=CHECKOUT_ENV)
     if p.returncode:
         return {"error": p.stderr[-500:], "load_before": before}
     row = json.loads(p.stdout.strip().splitlines()[-1])
@@ -198,7 +192,7 @@ def genai_verify(target: Path) -> dict:
 
 def verify_cost_f32(target: str) -> dict:
     """bench_target_build.verify_cost with the f32 hint, as the pair runs (this process)."""
-    from bench_target_build import verify_cost
+    from benchmarks.bench_target_build import verify_cost
 
     return verify_cost(target, ks=KS, properties={"INFERENCE_PRECISION_HINT": "f32"})
 
@@ -230,7 +224,7 @@ def genai_pair(target: Path, draft: Path, prompts: Path, k: int, tokens: int) ->
     before = load()
     out = CACHE / "side-by-side" / "accept.json"
     p, peak = timed([*GGUF2OV, "accept", "--target", target, "--draft", draft, "--prompts", prompts,
-                     "--max-new-tokens", tokens, "--num-assistant-tokens", k, "--json", out, "--quiet"], env=ENV)
+                     "--max-new-tokens", tokens, "--num-assistant-tokens", k, "--json", out, "--quiet"], env=CHECKOUT_ENV)
     if not out.is_file():
         return {"error": p.stderr[-500:], "load_before": before}
     r = json.loads(out.read_text())
@@ -244,19 +238,18 @@ def memory(inputs: dict, targets: dict) -> dict:
     """Peak RSS and the smallest memory limit of a 16-token generation: llama.cpp's llama-bench -n 16 and
     llama-completion (a prompt, 16 new tokens, -t 2), and LLMPipeline with default properties on each OpenVINO
     target (bench_target_build's use case)."""
-    import memlimit
-
-    from bench_target_build import PROMPT
+    from benchmarks import memlimit
+    from benchmarks.bench_target_build import PROMPT
 
     runs = {"llama.cpp": [tool("llama-bench"), "-m", inputs["target"], "-t", THREADS, "-p", 0, "-n", 16, "-r", 1],
             "llama-completion": [tool("llama-completion"), "-m", inputs["target"], "-t", THREADS, "-n", 16, "-p", PROMPT,
                                  "-no-cnv", "--no-warmup"]}
     for form, target in targets.items():
-        runs[f"GenAI {form}"] = [sys.executable, HERE / "bench_target_build.py", "--use-target", target]
+        runs[f"GenAI {form}"] = [sys.executable, "-m", "benchmarks.bench_target_build", "--use-target", target]
     found = {}
     for label, argv in runs.items():
         with heavy():
-            r = memlimit.smallest_limit([str(a) for a in argv], name=label, resolution_gib=0.25, env=ENV,
+            r = memlimit.smallest_limit([str(a) for a in argv], name=label, resolution_gib=0.25, env=CHECKOUT_ENV,
                                         log_dir=CACHE / "side-by-side" / "memlimit", say=say)
         found[label] = {"smallest_limit_gib": r["smallest_limit_gib"], "largest_failing_gib": r["largest_failing_gib"],
                         "peak_rss_kib": (r["unlimited"] or {}).get("peak_rss_kib")}
@@ -350,8 +343,6 @@ def main(argv=None) -> int:
     if not args.case:
         p.error("a case is required")
     LOCK["path"] = args.lock
-    from bench_scale import machine_info, package_versions
-
     inputs = case_inputs(args.case)
     forms = [f for f in args.forms.split(",") if f]
     targets = {f: built_target(inputs, f) for f in forms}
@@ -359,7 +350,7 @@ def main(argv=None) -> int:
     draft_ir = built_draft(inputs["draft"]) if pair else None
     prompts = [line for line in inputs["prompts"].read_text().splitlines() if line.strip()]
     machine = machine_info()
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = short_commit()
     report = {"case": args.case, "target": inputs["target"].name, "draft": inputs["draft"].name if inputs["draft"] else None,
               "trained": inputs["trained"], "forms": forms, "k": args.k, "commit": commit,
               "date": datetime.now(timezone.utc).isoformat(timespec="minutes"),

@@ -1,6 +1,6 @@
 """Tokens/s with and without the fixture's DFlash draft, on the small fixture target and a heavy one.
 
-    python benchmarks/bench_speedup.py [--repeats 3] [--ks 3,5,7] [--max-new-tokens 100] [--rebuild]
+    python -m benchmarks.bench_speedup [--repeats 3] [--ks 3,5,7] [--max-new-tokens 100] [--rebuild]
         [--drafts fp32,gguf,dflash2-fp32,dflash2-gguf,dflash2-int4-g16,dflash2-identity] [--out DIR]
 
 The fixture target (2.5M parameters) is so light that the speculative pipeline's own overhead
@@ -32,17 +32,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from gguf2ov.provenance import package_versions, sha256_path  # noqa: E402
-from gguf2ov.report import Table, render, write_reports  # noqa: E402
-from gguf2ov.job import Job, Options  # noqa: E402
-from gguf2ov.ir.variants import variant_from_flags  # noqa: E402
+from benchmarks.common import REPO, RESULTS
+from gguf2ov.provenance import package_versions, sha256_path
+from gguf2ov.report import Table, render, write_reports
+from gguf2ov.job import Job, Options
+from gguf2ov.ir.variants import variant_from_flags
 
 FIXTURES = REPO / "fixtures" / "tiny-dflash"
-RESULTS = REPO / "benchmarks" / "results"
 FORMATS = {  # export_draft keyword arguments
     "fp32": {"weight_format": "fp32"},
     "int4-g16": {"weight_format": "int4", "group_size": 16},
@@ -147,8 +143,7 @@ def draft_sources(fixtures: Path, out: Path, labels: list[str]) -> dict[str, Pat
     dflash2 = fixtures.parent / "tiny-dflash2"
     sources = {"v1": fixtures / "draft-Q4_K_M.gguf", "dflash2": dflash2 / "draft-Q4_K_M.gguf"}
     if any(DRAFTS[label][0] == "dflash2-identity" for label in labels):
-        sys.path.insert(0, str(REPO / "tests"))
-        from dflash_builders import edit_convolutions
+        from tests.dflash_builders import edit_convolutions
 
         sources["dflash2-identity"] = edit_convolutions(dflash2 / "draft-ref", out / "dflash2-identity-ckpt", "identity")
     return sources

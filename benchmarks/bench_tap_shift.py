@@ -1,6 +1,6 @@
 """What a one-layer shift of the target layer ids costs each fixture draft, and what the tap scan says.
 
-    python benchmarks/bench_tap_shift.py [--out DIR] [--max-new-tokens 100] [--fixtures tiny-dflash,...]
+    python -m benchmarks.bench_tap_shift [--out DIR] [--max-new-tokens 100] [--fixtures tiny-dflash,...]
 
 Each fixture's Q4_K_M GGUF is exported as fp32 three times: with the offset its file needs (the
 right ids) and with the ids one layer down and one layer up (`--target-layer-offset` one off).
@@ -17,17 +17,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from gguf2ov.provenance import package_versions  # noqa: E402
-from gguf2ov.report import Table, render, write_reports  # noqa: E402
-from gguf2ov.job import Job, Options  # noqa: E402
-from gguf2ov.runtime.target import TargetIR  # noqa: E402
+from benchmarks.common import REPO, RESULTS
+from gguf2ov.provenance import package_versions
+from gguf2ov.report import Table, render, write_reports
+from gguf2ov.job import Job, Options
+from gguf2ov.runtime.target import TargetIR
 
 FIXTURES = REPO / "fixtures"
-RESULTS = REPO / "benchmarks" / "results"
 # fixture -> the target folder its draft runs on (relative to fixtures/)
 TARGETS = {"tiny-dflash": "tiny-dflash/target", "tiny-dflash2": "tiny-dflash/target", "tiny-vlm": "tiny-vlm/target"}
 # Both GGUF fixtures store target ids + 1, read back with offset -1.
@@ -83,8 +79,7 @@ def main(argv=None) -> int:
     from gguf2ov.tools.widen import DEFAULT_EXTRA_LAYERS, DEFAULT_INTERMEDIATE_SIZE
     from gguf2ov.checks.taps import scan_taps
 
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    from bench_speedup import heavy_target
+    from benchmarks.bench_speedup import heavy_target
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=RESULTS)

@@ -9,9 +9,9 @@ the target side costs. Each command runs in a fresh process under `/usr/bin/time
 `GGUF2OV_WORK_LOG` set, which gives how often it compiled the target (gguf2ov's own compile, and
 GenAI's pipelines) and generated with it.
 
-    python benchmarks/bench_target.py                      # qwen3-4b target, qwen3-4b-dflash draft
-    python benchmarks/bench_target.py --target tiny --draft tiny     # a smoke run in a minute
-    python benchmarks/bench_target.py --commands verify,run
+    python -m benchmarks.bench_target                      # qwen3-4b target, qwen3-4b-dflash draft
+    python -m benchmarks.bench_target --target tiny --draft tiny     # a smoke run in a minute
+    python -m benchmarks.bench_target --commands verify,run
 
 Writes results/target.json and results/target.md and prints the table.
 """
@@ -24,14 +24,12 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-from bench_scale import GGUF2OV, RESULTS, folder_bytes, machine_info, package_versions, run_measured  # noqa: E402
-from random_target import GEOMETRIES as TARGETS  # noqa: E402
-from random_target import ensure_checkpoint, optimum_export  # noqa: E402
-from scale_gguf import GEOMETRIES as DRAFTS  # noqa: E402
-from scale_gguf import ensure_gguf  # noqa: E402
+from benchmarks.bench_scale import GGUF2OV, run_measured
+from benchmarks.common import RESULTS, folder_bytes, machine_info, package_versions
+from benchmarks.random_target import GEOMETRIES as TARGETS
+from benchmarks.random_target import ensure_checkpoint, optimum_export
+from benchmarks.scale_gguf import GEOMETRIES as DRAFTS
+from benchmarks.scale_gguf import ensure_gguf
 
 GIB = 2**30
 PROMPTS = ["The history of the printing press begins", "Water boils at a lower temperature on a mountain because"]

@@ -84,9 +84,9 @@ Before each try the page cache of the inputs and of the virtualenv is dropped (s
 average is recorded with every try. Results merge into results/target-build.json (by case) and
 results/target-build.md.
 
-    python benchmarks/bench_target_build.py --cases gguf-8b,int4-8b,optimum-8b
-    python benchmarks/bench_target_build.py --cases gguf-tiny,int4-tiny,optimum-tiny,decode-tiny   # smoke run
-    python benchmarks/bench_target_build.py --cases gguf-9b,use-9b,int8-9b,optimum-int8-9b,run-9b,decode-2b \
+    python -m benchmarks.bench_target_build --cases gguf-8b,int4-8b,optimum-8b
+    python -m benchmarks.bench_target_build --cases gguf-tiny,int4-tiny,optimum-tiny,decode-tiny   # smoke run
+    python -m benchmarks.bench_target_build --cases gguf-9b,use-9b,int8-9b,optimum-int8-9b,run-9b,decode-2b \
         --optimum-env ENV --run-probes 12
 """
 
@@ -99,20 +99,16 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from benchmarks import memlimit
+from benchmarks.common import (CACHE, CHECKOUT_ENV, RESULTS, folder_bytes, load_average, machine_info,
+                               package_versions)
+from benchmarks.llamacpp.tools import convert, quantize, tool
+from benchmarks.random_target import EXPORTS, GEOMETRIES, ensure_checkpoint
+from benchmarks.scale_gguf import GEOMETRIES as DRAFTS
+from benchmarks.scale_gguf import ensure_gguf, ensure_target_gguf
 
-import memlimit  # noqa: E402
-from llamacpp import convert, quantize, tool  # noqa: E402
-from random_target import EXPORTS, GEOMETRIES, ensure_checkpoint  # noqa: E402
-from scale_gguf import CACHE, ensure_gguf, ensure_target_gguf  # noqa: E402
-from scale_gguf import GEOMETRIES as DRAFTS  # noqa: E402
-
-RESULTS = HERE / "results"
 WORK = RESULTS / "target-build-work"
-ROOT = HERE.parent
-GGUF2OV = [sys.executable, "-m", "gguf2ov"]  # this checkout's package (`ENV` puts it first on the path)
-ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+GGUF2OV = [sys.executable, "-m", "gguf2ov"]  # this checkout's package (`CHECKOUT_ENV` puts it first on the path)
 GIB = 2**30
 SIZES = {"tiny": "tiny", "1.7b": "qwen3-1.7b", "4b": "qwen3-4b", "8b": "qwen3-8b", "tiny35": "qwen3.5-tiny",
          "2b": "qwen3.5-2b", "9b": "qwen3.5-9b", "tinymoe": "qwen3moe-tiny", "30b": "qwen3-30b-a3b",
@@ -141,7 +137,7 @@ def gguf_tensor_bytes(path: Path) -> int:
 
 
 def tokenizer_dir(vocab: int) -> Path:
-    from random_target import write_tokenizer
+    from benchmarks.random_target import write_tokenizer
 
     path = CACHE / f"tokenizer-padded-{vocab}"
     if not (path / "tokenizer.json").is_file():
@@ -173,7 +169,7 @@ def case(name: str) -> dict:
     if kind in ("use", "use-compact", "pair"):
         gguf = Path(ensure_target_gguf(geom)["path"])
         built = built_target(gguf, geom, compact=kind == "use-compact")
-        argv = [sys.executable, __file__, "--use-target", built]
+        argv = [sys.executable, "-m", __spec__.name, "--use-target", built]
         inputs = [built]
         if kind == "pair":
             draft = built_draft(Path(ensure_gguf(draft_geom)["path"]))
@@ -231,8 +227,8 @@ def estimate_bytes(argv: list) -> int | None:
     args = [str(a) for a in argv]
     if args[:len(GGUF2OV) + 1] != [*map(str, GGUF2OV), "target"]:
         return None
-    p = subprocess.run([sys.executable, __file__, "--estimate", *args[len(GGUF2OV):]], capture_output=True,
-                       text=True, env=ENV)
+    p = subprocess.run([sys.executable, "-m", __spec__.name, "--estimate", *args[len(GGUF2OV):]], capture_output=True,
+                       text=True, env=CHECKOUT_ENV)
     return int(p.stdout.split()[-1]) if p.returncode == 0 else None
 
 
@@ -255,12 +251,12 @@ def read_seconds(path: Path, say=print) -> dict:
 
     os.sync()
     memlimit.evict([path])
-    load = os.getloadavg()
+    load = load_average()
     start = time.perf_counter()
     subprocess.run(f"cat '{path}' > /dev/null", shell=True, check=True)
     seconds = time.perf_counter() - start
     say(f"[bench] reading {path.name}: {seconds:.1f} s ({path.stat().st_size / seconds / 2**20:.0f} MiB/s)")
-    return {"seconds": round(seconds, 1), "bytes": path.stat().st_size, "load_avg_before": [round(x, 2) for x in load]}
+    return {"seconds": round(seconds, 1), "bytes": path.stat().st_size, "load_avg_before": load}
 
 
 def built_target(gguf: Path, geom, compact: bool) -> Path:
@@ -268,7 +264,7 @@ def built_target(gguf: Path, geom, compact: bool) -> Path:
     out = WORK / f"built-{gguf.stem}-{'compact' if compact else 'folded'}"
     if not (out / "openvino_model.xml").is_file():
         argv = gguf_target_argv(gguf, out, geom, compact)
-        subprocess.run([str(a) for a in argv] + ["--overwrite", "--quiet"], check=True, env=ENV)
+        subprocess.run([str(a) for a in argv] + ["--overwrite", "--quiet"], check=True, env=CHECKOUT_ENV)
     return out
 
 
@@ -276,7 +272,7 @@ def built_draft(gguf: Path) -> Path:
     out = WORK / f"built-{gguf.stem}-gguf"
     if not (out / "openvino_model.xml").is_file():
         subprocess.run([*map(str, GGUF2OV), "export", str(gguf), "-o", str(out), "--weight-format", "gguf",
-                        "--overwrite", "--quiet"], check=True, env=ENV)
+                        "--overwrite", "--quiet"], check=True, env=CHECKOUT_ENV)
     return out
 
 
@@ -325,7 +321,7 @@ def run_finished(attempt: dict) -> None:
 def measure(name: str, say=print) -> dict:
     c = case(name)
     evict = [*c["inputs"], *([] if KEEP_ENV_CACHE else [c.get("env_prefix", Path(sys.prefix))])]
-    env = c.get("env", ENV)
+    env = c.get("env", CHECKOUT_ENV)
     estimate = estimate_bytes(c["argv"])
     read = read_seconds(c["source"], say) if c.get("read_file") else None
     if c.get("bisect", True):
@@ -363,7 +359,7 @@ def measure(name: str, say=print) -> dict:
 # -- decode speed --------------------------------------------------------------------------------
 
 def convert_with_llamacpp(hf: Path, out: Path) -> Path:
-    """llama.cpp's convert_hf_to_gguf.py (bf16, `llamacpp.convert`), then llama-quantize Q4_K_M; the bf16
+    """llama.cpp's convert_hf_to_gguf.py (bf16, `llamacpp.tools.convert`), then llama-quantize Q4_K_M; the bf16
     file is deleted."""
     if out.is_file():
         return out
@@ -450,8 +446,8 @@ def decode_formats(geom) -> list[list[str]]:
 def in_fresh_process(flag: list[str], say=print) -> dict:
     """This script with a hidden flag (`--genai-speed`, `--verify-cost`) in a fresh process: its JSON."""
     memlimit.wait_for_idle(WAIT_IDLE, say=say)
-    load = [round(x, 2) for x in os.getloadavg()]
-    p = subprocess.run([sys.executable, __file__, *flag], capture_output=True, text=True, env=ENV)
+    load = load_average()
+    p = subprocess.run([sys.executable, "-m", __spec__.name, *flag], capture_output=True, text=True, env=CHECKOUT_ENV)
     row = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else {"error": p.stderr[-500:]}
     return row | {"load_avg_before": load}
 
@@ -477,9 +473,9 @@ def decode(size: str, say=print) -> dict:
             if not (out / "openvino_model.xml").is_file():
                 shutil.rmtree(out, ignore_errors=True)
                 subprocess.run([*map(str, GGUF2OV), "target", str(gguf), "-o", str(out), *flags, "--quiet"],
-                               check=True, env=ENV)
+                               check=True, env=CHECKOUT_ENV)
         targets[f"gguf2ov target {label}"] = out
-        result[f"target {label} bin_bytes"] = memlimit.folder_bytes(out / "openvino_model.bin")
+        result[f"target {label} bin_bytes"] = folder_bytes(out / "openvino_model.bin")
     if geom.hybrid:  # optimum's export of the same checkpoint, in the environment that can export it
         cli, env = optimum_run()
         out = WORK / f"decode-{size}-optimum-int8"
@@ -488,7 +484,7 @@ def decode(size: str, say=print) -> dict:
             subprocess.run([str(cli), "export", "openvino", "-m", str(hf), "--task", "text-generation-with-past",
                             *EXPORTS["int8"], str(out)], check=True, env=env, stdout=subprocess.DEVNULL)
         targets["optimum-cli export openvino --weight-format int8"] = out
-        result["optimum int8 bin_bytes"] = memlimit.folder_bytes(out / "openvino_model.bin")
+        result["optimum int8 bin_bytes"] = folder_bytes(out / "openvino_model.bin")
     runs = [(label, str(path), hint) for label, path in targets.items() for hint in (None, "f32")]
     if not (geom.hybrid or geom.moe):  # GenAI's GGUF reader knows qwen3 (not qwen35, openvino.genai#4138)
         runs += [("GenAI's GGUF reader", str(gguf), None), ("GenAI's GGUF reader", str(gguf), "f32")]
@@ -498,7 +494,7 @@ def decode(size: str, say=print) -> dict:
         say(f"[bench] decode {label} {row['properties']}: {row.get('tokens_per_s')} tok/s")
         result["rows"].append(row)
     memlimit.wait_for_idle(WAIT_IDLE, say=say)
-    load = [round(x, 2) for x in os.getloadavg()]
+    load = load_average()
     p = subprocess.run([str(tool("llama-bench")), "-m", str(gguf), "-t", "2", "-p", "0", "-n", "128", "-o", "json"],
                        capture_output=True, text=True, check=True)
     bench = json.loads(p.stdout)[0]
@@ -688,8 +684,6 @@ def main(argv=None) -> int:
     if args.genai_speed:
         print(json.dumps(genai_speed(args.genai_speed, args.hint)))
         return 0
-    from bench_scale import machine_info, package_versions
-
     KEEP_ENV_CACHE, WAIT_IDLE = args.keep_env_cache, args.wait_idle
     OPTIMUM.update(env=args.optimum_env, pythonpath=args.optimum_pythonpath)
     RUN_PROBES[:] = [float(x) for x in args.run_probes.split(",")]
@@ -707,7 +701,7 @@ def main(argv=None) -> int:
             if c.get("read_file"):  # the time goal's other side, measured again beside it
                 result.setdefault("source_read_reruns", []).append(read_seconds(c["source"], say))
             again = memlimit.run_limited(c["argv"], None, None, WORK / "logs" / f"{name}-unlimited-rerun",
-                                         env=c.get("env", ENV), evict_paths=evict, output=c["output"],
+                                         env=c.get("env", CHECKOUT_ENV), evict_paths=evict, output=c["output"],
                                          trace_period=1.0, wait_idle=WAIT_IDLE)
             shutil.rmtree(c["output"], ignore_errors=True)
             say(f"[bench] {name}: unlimited again {memlimit._describe(again)}")

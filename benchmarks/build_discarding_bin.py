@@ -6,7 +6,7 @@ command's build: the graph, the weights decoded while the IR is written, a big t
 
 Each try runs in a fresh process under `memlimit.run_limited` (a cgroup v1 limit, page cache dropped):
 
-    python benchmarks/build_discarding_bin.py FILE.gguf --limits 2,1.5,1    # unlimited, then each limit
+    python -m benchmarks.build_discarding_bin FILE.gguf --limits 2,1.5,1    # unlimited, then each limit
 """
 
 import argparse
@@ -15,13 +15,10 @@ import os
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from benchmarks import memlimit
+from benchmarks.common import CHECKOUT_ENV, RESULTS
 
-import memlimit  # noqa: E402
-
-WORK = HERE / "results" / "discarding-bin"
-ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE.parent), *filter(None, [os.environ.get("PYTHONPATH")])]))
+WORK = RESULTS / "discarding-bin"
 
 
 def build(gguf: Path, out: Path) -> None:
@@ -52,9 +49,9 @@ def main(argv=None) -> int:
     out = WORK / "ir"
     results = []
     for limit in [None, *(float(x) for x in args.limits.split(",") if x)]:
-        argv = [sys.executable, __file__, str(args.gguf), "--one", str(out)]
+        argv = [sys.executable, "-m", __spec__.name, str(args.gguf), "--one", str(out)]
         r = memlimit.run_limited(argv, limit, 1800, WORK / "logs" / f"{args.gguf.stem}-{limit or 'unlimited'}",
-                                 env=ENV, evict_paths=[args.gguf], output=out, trace_period=1.0)
+                                 env=CHECKOUT_ENV, evict_paths=[args.gguf], output=out, trace_period=1.0)
         results.append(r)
         print(f"[discarding-bin] {limit or 'no'} GiB limit: {memlimit._describe(r)}, load "
               f"{r['load_avg_before'][0]} -> {r['load_avg_after'][0]}", file=sys.stderr, flush=True)

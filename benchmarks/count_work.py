@@ -10,8 +10,8 @@ The command runs in this process with the library instrumented where the work ha
   (`compile_model` of a model of that name; the target's embedding and head sub-models apart);
 - GenAI pipelines made on the target (each compiles it), and generations with the target alone.
 
-    python benchmarks/count_work.py -- run fixtures/tiny-dflash/draft-Q4_K_M.gguf --target ... -o out
-    python benchmarks/count_work.py --package ../old-checkout -- run ...     # another checkout's package
+    python -m benchmarks.count_work -- run fixtures/tiny-dflash/draft-Q4_K_M.gguf --target ... -o out
+    python -m benchmarks.count_work --package ../old-checkout -- run ...     # another checkout's package
 
 Prints the counts as JSON (with the wall time) and writes them to --json FILE when given.
 """

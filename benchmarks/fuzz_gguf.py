@@ -33,10 +33,10 @@ A case is classified as
 Cases are deterministic: case i of an entry point depends only on (--seed, entry point, i);
 `--replay convert:123` rebuilds that mutant, prints the mutation and runs it with its traceback.
 
-    python benchmarks/fuzz_gguf.py --cases 10000              # per entry point
-    python benchmarks/fuzz_gguf.py --cases 200 --entry convert --seed 7
-    python benchmarks/fuzz_gguf.py --cases 300 --entry target --timeout 60
-    python benchmarks/fuzz_gguf.py --replay check:4711
+    python -m benchmarks.fuzz_gguf --cases 10000              # per entry point
+    python -m benchmarks.fuzz_gguf --cases 200 --entry convert --seed 7
+    python -m benchmarks.fuzz_gguf --cases 300 --entry target --timeout 60
+    python -m benchmarks.fuzz_gguf --replay check:4711
 
 Writes benchmarks/results/fuzz-<name>.json and .md (counts per entry point and class, per
 mutation and class, the first examples of every class other than clean and clean_error).
@@ -70,9 +70,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from benchmarks.common import REPO, RESULTS, TEST_DATA  # noqa: E402
 from gguf2ov.maps.rules import config_get  # noqa: E402
 
 FIXTURES = REPO / "fixtures" / "tiny-dflash"
@@ -84,10 +82,9 @@ REFERENCE = FIXTURES / "draft-ref"
 # target's checkpoint by gguf2ov's writer when the run starts (QWEN3_SEED)
 TARGET_SEEDS = {"tiny-hybrid/target-Q4_K_M.gguf": REPO / "fixtures" / "tiny-hybrid" / "target-Q4_K_M.gguf",
                 "tiny-moe/target-Q4_K_M.gguf": REPO / "fixtures" / "tiny-moe" / "target-Q4_K_M.gguf",
-                "qwen35-mtp-llamacpp-F16.gguf": REPO / "tests" / "data" / "qwen35-mtp-llamacpp-F16.gguf",
-                "qwen35moe-mtp-llamacpp-F16.gguf": REPO / "tests" / "data" / "qwen35moe-mtp-llamacpp-F16.gguf"}
+                "qwen35-mtp-llamacpp-F16.gguf": TEST_DATA / "qwen35-mtp-llamacpp-F16.gguf",
+                "qwen35moe-mtp-llamacpp-F16.gguf": TEST_DATA / "qwen35moe-mtp-llamacpp-F16.gguf"}
 QWEN3_SEED = "qwen3-target-Q4_K_M.gguf"
-RESULTS = REPO / "benchmarks" / "results"
 ENTRIES = ("inspect", "convert", "check", "target")
 DRAFT_ENTRIES = ("inspect", "convert", "check")
 # `target`'s weight formats, each with its share of the cases: the folded grid (the default), the

@@ -23,7 +23,7 @@ what a machine must have. Each try runs in a fresh process:
 seconds and peak RSS), then tries the limits in `probes` (goals to check), then bisects between
 the largest failing and the smallest completing limit until they are `resolution` GiB apart.
 
-    python benchmarks/memlimit.py --name tiny-target --output out/t --probe 2 -- \\
+    python -m benchmarks.memlimit --name tiny-target --output out/t --probe 2 -- \\
         gguf2ov target fixtures/tiny-dflash/target-hf -o out/t --weight-format int4
 
 writes results/memlimit-NAME.json and .md. Limits are in GiB (2**30 bytes).
@@ -43,8 +43,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results"
+from benchmarks.common import RESULTS, folder_bytes, load_average
+
 MEMORY_CGROUPS = Path("/sys/fs/cgroup/memory")
 TIME = "/usr/bin/time"
 GIB = 2**30
@@ -121,15 +121,6 @@ def evict(paths) -> None:
                 os.close(fd)
 
 
-def folder_bytes(path: Path) -> int | None:
-    path = Path(path)
-    if not path.exists():
-        return None
-    if path.is_file():
-        return path.stat().st_size
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
-
-
 def cpu_busy(seconds: float = 3.0) -> float:
     """Share of all cores busy over the next `seconds` (from /proc/stat)."""
     def sample():
@@ -199,7 +190,7 @@ def run_limited(argv: list[str], limit_gib: float | None, timeout: float | None 
     os.sync()  # dirty pages (a checkpoint just written, the last try's output) are neither dropped nor timed
     idle = (wait_for_idle(wait_idle, say=lambda m: print(m, file=sys.stderr, flush=True)) if wait_idle
             else {"cpu_busy_before": round(cpu_busy(1.0), 3)})
-    idle["load_avg_before"] = [round(x, 2) for x in os.getloadavg()]  # other work on the cores skews the times
+    idle["load_avg_before"] = load_average()  # other work on the cores skews the times
     evict(evict_paths)
     _groups += 1
     group = own_cgroup() / f"memlimit-{os.getpid()}-{_groups}"
@@ -259,7 +250,7 @@ def run_limited(argv: list[str], limit_gib: float | None, timeout: float | None 
             "max_usage_bytes": _read_int(group / "memory.max_usage_in_bytes"),
             "sampled_peak_anon_bytes": peak["rss"], "sampled_peak_anon_plus_mapped_bytes": peak["rss_mapped"],
             "sampled_peak_cache_bytes": peak["cache"], **idle,
-            "load_avg_after": [round(x, 2) for x in os.getloadavg()],
+            "load_avg_after": load_average(),
         }
         if output is not None:
             record["output_bytes"] = folder_bytes(output)

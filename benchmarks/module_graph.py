@@ -1,7 +1,7 @@
 """Print gguf2ov's import graph in topological order (dependencies first), with each module's layer
 and the depth of the whole, for developer notes.
 
-    python benchmarks/module_graph.py
+    python -m benchmarks.module_graph
 
 Each line is a module, its layer (1 + the longest chain of imports below it) and the package
 modules it imports (at the top or inside a function). The same graph is asserted acyclic, and
@@ -9,11 +9,8 @@ free of stage-to-stage imports, by tests/test_module_graph.py.
 """
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-
-from module_graph import layers, module_graph, stage_imports, topological_order  # noqa: E402
+from tests.module_graph import layers, module_graph, stage_imports, topological_order
 
 
 def main() -> int:

@@ -4,7 +4,7 @@ decode step and for a verify step of K + 1 tokens; beside it the wall time of a 
 `--genai`, the time per output token of GenAI's LLMPipeline on the same folder (its continuous-batching,
 paged-attention path), in the same process.
 
-    python benchmarks/profile_target.py TARGET_DIR [TARGET_DIR ...] [--props '{"INFERENCE_PRECISION_HINT": "f32"}']
+    python -m benchmarks.profile_target TARGET_DIR [TARGET_DIR ...] [--props '{"INFERENCE_PRECISION_HINT": "f32"}']
         [--threads 1] [--steps 24] [--k 7] [--genai] [--json FILE]
 
 Counters are `get_profiling_info()` after each step (`PERF_COUNT`), summed by category, the median over
@@ -25,6 +25,8 @@ import sys
 import time
 from collections import defaultdict
 from pathlib import Path
+
+from benchmarks.common import load_average
 
 CATEGORIES = ("matmul", "offset", "head", "attention", "norm", "embedding", "other")
 
@@ -98,7 +100,7 @@ def profile(model_dir: str, props: dict, threads: int | None, steps: int, k: int
         for name, value in shares.items():
             runs[kind][name].append(value)
     result = {"model": str(model_dir), "props": props, "threads": threads, "clock": clock, "steps": steps,
-              "load_avg": [round(x, 2) for x in __import__("os").getloadavg()]}
+              "load_avg": load_average()}
     for kind, values in runs.items():
         row = {name: 1e3 * statistics.median(values[name]) if values[name] else 0.0 for name in ("wall", *CATEGORIES)}
         row["counters"] = sum(row[c] for c in CATEGORIES)

@@ -19,8 +19,8 @@ The tokenizer is the fixture target's byte-level BPE with its vocabulary padded 
 size by tokens its merges never produce: it encodes as the fixture's does and decodes every id a
 random model can emit.
 
-    python benchmarks/random_target.py qwen3-4b           # builds (or finds) the checkpoint, prints its path
-    python benchmarks/random_target.py qwen3-4b --export int4   # and optimum-cli's int4 g128 export of it
+    python -m benchmarks.random_target qwen3-4b           # builds (or finds) the checkpoint, prints its path
+    python -m benchmarks.random_target qwen3-4b --export int4   # and optimum-cli's int4 g128 export of it
 """
 
 import argparse
@@ -35,10 +35,9 @@ from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-CACHE = HERE / "results" / "cache"
-FIXTURE_TARGET = ROOT / "fixtures" / "tiny-dflash" / "target-hf"
+from benchmarks.common import CACHE, REPO
+
+FIXTURE_TARGET = REPO / "fixtures" / "tiny-dflash" / "target-hf"
 SHARD_BYTES = 4 << 30  # transformers' default max_shard_size ("5GB") in spirit: a few shards
 BUILDER_VERSION = 1
 

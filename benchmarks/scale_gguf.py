@@ -26,9 +26,9 @@ No tokenizer metadata by default (the draft has no embedding; the HF config then
 vocab_size and transformers' default, 151936, applies). `vocab=N` writes a synthetic gpt2-style
 list of N tokens, to measure metadata cost.
 
-    python benchmarks/scale_gguf.py --list
-    python benchmarks/scale_gguf.py qwen3-8b-dflash            # builds (or finds) the cached file
-    python benchmarks/scale_gguf.py tiny --rebuild --check     # and dequantizes a sample of it
+    python -m benchmarks.scale_gguf --list
+    python -m benchmarks.scale_gguf qwen3-8b-dflash            # builds (or finds) the cached file
+    python -m benchmarks.scale_gguf tiny --rebuild --check     # and dequantizes a sample of it
 """
 
 import argparse
@@ -43,8 +43,8 @@ from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-CACHE = HERE / "results" / "cache"
+from benchmarks.common import CACHE
+
 BUILDER_VERSION = 1  # bump when the bytes a geometry produces change (invalidates the cache)
 MIX = "Q4_K_M"
 
@@ -425,7 +425,7 @@ def llamacpp_layout(geom, cache_dir: Path = CACHE) -> dict:
     same layers and experts 64 wide, the checkpoint as transformers saves it. Cached as JSON."""
     from dataclasses import replace
 
-    from random_target import write_checkpoint
+    from benchmarks.random_target import write_checkpoint
 
     mix = getattr(geom, "mix", MIX)
     path = Path(cache_dir) / f"layout-{geom.name}-{geom.key()}-{mix}.json"
@@ -447,13 +447,13 @@ def _write_layout(path: Path, write_checkpoint, narrow, mix: str) -> dict:
     llama.cpp's converter (bf16) and llama-quantize `mix`, written at `path`."""
     from gguf import GGUFReader
 
-    import llamacpp
+    from benchmarks.llamacpp.tools import convert, quantize
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
         hf = write_checkpoint(narrow, Path(tmp) / "hf")
-        bf16 = llamacpp.convert(hf, Path(tmp) / "bf16.gguf", "bf16")
-        reader = GGUFReader(str(llamacpp.quantize(bf16, Path(tmp) / f"{mix}.gguf", mix)))
+        bf16 = convert(hf, Path(tmp) / "bf16.gguf", "bf16")
+        reader = GGUFReader(str(quantize(bf16, Path(tmp) / f"{mix}.gguf", mix)))
         layout = {"tensors": [(t.name, t.tensor_type.name) for t in reader.tensors],
                   "metadata": {k: [t.name for t in f.types] for k, f in reader.fields.items() if not k.startswith("GGUF.")}}
     path.write_text(json.dumps(layout) + "\n")
@@ -466,7 +466,7 @@ def gpt_oss_checkpoint(geom, out: Path) -> Path:
     import torch
     from transformers import GptOssConfig, GptOssForCausalLM
 
-    from random_target import write_tokenizer
+    from benchmarks.random_target import write_tokenizer
 
     config = {k: v for k, v in geom.config().items() if k not in ("model_type", "architectures", "dtype")}
     torch.manual_seed(0)
@@ -545,7 +545,7 @@ def ensure_target_gguf(geom, cache_dir: Path = CACHE) -> dict:
     from gguf2ov.maps.load import load_map
     from gguf2ov.targets.config import target_map
     from gguf2ov.targets.source import ROPE_FACTORS, rope_factors_of
-    from random_target import write_tokenizer
+    from benchmarks.random_target import write_tokenizer
 
     path = Path(cache_dir) / f"target-{geom.name}-{geom.key()}-{getattr(geom, 'mix', MIX)}.gguf"
     sidecar = path.with_suffix(".json")

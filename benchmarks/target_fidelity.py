@@ -1,7 +1,7 @@
 """How far a target's forms are from the GGUF file's exact grid: weights, logits over held-out text, and
 the greedy text of the fixture prompts.
 
-    python benchmarks/target_fidelity.py TARGET.gguf --targets split=DIR,folded=DIR,int4=DIR
+    python -m benchmarks.target_fidelity TARGET.gguf --targets split=DIR,folded=DIR,int4=DIR
         [--reference folded] [--text FILE] [--prompts FILE] [--json FILE]
 
 For each target folder:
@@ -28,10 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "fixtures"))
+from benchmarks.common import REPO, short_commit
 
 PROSE = ("The history of the printing press begins in the middle of the fifteenth century, when a goldsmith "
          "combined movable metal type, an oil-based ink and a screw press. Within a few decades printing "
@@ -43,7 +40,7 @@ MODES = {"exact": None, "f32": {"INFERENCE_PRECISION_HINT": "f32"}, "defaults": 
 
 def held_out_text(paragraphs: int = 120, seed: int = 20261202) -> str:
     """The fixture corpus' generator with another seed (its own is fixture_training.SEED), then prose."""
-    from fixture_training import paragraph
+    from fixtures.fixture_training import paragraph
 
     rng = random.Random(seed)
     return "\n".join(paragraph(rng) for _ in range(paragraphs)) + "\n" + PROSE + "\n"
@@ -105,12 +102,10 @@ def greedy(target: Path, prompts: list[str], properties: dict, tokens: int = 100
 
 
 def provenance() -> dict:
-    import subprocess
     from datetime import datetime, timezone
     from importlib.metadata import version
 
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return {"date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M+00:00"), "commit": commit.stdout.strip(),
+    return {"date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M+00:00"), "commit": short_commit(),
             "openvino": version("openvino"), "openvino_genai": version("openvino-genai")}
 
 
@@ -140,7 +135,7 @@ def main(argv=None) -> int:
     p.add_argument("--targets", required=True, help="label=folder,... (the forms to state)")
     p.add_argument("--reference", default="folded", help="the label whose exact arithmetic is the reference")
     p.add_argument("--text", type=Path, help="held-out text (default: the fixture generator's, another seed, and prose)")
-    p.add_argument("--prompts", type=Path, default=ROOT / "fixtures" / "tiny-dflash" / "prompts.txt")
+    p.add_argument("--prompts", type=Path, default=REPO / "fixtures" / "tiny-dflash" / "prompts.txt")
     p.add_argument("--length", type=int, default=256, help="tokens per sequence")
     p.add_argument("--sequences", type=int, help="at most this many sequences of the text")
     p.add_argument("--json", type=Path)

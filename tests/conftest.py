@@ -3,7 +3,9 @@
 The tests mirror the package: one folder per wing and layer (gguf/, maps/, hf/, ir/, draft/,
 target/, runtime/, checks/, stages/, cli/, tools/), the job, the whole runs and what cuts across
 them at the top. The helper modules (dflash_builders, target_builders, ggufs, opened, ...) stay
-here, and this folder is put on sys.path so that a test in any folder imports them by name.
+here, and this folder is put on sys.path so that a test in any folder imports them by name; the
+repository is too (at the end, shadowing nothing), so that a test imports a benchmark script as
+`python -m benchmarks.NAME` runs it (benchmark_scripts.benchmark).
 """
 
 import os
@@ -22,6 +24,8 @@ TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
+if str(REPO) not in sys.path:
+    sys.path.append(str(REPO))
 FIXTURES = REPO / "fixtures" / "tiny-dflash"
 
 

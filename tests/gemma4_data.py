@@ -1,5 +1,5 @@
 """The gemma4_text checkpoints behind the files llama.cpp's own converter wrote from them
-(benchmarks/llamacpp_gemma4.py), with llama.cpp's greedy text on each (tests/data/*.json, which CI reads without
+(benchmarks/llamacpp/gemma4.py), with llama.cpp's greedy text on each (tests/data/*.json, which CI reads without
 llama.cpp), on the vocabulary of a small SentencePiece-style BPE tokenizer, as Gemma 4's converter requires:
 - CONFIG, tests/targets/test_gemma4_target.py's shared-KV geometry (sliding and global layers of head sizes
   16 and 32, attention_k_eq_v, two shared-KV layers): tests/data/gemma4-llamacpp-F32.gguf, its Q4_K_M by
@@ -81,7 +81,7 @@ def values(name: str, shape) -> np.ndarray:
 
 def write_checkpoint(folder: Path, config: dict = CONFIG) -> Path:
     """The checkpoint of `config` (CONFIG, MOE_CONFIG, PLE_CONFIG or E2B_CONFIG; no tokenizer: the converter's is
-    benchmarks/llamacpp_gemma4.py's) in `folder`, saved by transformers 5.5.4's Gemma4ForCausalLM with
+    benchmarks/llamacpp/gemma4.py's) in `folder`, saved by transformers 5.5.4's Gemma4ForCausalLM with
     every parameter and buffer set by `values`."""
     import torch
     from transformers import AutoModelForCausalLM, CONFIG_MAPPING
@@ -98,7 +98,7 @@ def write_checkpoint(folder: Path, config: dict = CONFIG) -> Path:
 
 
 def llamacpp_greedy(path: Path = LLAMACPP_GREEDY) -> dict:
-    """What benchmarks/llamacpp_gemma4.py recorded (LLAMACPP_GREEDY, MOE_GREEDY, LLAMACPP_PLE_GREEDY or
+    """What benchmarks/llamacpp/gemma4.py recorded (LLAMACPP_GREEDY, MOE_GREEDY, LLAMACPP_PLE_GREEDY or
     LLAMACPP_E2B_GREEDY): per prompt,
     llama-tokenize's ids and llama-simple's text on each file."""
     return json.loads(path.read_text())

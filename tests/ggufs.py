@@ -46,19 +46,6 @@ def write_gguf(path, arch: str | None, kv: dict, tensors: dict) -> None:
     w.close()
 
 
-def fuzzer():
-    """benchmarks/fuzz_gguf.py as a module. Its GGUF model (`parse`, `serialise`, `T_*` value types),
-    written apart from gguf2ov's reader, rewrites a file's metadata and tensor infos as its mutants do."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "fuzz_gguf.py"
-    spec = importlib.util.spec_from_file_location("fuzz_gguf", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 # Small geometry: hidden 64, 4 heads x 16, 2 KV heads, ffn 96, 2 layers, 3 target layers.
 DRAFT = dict(hidden=64, heads=4, kv_heads=2, head_dim=16, ffn=96, layers=2, target_layers=[2, 5, 8])
 

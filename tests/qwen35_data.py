@@ -1,7 +1,8 @@
 """The qwen3_5_text checkpoint behind tests/data/qwen35-mtp-llamacpp-F16.gguf, which llama.cpp's own
-converter wrote from it (benchmarks/llamacpp_qwen35.py): a hybrid decoder of one Gated DeltaNet layer
+converter wrote from it (benchmarks/llamacpp/qwen35.py): a hybrid decoder of one Gated DeltaNet layer
 and one gated attention layer, fewer key than value heads, and the MTP block the hub's checkpoints
-carry, saved as transformers 5.5.4 saves Qwen3_5ForCausalLM (under model.language_model.).
+carry, saved as transformers 5.5.4 saves Qwen3_5ForCausalLM (under model.language_model.); and MOE_CONFIG, the
+qwen3_5_moe_text checkpoint behind tests/data/qwen35moe-mtp-llamacpp-F16.gguf.
 
 Every value is computed from its tensor's name and position with integer arithmetic alone (no random
 generator whose stream could change), as a multiple of 1/1024 below 2 in magnitude: float16 holds it
@@ -17,6 +18,7 @@ import numpy as np
 
 DATA = Path(__file__).resolve().parent / "data"
 LLAMACPP_FILE = DATA / "qwen35-mtp-llamacpp-F16.gguf"
+MOE_LLAMACPP_FILE = DATA / "qwen35moe-mtp-llamacpp-F16.gguf"
 TOKENIZER = Path(__file__).resolve().parents[1] / "fixtures" / "tiny-dflash" / "target-hf"
 
 # llama.cpp's qwen35 loader takes the value head size to be the key head size: dk = dv here
@@ -95,6 +97,52 @@ def write_checkpoint(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(CONFIG, indent=2))
     save_file({name: values(name, shape) for name, shape in shapes().items()}, str(folder / "model.safetensors"),
+              metadata={"format": "pt"})
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(TOKENIZER / name, folder / name)
+    return folder
+
+
+# The qwen3_5_moe_text checkpoint behind tests/data/qwen35moe-mtp-llamacpp-F16.gguf (benchmarks/llamacpp/qwen35.py
+# --moe; tests/targets/test_hybrid_moe_target.py): one linear and one full layer, 2 key / 4 value heads (llama.cpp
+# takes dv = dk), 8 experts top 2, the MTP block the hub's checkpoints carry (a full-attention block with the same
+# MoE MLP). Values from `values`: multiples of 1/1024 that float16 holds exactly.
+MOE_CONFIG = {
+    "architectures": ["Qwen3_5MoeForCausalLM"], "model_type": "qwen3_5_moe_text", "vocab_size": 512,
+    "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
+    "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 8, "linear_value_head_dim": 8,
+    "linear_conv_kernel_dim": 4, "layer_types": ["linear_attention", "full_attention"], "num_experts": 8,
+    "num_experts_per_tok": 2, "moe_intermediate_size": 16, "shared_expert_intermediate_size": 16,
+    "rms_norm_eps": 1e-6, "max_position_embeddings": 4096, "tie_word_embeddings": True, "hidden_act": "silu",
+    # llama.cpp's mRoPE sections count rotary pairs and must fit them: 4 rotary dimensions are 2 pairs
+    "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0, "partial_rotary_factor": 0.25,
+                        "mrope_section": [1, 1, 0]},
+    "mtp_num_hidden_layers": 1, "eos_token_id": 0, "bos_token_id": 0, "pad_token_id": 1,
+}
+
+
+def write_moe_checkpoint(folder: Path) -> Path:
+    """MOE_CONFIG's checkpoint as transformers 5.5.4 saves Qwen3_5MoeForCausalLM (under
+    model.language_model., experts fused: gate_up_proj [E, 2I, H], down_proj [E, H, I]), with an MTP
+    block (`mtp.layers.0.*` shaped as the full layer, `mtp.fc`, its norms) and the fixture tokenizer."""
+    import shutil
+
+    import torch
+    from safetensors.numpy import save_file
+    from transformers import Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig
+
+    c = MOE_CONFIG
+    with torch.device("meta"):
+        model = Qwen3_5MoeForCausalLM(Qwen3_5MoeTextConfig.from_dict(c))
+    shapes = {"model.language_model." + n[len("model."):]: tuple(p.shape) for n, p in model.state_dict().items()
+              if n.startswith("model.")}
+    full, h = "model.language_model.layers.1.", c["hidden_size"]
+    shapes |= {"mtp.layers.0." + n[len(full):]: s for n, s in shapes.items() if n.startswith(full)}
+    shapes |= {"mtp.fc.weight": (h, 2 * h), "mtp.pre_fc_norm_embedding.weight": (h,),
+               "mtp.pre_fc_norm_hidden.weight": (h,), "mtp.norm.weight": (h,)}
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(c, indent=2))
+    save_file({n: values(n, s) for n, s in shapes.items()}, str(folder / "model.safetensors"),
               metadata={"format": "pt"})
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(TOKENIZER / name, folder / name)

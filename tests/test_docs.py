@@ -1,4 +1,4 @@
-"""Every relative link in README.md and docs/*.md lands: the file exists and, for a `#anchor`, the
+"""Every relative link in README.md, docs/*.md and benchmarks/*.md lands: the file exists and, for a `#anchor`, the
 heading is in that file under the anchor GitHub gives it. Pages and sections move between these
 files; a link left pointing at an old place renders fine and leads nowhere, so nothing but a check
 finds it. http(s) links are not followed: tests never reach the network."""
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "benchmarks").glob("*.md"))]
 
 FENCE = re.compile(r"^\s{0,3}(```|~~~)")
 HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from benchmark_scripts import benchmark
 from dflash_builders import draft_model
 
 REPO = Path(__file__).resolve().parents[1]
@@ -553,15 +554,6 @@ PARTING_PROMPT = ("past the cave, the bear growls loudly. At night the bear slee
 PARTING_TOKENS = 8
 
 
-def _benchmark(name: str):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def hybrid_folders(tmp_path_factory):
     """{label: target folder}: optimum's export as committed; the same IR with one edit, RoPE's
@@ -570,7 +562,7 @@ def hybrid_folders(tmp_path_factory):
     from gguf2ov.job import Job, Options
 
     d, work = _dir(HYBRID), tmp_path_factory.mktemp("hybrid-positions")
-    edited = _benchmark("optimum_qwen35_rope").read_position_ids(d / "target", work / "edited")
+    edited = benchmark("optimum_qwen35_rope").read_position_ids(d / "target", work / "edited")
     _gguf2ov("target", d / "target-hf", "-o", work / "ours", "--weight-format", "int8", "--sym")
     Job.of(d / "draft-Q4_K_M.gguf", None, Options(progress=False)).export(work / "draft")
     return {"optimum": d / "target", "edited": edited, "ours": work / "ours", "draft": work / "draft"}

@@ -1,6 +1,6 @@
 """The GGUFs whose tokenizers are compared with llama.cpp (tests/data/llamacpp_tokens.json).
 
-Shared by tests/gguf/test_gguf_tokenizer.py and benchmarks/llamacpp_tokens.py (which records llama.cpp's
+Shared by tests/gguf/test_gguf_tokenizer.py and benchmarks/llamacpp/tokens.py (which records llama.cpp's
 ids for them), so that both tokenize the same files:
 - the fixture target (`fixtures/tiny-dflash/target-hf`, a byte-level BPE) as a qwen3 GGUF written
   by `gguf2ov.tools.gguf_writer`, pre-tokenizer `qwen2`;
@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 from gguf import GGUFValueType, TokenType
-from ggufs import write_gguf
+from tests.ggufs import write_gguf  # by its package name: benchmarks/llamacpp/tokens.py imports this module too
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data"

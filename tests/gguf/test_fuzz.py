@@ -4,7 +4,7 @@ error line or a valid output; no traceback, memory blow-up, timeout, crash or in
 import json
 
 import pytest
-from ggufs import fuzzer
+from benchmark_scripts import benchmark
 
 from conftest import REPO
 
@@ -21,9 +21,9 @@ def test_fuzzer_finds_nothing_on_a_few_hundred_cases(tmp_path, entries, cases):
     import sys
 
     entry_args = [arg for entry in entries for arg in ("--entry", entry)]
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "fuzz_gguf.py"), "--cases", str(cases),
+    done = subprocess.run([sys.executable, "-m", "benchmarks.fuzz_gguf", "--cases", str(cases),
                            *entry_args, "--seed", "1", "--name", "ci", "--out", str(tmp_path)],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, cwd=REPO)
     summary = json.loads((tmp_path / "fuzz-ci.json").read_text())
     assert done.returncode == (1 if summary["failures"] else 0), done.stderr[-2000:]
     problems = {entry: {cls: n for cls, n in counts.items() if cls not in ("clean", "clean_error") and n}
@@ -38,7 +38,7 @@ def test_fuzzer_finds_nothing_on_a_few_hundred_cases(tmp_path, entries, cases):
 
 
 def test_the_fuzzer_is_deterministic_and_sees_a_broken_output(tmp_path):
-    fuzz = fuzzer()
+    fuzz = benchmark("fuzz_gguf")
     seeds, keys = fuzz.load_seeds(("convert",))
     assert seeds == fuzz.load_seeds(("convert",))[0] and len(seeds) == 3  # the MXFP4 seed is written the same each time
     first = fuzz.build_case("convert", 17, 3, seeds, keys, tmp_path)

@@ -1,7 +1,7 @@
 """The tokenizer built from a GGUF's own metadata gives llama.cpp's token ids.
 
 tests/data/llamacpp_tokens.json holds what llama.cpp 0c1e570's `llama-tokenize` gave for each
-string (benchmarks/llamacpp_tokens.py; special tokens parsed, BOS as the file says) for the GGUFs
+string (benchmarks/llamacpp/tokens.py; special tokens parsed, BOS as the file says) for the GGUFs
 of tests/tokenizer_ggufs.py and the real Gemma 3 270M file; these tests rebuild the same files,
 build the OpenVINO tokenizer from their metadata alone and compare, id for id. Measured on 2
 shared cores: a small vocabulary builds and compiles in about 1 s, Gemma's 262k tokens in ~40 s.

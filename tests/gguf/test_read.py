@@ -234,9 +234,9 @@ def test_a_large_array_read_by_a_config_rule_is_plain_python(tmp_path):
 def _rewritten(sample, tmp_path, change) -> tuple:
     """The sample rewritten by the fuzzer's own GGUF model after `change(model)`: laid out at the
     alignment the file states, as llama.cpp's writer lays it out."""
-    from ggufs import fuzzer
+    from benchmark_scripts import benchmark
 
-    fuzz = fuzzer()
+    fuzz = benchmark("fuzz_gguf")
     model = fuzz.parse(sample[0].read_bytes())
     change(model, fuzz)
     path = tmp_path / "rewritten.gguf"

@@ -1,7 +1,7 @@
 """A DFlash draft in MXFP4 through inspect, convert, check, export and drift.
 
 The fixture draft's checkpoint written by the GGUF writer as `llama-quantize --pure ... MXFP4_MOE` writes it
-(every weight MXFP4: a dense draft has no experts; byte for byte llama.cpp's, benchmarks/llamacpp_fixtures.py).
+(every weight MXFP4: a dense draft has no experts; byte for byte llama.cpp's, benchmarks/llamacpp/fixtures.py).
 Every command sees gguf-py's values of the file, and the `gguf` IR holds the file's own bytes.
 """
 

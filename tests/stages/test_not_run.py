@@ -1,7 +1,7 @@
 """Drafts llama.cpp writes that GenAI does not run: a Gemma 4 DSpark draft (dflash with a Markov and a confidence
 head) and a Gemma 4 MTP assistant draft (gemma4-assistant). `inspect` names them; every command that converts,
 checks or runs a draft refuses them in one error line, before it writes anything. The files are llama.cpp's own
-converter's, from tiny configs (benchmarks/llamacpp_gemma4_drafts.py); beside them a DFlash draft of the same
+converter's, from tiny configs (benchmarks/llamacpp/gemma4_drafts.py); beside them a DFlash draft of the same
 Gemma 4 target, by the same converter, and the VLM fixture's Gemma 4 draft stay converted.
 """
 

@@ -2,7 +2,6 @@
 targets in OpenVINO GenAI with the fixture's DFlash draft attached."""
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +13,6 @@ from gguf2ov.errors import Gguf2ovError
 from opened import open_target
 from opened import build_target
 
-REPO = Path(__file__).resolve().parents[2]
 QWEN3_LAYER = ["attn_norm", "ffn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down",
                "attn_q_norm", "attn_k_norm"]
 
@@ -140,11 +138,9 @@ def test_the_split_form_computes_the_files_grid_as_users_run_it(tmp_path, q4_k_m
     exact arithmetic its logits are the grid's; as GenAI runs it with the f32 hint (the plugin's int8 path)
     the logits stay within KLD 1e-4 of the grid (NNCF's int4 of the same file: 2.8e-4) and the greedy text of
     the fixture prompts is the grid's."""
-    import importlib.util
+    from benchmark_scripts import benchmark
 
-    spec = importlib.util.spec_from_file_location("target_fidelity", REPO / "benchmarks" / "target_fidelity.py")
-    fidelity = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fidelity)
+    fidelity = benchmark("target_fidelity")
     tok = fixtures_dir / "target-hf"
     for grid in ("split", "folded"):
         build_target(q4_k_m, tmp_path / grid, tokenizer_dir=tok, grid=grid, progress=False)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ggufs import fuzzer
+from benchmark_scripts import benchmark
 from qwen35_data import LLAMACPP_FILE
 
 from gguf2ov.cli import main
@@ -97,7 +97,7 @@ def test_alignment_stated_as_1_over_data_laid_out_at_32_is_refused_by_its_weight
     """general.alignment 1 over a file laid out at 32 reads every tensor up to 31 bytes early. llama.cpp
     accepts alignment 1, and where every tensor's size is a multiple of 32 (this file's) its layout rule
     holds too: only the values tell, and they hold NaN and Inf scales."""
-    fuzz = fuzzer()
+    fuzz = benchmark("fuzz_gguf")
     model = fuzz.parse(q4_k_m.read_bytes())
     assert all(t.offset % 32 == 0 for t in model.tensors)
     assert all(open_gguf(q4_k_m).tensors[t.name].n_bytes % 32 == 0 for t in model.tensors)
@@ -118,7 +118,7 @@ def test_alignment_stated_as_1_over_data_laid_out_at_32_is_refused_by_its_weight
 def test_a_norm_whose_offset_points_at_another_tensor_is_refused(tmp_path, q4_k_m, capsys):
     """blk.0.attn_norm read blk.0.ffn_norm's data (same shape, finite values): the target was built with
     exit 0. llama.cpp requires each tensor's data right after the previous one's."""
-    fuzz = fuzzer()
+    fuzz = benchmark("fuzz_gguf")
     model = fuzz.parse(q4_k_m.read_bytes())
     norms = {t.name: t for t in model.tensors}
     norms["blk.0.attn_norm.weight"].offset = norms["blk.0.ffn_norm.weight"].offset
@@ -130,7 +130,7 @@ def test_a_norm_whose_offset_points_at_another_tensor_is_refused(tmp_path, q4_k_
 
 def test_general_alignment_stated_as_a_bool_is_refused(tmp_path, q4_k_m, capsys):
     """A BOOL true was read as an alignment of 1 (the file laid out at 1): llama.cpp requires UINT32."""
-    fuzz = fuzzer()
+    fuzz = benchmark("fuzz_gguf")
     model = fuzz.parse(q4_k_m.read_bytes())
     model.kv.insert(0, ["general.alignment", fuzz.T_BOOL, True])
     path = tmp_path / "t.gguf"
@@ -166,10 +166,11 @@ def test_the_decay_of_an_a_log_beyond_float32_is_refused():
 # --- what fuzzing found besides ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("key, value, needle", [
-    ("qwen3.rope.scaling.type", (fuzzer().T_ARR, (fuzzer().T_BOOL, [False] * 8)), "rope.scaling.type is [8 x bool]"),
-    ("tokenizer.ggml.merges", (fuzzer().T_U32, 7), "tokenizer.ggml.merges is a int, expected an array")])
+    ("qwen3.rope.scaling.type", (benchmark("fuzz_gguf").T_ARR, (benchmark("fuzz_gguf").T_BOOL, [False] * 8)),
+     "rope.scaling.type is [8 x bool]"),
+    ("tokenizer.ggml.merges", (benchmark("fuzz_gguf").T_U32, 7), "tokenizer.ggml.merges is a int, expected an array")])
 def test_a_key_of_the_wrong_type_is_one_error_line(tmp_path, q4_k_m, capsys, key, value, needle):
-    fuzz = fuzzer()
+    fuzz = benchmark("fuzz_gguf")
     model = fuzz.parse(q4_k_m.read_bytes())
     model.kv = [kv for kv in model.kv if kv[0] != key] + [[key, *value]]
     path = tmp_path / "t.gguf"

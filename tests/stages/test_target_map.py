@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import target_builders as tb
-from ggufs import fuzzer
+from benchmark_scripts import benchmark
 
 from gguf2ov.cli import main
 from gguf2ov.runtime.target import TargetIR
@@ -30,7 +30,7 @@ def _rewritten(gguf: Path, out: Path, arch: str | None = None, norms_less: float
     """`gguf` with its architecture renamed `arch` (general.architecture and every key it prefixes), and every
     RMSNorm weight stored as w - `norms_less` (the fixture's norms are F32 in [0.94, 1.13], where w - 1 + 1
     is w exactly)."""
-    fuzz = fuzzer()
+    fuzz = benchmark("fuzz_gguf")
     model = fuzz.parse(gguf.read_bytes())
     was = next(value for key, _, value in model.kv if key == "general.architecture")
     for entry in model.kv:

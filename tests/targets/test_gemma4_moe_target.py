@@ -140,7 +140,7 @@ def test_a_gguf_in_llama_cpps_layout_builds_the_checkpoints_target(tmp_path, gem
 
 def test_a_file_llama_cpps_converter_wrote_builds_the_checkpoints_target(tmp_path):
     """tests/data/gemma4-moe-llamacpp-F32.gguf: convert_hf_to_gguf.py (llama.cpp 0c1e570) of gemma4_data's
-    MoE checkpoint (benchmarks/llamacpp_gemma4.py --moe). It reads back as the checkpoint (its config: the
+    MoE checkpoint (benchmarks/llamacpp/gemma4.py --moe). It reads back as the checkpoint (its config: the
     experts, enable_moe_block from the file's routers), the target built from it is the checkpoint's byte
     for byte, and that computes transformers' model of the checkpoint."""
     import gemma4_data
@@ -164,7 +164,7 @@ def test_a_file_llama_cpps_converter_wrote_builds_the_checkpoints_target(tmp_pat
 
 def test_the_target_of_llama_cpps_file_generates_llama_cpps_greedy_text(tmp_path):
     """On llama-tokenize's ids of each prompt, the target built from the file llama.cpp's converter wrote
-    continues greedily as llama-simple did on that file (recorded by benchmarks/llamacpp_gemma4.py --moe:
+    continues greedily as llama-simple did on that file (recorded by benchmarks/llamacpp/gemma4.py --moe:
     CI has no llama.cpp), the tokens read through the file's own vocabulary."""
     import gemma4_data
 

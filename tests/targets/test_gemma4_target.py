@@ -290,7 +290,7 @@ def test_bad_gemma4_files_are_one_error_line_and_no_folder(tmp_path, shared, fix
 
 def test_a_file_llama_cpps_converter_wrote_builds_the_checkpoints_target(tmp_path):
     """tests/data/gemma4-llamacpp-F32.gguf: convert_hf_to_gguf.py (llama.cpp 0c1e570) of gemma4_data's
-    checkpoint (benchmarks/llamacpp_gemma4.py). It reads back as the checkpoint (its config too: the
+    checkpoint (benchmarks/llamacpp/gemma4.py). It reads back as the checkpoint (its config too: the
     per-layer key/value heads, attention_k_eq_v from the global layers' missing attn_v, the proportional
     RoPE from rope_freqs), the target built from it is the checkpoint's byte for byte, and that computes
     transformers' model of the checkpoint."""
@@ -315,7 +315,7 @@ def test_a_file_llama_cpps_converter_wrote_builds_the_checkpoints_target(tmp_pat
 
 def test_the_target_of_llama_cpps_file_generates_llama_cpps_greedy_text(tmp_path):
     """On llama-tokenize's ids of each prompt, the target built from the file llama.cpp's converter wrote
-    continues greedily as llama-simple did on that file (recorded by benchmarks/llamacpp_gemma4.py: CI
+    continues greedily as llama-simple did on that file (recorded by benchmarks/llamacpp/gemma4.py: CI
     has no llama.cpp), the tokens read through the file's own vocabulary."""
     import gemma4_data
 
@@ -330,7 +330,7 @@ def test_the_target_of_llama_cpps_file_generates_llama_cpps_greedy_text(tmp_path
 
 def test_a_per_layer_embeddings_file_llama_cpps_converter_wrote_builds_the_checkpoints_target(tmp_path):
     """tests/data/gemma4-ple-llamacpp-F32.gguf: convert_hf_to_gguf.py (llama.cpp 0c1e570) of gemma4_data's
-    per-layer-embeddings checkpoint (`benchmarks/llamacpp_gemma4.py ple`). It reads back as the checkpoint
+    per-layer-embeddings checkpoint (`benchmarks/llamacpp/gemma4.py ple`). It reads back as the checkpoint
     (hidden_size_per_layer_input from embedding_length_per_layer_input, the per-layer table's rows the
     vocabulary's), the target built from it is the checkpoint's byte for byte, and that computes transformers'
     model of the checkpoint."""
@@ -380,7 +380,7 @@ def test_the_target_of_llama_cpps_per_layer_embeddings_file_generates_llama_cpps
 
 def test_an_e2b_file_llama_cpps_converter_wrote_builds_the_checkpoints_target(tmp_path):
     """tests/data/gemma4-e2b-llamacpp-F32.gguf: convert_hf_to_gguf.py (llama.cpp 0c1e570) of gemma4_data's E2B-like
-    checkpoint (`benchmarks/llamacpp_gemma4.py --e2b`: per-layer embeddings, shared KV and the double-wide MLPs of
+    checkpoint (`benchmarks/llamacpp/gemma4.py --e2b`: per-layer embeddings, shared KV and the double-wide MLPs of
     the shared-KV layers). The converter writes feed_forward_length per layer ([64, 64, 128, 128]); it reads
     back as intermediate_size 64 with use_double_wide_mlp, the target built from it is the checkpoint's byte for
     byte, and that computes transformers' model of the checkpoint."""

@@ -1,7 +1,7 @@
 """`gguf2ov target TEXT.gguf --mmproj MMPROJ.gguf`: a Gemma 4 VLM folder from llama.cpp's two files.
 
 The files are llama.cpp 0c1e570's converter's, of fixtures/tiny-vlm/target-hf (a Gemma4ForConditionalGeneration
-with a one-layer vision tower; benchmarks/llamacpp_gemma4_vlm.py): the text GGUF in F32 and as llama-quantize's
+with a one-layer vision tower; benchmarks/llamacpp/gemma4_vlm.py): the text GGUF in F32 and as llama-quantize's
 Q4_K_M, and the gemma4v mmproj in F32. The folder is checked against transformers 5.5.4 on that checkpoint (the
 vision embeddings numerically, the greedy answer on fixtures/tiny-vlm/image.png in VLMPipeline) and against
 fixtures/tiny-vlm/target, optimum-intel's image-text-to-text export of it (its layout and its answer).
@@ -189,7 +189,7 @@ def _genai_answers(folder: Path) -> tuple[str, str]:
 @pytest.mark.slow
 def test_vlm_pipeline_answers_as_transformers_and_the_optimum_folder(folder, hf_model, image_inputs, tmp_path):
     """The greedy answer on the fixture image (100 tokens) is transformers', the optimum folder's and llama.cpp's
-    (llama-mtmd-cli, recorded by benchmarks/llamacpp_gemma4_vlm.py), and the image changes it; the folder built
+    (llama-mtmd-cli, recorded by benchmarks/llamacpp/gemma4_vlm.py), and the image changes it; the folder built
     from llama-quantize's Q4_K_M text file gives the same answer on the image."""
     with_image, without = _genai_answers(folder)
     assert with_image == _hf_greedy(hf_model, image_inputs)

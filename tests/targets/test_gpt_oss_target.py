@@ -13,12 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import target_builders as tb
+from gpt_oss_data import GPT_OSS
 
-GPT_OSS = dict(model_type="gpt_oss", hidden_size=64, intermediate_size=32, num_local_experts=4, num_experts_per_tok=2,
-               num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=4,
-               layer_types=["sliding_attention", "full_attention", "sliding_attention"], tie_word_embeddings=False,
-               rope_parameters={"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 32,
-                                "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False, "rope_theta": 150000.0})
 WINDOWS = [4, 0, 4]  # the paged attention's sliding window per layer (0: full)
 
 
@@ -312,7 +308,7 @@ def test_bad_gpt_oss_input_is_one_error_line_and_no_folder(tmp_path, gpt_oss_hf,
     assert not out.exists()
 
 
-# --- against llama.cpp (tests/data, made by benchmarks/llamacpp_gpt_oss.py) ------------------------------
+# --- against llama.cpp (tests/data, made by benchmarks/llamacpp/gpt_oss.py) ------------------------------
 
 TINY = Path(__file__).resolve().parents[1] / "data" / "gpt-oss-tiny"
 LLAMACPP_RECORD = Path(__file__).resolve().parents[1] / "data" / "gpt-oss-llamacpp.json"

@@ -433,7 +433,7 @@ def test_a_map_op_on_the_wrong_geometry_is_an_error(qwen35_gguf):
 
 def test_a_file_llama_cpps_converter_wrote_reads_as_its_checkpoint(tmp_path):
     """tests/data/qwen35-mtp-llamacpp-F16.gguf: convert_hf_to_gguf.py (llama.cpp 0c1e570) of
-    qwen35_data's checkpoint, MTP block included, 2 key / 4 value heads (benchmarks/llamacpp_qwen35.py).
+    qwen35_data's checkpoint, MTP block included, 2 key / 4 value heads (benchmarks/llamacpp/qwen35.py).
     Every tensor reads back as the checkpoint's (the file holds them in float16 exactly; the norms'
     + 1 and ssm_a = -exp(A_log) are llama.cpp's float32 arithmetic), the MTP block is dropped, and
     the target computes transformers' model of the checkpoint."""

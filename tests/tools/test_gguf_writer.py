@@ -106,7 +106,7 @@ def test_round_trip_q4_k_m(tmp_path):
 
 def test_mxfp4_moe_mix_is_llama_quants():
     """MXFP4_MOE: experts (ggml ne[2] > 1) in MXFP4, other weights and the head Q8_0; `--pure` MXFP4 everywhere
-    (byte for byte against llama-quantize: benchmarks/llamacpp_fixtures.py)."""
+    (byte for byte against llama-quantize: benchmarks/llamacpp/fixtures.py)."""
     assert tensor_type("blk.0.ffn_gate_exps.weight", (8, 256, 256), "MXFP4_MOE", 5, 8) == Q.MXFP4
     assert tensor_type("blk.0.ffn_down_exps.weight", (8, 256, 96), "MXFP4_MOE", 5, 8) == Q.MXFP4
     assert tensor_type("blk.0.attn_v.weight", (64, 256), "MXFP4_MOE", 5, 8) == Q.Q8_0

@@ -13,7 +13,7 @@ Nothing of llama.cpp is put in the repository. Other benchmarks import `tool(nam
 `convert(hf, out, outtype)` (its convert_hf_to_gguf.py) and `quantize(src, out, mix)` (llama-quantize);
 a second call finds the finished build and returns at once.
 
-    python benchmarks/llamacpp.py [--jobs 2]      # prints the tool folder
+    python -m benchmarks.llamacpp.tools [--jobs 2]      # prints the tool folder
 
 Measured on 2 shared cores: 267 s for the targets below (the sdist is 76 MB).
 """
@@ -72,17 +72,18 @@ CONVERT_SHIM = (
     "sys.argv = [src + '/convert_hf_to_gguf.py', *sys.argv[2:]]\nrunpy.run_path(sys.argv[0], run_name='__main__')\n")
 
 
-def convert(hf: Path, out: Path, outtype: str, *flags: str) -> Path:
+def convert(hf: Path, out: Path, outtype: str, *flags: str, shim: str = CONVERT_SHIM) -> Path:
     """llama.cpp's convert_hf_to_gguf.py on the checkpoint `hf` (`flags` such as --no-mtp), run by this
-    Python with llama.cpp's own gguf-py. Its sentencepiece import (made before it looks for
-    tokenizer.model) is satisfied from a folder beside the build."""
+    Python with llama.cpp's own gguf-py through `shim` (one that patches the converter: gemma4_vlm.py's).
+    Its sentencepiece import (made before it looks for tokenizer.model) is satisfied from a folder beside
+    the build."""
     src = source_dir()
     pydeps = src.parent / "pydeps"
     if not (pydeps / "sentencepiece").is_dir():
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target", str(pydeps), "sentencepiece"],
                        check=True)
     env = dict(os.environ, PYTHONPATH=str(pydeps))
-    done = subprocess.run([sys.executable, "-c", CONVERT_SHIM, str(src), str(hf), "--outtype", outtype,
+    done = subprocess.run([sys.executable, "-c", shim, str(src), str(hf), "--outtype", outtype,
                            "--outfile", str(out), *flags], env=env, capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"convert_hf_to_gguf.py failed:\n{done.stderr[-3000:]}")

@@ -1,12 +1,12 @@
 """llama.cpp's own gpt-oss GGUF and greedy text, recorded for tests/targets/test_gpt_oss_target.py.
 
-    python benchmarks/llamacpp_gpt_oss.py      # writes tests/data/gpt-oss-tiny/ and tests/data/gpt-oss-llamacpp.json
+    python -m benchmarks.llamacpp.gpt_oss      # writes tests/data/gpt-oss-tiny/ and tests/data/gpt-oss-llamacpp.json
 
-Needs llama.cpp built by benchmarks/llamacpp.py (0c1e570: its convert_hf_to_gguf.py and gguf-py,
+Needs llama.cpp built by benchmarks/llamacpp/tools.py (0c1e570: its convert_hf_to_gguf.py and gguf-py,
 llama-quantize, llama-simple). The tests read what this writes and run without llama.cpp:
 
-- `gpt-oss-tiny/`: a tiny GptOssForCausalLM (the test's GPT_OSS geometry: 3 layers sliding / full /
-  sliding with a window of 4, 4 experts top 2, YaRN), trained briefly on the fixture corpus with the
+- `gpt-oss-tiny/`: a tiny GptOssForCausalLM (tests/gpt_oss_data.py's GPT_OSS geometry: 3 layers sliding /
+  full / sliding with a window of 4, 4 experts top 2, YaRN), trained briefly on the fixture corpus with the
   fixture tokenizer so that its greedy text is decisive, saved by transformers in float16 (the
   training rounds its weights to fp16, so nothing is lost), with the tokenizer files;
 - `gpt-oss-tiny/llamacpp-MXFP4_MOE.gguf`: llama.cpp's converter (F32) then `llama-quantize MXFP4_MOE`;
@@ -20,16 +20,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-for p in (REPO, REPO / "tests", REPO / "tests" / "target", REPO / "benchmarks", REPO / "fixtures"):
-    sys.path.insert(0, str(p))
+from benchmarks.common import REPO, TEST_DATA
+from benchmarks.llamacpp.tools import COMMIT, convert, quantize, tool
+from fixtures import fixture_training as ft
+from tests.gpt_oss_data import GPT_OSS
 
-import fixture_training as ft  # noqa: E402
-import llamacpp  # noqa: E402
-from llamacpp import convert, quantize  # noqa: E402
-
-OUT = REPO / "tests" / "data" / "gpt-oss-tiny"
-RECORD = REPO / "tests" / "data" / "gpt-oss-llamacpp.json"
+OUT = TEST_DATA / "gpt-oss-tiny"
+RECORD = TEST_DATA / "gpt-oss-llamacpp.json"
 NEW_TOKENS = 24
 STEPS = 300
 PARAGRAPHS = 400
@@ -38,8 +35,6 @@ PARAGRAPHS = 400
 def train(out: Path) -> Path:
     import torch
     from transformers import AutoTokenizer, GptOssConfig, GptOssForCausalLM
-
-    from test_gpt_oss_target import GPT_OSS
 
     ft.setup_torch()
     out.mkdir(parents=True, exist_ok=True)
@@ -56,7 +51,7 @@ def train(out: Path) -> Path:
 
 
 def llama_simple(gguf: Path, prompt: str) -> str:
-    out = subprocess.run([str(llamacpp.tool("llama-simple")), "-m", str(gguf), "-n", str(NEW_TOKENS), prompt],
+    out = subprocess.run([str(tool("llama-simple")), "-m", str(gguf), "-n", str(NEW_TOKENS), prompt],
                          capture_output=True, check=True, timeout=300).stdout.decode("utf-8", "replace")
     i = out.find(prompt)  # llama-simple prints the prompt's pieces, then the new ones
     if i < 0:
@@ -71,7 +66,7 @@ def main() -> int:
         f32 = convert(hf, Path(tmp) / "f32.gguf", "f32")
         quantize(f32, gguf, "MXFP4_MOE")
     prompts = ft.PROMPTS
-    record = {"llama.cpp": llamacpp.COMMIT,
+    record = {"llama.cpp": COMMIT,
               "made": "convert_hf_to_gguf.py --outtype f32 (pre-tokenizer named qwen2), llama-quantize MXFP4_MOE, "
                       f"llama-simple -n {NEW_TOKENS} (greedy) on each prompt",
               "new_tokens": NEW_TOKENS, "prompts": prompts, "texts": [llama_simple(gguf, p) for p in prompts]}

@@ -1,6 +1,6 @@
 """Record llama.cpp's own token ids for a set of strings: the reference of tests/gguf/test_gguf_tokenizer.py.
 
-Runs `llama-tokenize` (built by benchmarks/llamacpp.py: llama.cpp 0c1e570) on every string in
+Runs `llama-tokenize` (built by benchmarks/llamacpp/tools.py: llama.cpp 0c1e570) on every string in
 STRINGS for each GGUF of tests/tokenizer_ggufs.py and the real Gemma 3 270M Q4_K_M file, with
 `-f FILE --no-escape` (the string's bytes as they are) and llama-tokenize's defaults otherwise:
 special tokens parsed (`parse_special`), BOS added when the file asks for it. `--ids` gives the
@@ -8,8 +8,8 @@ ids; a second run without it prints each token's piece (`token_to_piece` with sp
 rendered), whose concatenation is recorded as llama.cpp's text for those ids. The result is
 tests/data/llamacpp_tokens.json.
 
-    python benchmarks/llamacpp_tokens.py              # writes tests/data/llamacpp_tokens.json
-    python benchmarks/llamacpp_tokens.py --train-vocab  # first rebuilds tests/data/llama-bpe-vocab.json
+    python -m benchmarks.llamacpp.tokens              # writes tests/data/llamacpp_tokens.json
+    python -m benchmarks.llamacpp.tokens --train-vocab  # first rebuilds tests/data/llama-bpe-vocab.json
 
 For the pre-tokenizer sweep the Llama 3 style vocabulary is written once per pre-tokenizer name,
 with `add_bos_token` false; only the strings whose ids differ from `llama-bpe`'s (BOS dropped) are
@@ -23,13 +23,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-import llamacpp  # noqa: E402
-from tokenizer_ggufs import LLAMA_BPE_VOCAB, TOKENS_JSON, fixture_target_gguf, llama_bpe_gguf, spm_gguf  # noqa: E402
+from benchmarks.common import REPO
+from benchmarks.llamacpp import tools
+from tests.tokenizer_ggufs import LLAMA_BPE_VOCAB, TOKENS_JSON, fixture_target_gguf, llama_bpe_gguf, spm_gguf
 
 # The ignore_merges probe: a word of the Llama 3 style vocabulary that its merges do not reach.
 PROBE = "Wednesday"
@@ -138,7 +134,7 @@ def _add_token(piece: str, tokens: list[str], merges: list[str]) -> None:
 
 
 def record(out: Path) -> None:
-    tool = llamacpp.tool("llama-tokenize")
+    tool = tools.tool("llama-tokenize")
     cases = {}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -165,7 +161,7 @@ def record(out: Path) -> None:
             path = llama_bpe_gguf(work / "sweep.gguf", pre=pre, **{"tokenizer.ggml.add_bos_token": False})
             ids = [llama_tokenize(tool, path, s, work)[0] for s in STRINGS]
             sweep[pre] = {str(i): got for i, got in enumerate(ids) if got != base[i]}
-    record = {"llama.cpp": {"commit": llamacpp.COMMIT, "source": llamacpp.SDIST, "tool": "llama-tokenize",
+    record = {"llama.cpp": {"commit": tools.COMMIT, "source": tools.SDIST, "tool": "llama-tokenize",
                             "flags": "-m FILE -f PROMPT --no-escape --log-disable [--ids]; parse_special on "
                                      "(llama-tokenize's default), BOS as the file's add_bos_token says"},
               "strings": STRINGS, "cases": cases,

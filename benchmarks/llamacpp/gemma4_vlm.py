@@ -1,9 +1,9 @@
 """llama.cpp's own converter on the tiny Gemma 4 VLM checkpoint: its text GGUF and its mmproj, for the tests.
 
-    python benchmarks/llamacpp_gemma4_vlm.py    # writes tests/data/gemma4-vlm-llamacpp-{F32,Q4_K_M}.gguf,
+    python -m benchmarks.llamacpp.gemma4_vlm    # writes tests/data/gemma4-vlm-llamacpp-{F32,Q4_K_M}.gguf,
                                                 #        tests/data/gemma4-vlm-mmproj-llamacpp-F32.gguf
 
-Needs llama.cpp built by benchmarks/llamacpp.py (0c1e570: its convert_hf_to_gguf.py, conversion/gemma.py's
+Needs llama.cpp built by benchmarks/llamacpp/tools.py (0c1e570: its convert_hf_to_gguf.py, conversion/gemma.py's
 Gemma4Model and Gemma4VisionAudioModel, and llama-quantize). The checkpoint is fixtures/tiny-vlm/target-hf (a
 Gemma4ForConditionalGeneration with a vision tower and no audio tower):
 
@@ -30,23 +30,19 @@ soft tokens of the 96 x 96 image (432 x 432), where transformers' processor make
 """
 
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-from llamacpp import cache_dir, quantize, source_dir  # noqa: E402
+from benchmarks.common import REPO, TEST_DATA
+from benchmarks.llamacpp import tools
+from benchmarks.llamacpp.tools import cache_dir, quantize
 
 CHECKPOINT = REPO / "fixtures" / "tiny-vlm" / "target-hf"
-DATA = REPO / "tests" / "data"
-TEXT_F32 = DATA / "gemma4-vlm-llamacpp-F32.gguf"
-TEXT_Q4_K_M = DATA / "gemma4-vlm-llamacpp-Q4_K_M.gguf"
-MMPROJ_F32 = DATA / "gemma4-vlm-mmproj-llamacpp-F32.gguf"
-ANSWER = DATA / "gemma4-vlm-llamacpp.json"
+TEXT_F32 = TEST_DATA / "gemma4-vlm-llamacpp-F32.gguf"
+TEXT_Q4_K_M = TEST_DATA / "gemma4-vlm-llamacpp-Q4_K_M.gguf"
+MMPROJ_F32 = TEST_DATA / "gemma4-vlm-mmproj-llamacpp-F32.gguf"
+ANSWER = TEST_DATA / "gemma4-vlm-llamacpp.json"
 IMAGE = REPO / "fixtures" / "tiny-vlm" / "image.png"
 IMAGE_PROMPT = "The red fox lives in the forest. It likes to eat"  # fixtures/tiny-vlm's image prompt
 NEW_TOKENS = 100
@@ -63,17 +59,11 @@ CONVERT_SHIM = (
 
 
 def convert(out: Path, *flags: str) -> Path:
-    src = source_dir()
-    env = dict(os.environ, PYTHONPATH=str(src.parent / "pydeps"))
-    done = subprocess.run([sys.executable, "-c", CONVERT_SHIM, str(src), str(CHECKPOINT), "--outtype", "f32",
-                           "--outfile", str(out), *flags], env=env, capture_output=True, text=True)
-    if done.returncode:
-        raise SystemExit(f"convert_hf_to_gguf.py failed:\n{done.stderr[-3000:]}")
-    return out
+    return tools.convert(CHECKPOINT, out, "f32", *flags, shim=CONVERT_SHIM)
 
 
 def mtmd_cli() -> Path:
-    """llama-mtmd-cli, built into llama.cpp's build folder when missing (not among benchmarks/llamacpp.py's targets)."""
+    """llama-mtmd-cli, built into llama.cpp's build folder when missing (not among benchmarks/llamacpp/tools.py's targets)."""
     path = cache_dir() / "build" / "bin" / "llama-mtmd-cli"
     if not path.exists():
         subprocess.run(["cmake", "--build", str(cache_dir() / "build"), "-j", "2", "--target", "llama-mtmd-cli"],

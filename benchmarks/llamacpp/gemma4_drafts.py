@@ -1,6 +1,6 @@
 """llama.cpp's own converter on tiny Gemma 4 drafts that GenAI does not run: the files gguf2ov names and refuses.
 
-    python benchmarks/llamacpp_gemma4_drafts.py    # writes the three files below into tests/data/
+    python -m benchmarks.llamacpp.gemma4_drafts    # writes the three files below into tests/data/
 
 - tests/data/gemma4-dspark-llamacpp-F16.gguf: a Gemma 4 DSpark draft (`Gemma4DSparkModel`, conversion/gemma.py):
   general.architecture `dflash`, one full-attention layer whose K is also its V (`attention_k_eq_v`), GELU,
@@ -15,28 +15,24 @@
 All take a tokenizer trained here in Gemma's form (byte-fallback BPE, `▁` for a space: llama.cpp's Gemma 4
 converter reads no other), the DSpark draft from a target folder beside it (--target-model-dir, as llama.cpp's
 DFlash converter reads it: a Gemma4ForCausalLM config), the assistant from its own folder. Needs
-llama.cpp built by benchmarks/llamacpp.py (0c1e570: its convert_hf_to_gguf.py and gguf-py). The checkpoints
+llama.cpp built by benchmarks/llamacpp/tools.py (0c1e570: its convert_hf_to_gguf.py and gguf-py). The checkpoints
 are written here with numpy (no transformers class loads either): each config carries what the converter
 requires of it, each tensor the name its converter maps. Values are random (seed 0): the files are read for
 what they are, not run.
 """
 
 import json
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
+from benchmarks.common import REPO, TEST_DATA
+from benchmarks.llamacpp.tools import built, convert
 
-from llamacpp import built, convert  # noqa: E402
-
-DATA = REPO / "tests" / "data"
-DSPARK_FILE = DATA / "gemma4-dspark-llamacpp-F16.gguf"
-ASSISTANT_FILE = DATA / "gemma4-assistant-llamacpp-F16.gguf"
-DFLASH_FILE = DATA / "gemma4-dflash-llamacpp-F16.gguf"
+DSPARK_FILE = TEST_DATA / "gemma4-dspark-llamacpp-F16.gguf"
+ASSISTANT_FILE = TEST_DATA / "gemma4-assistant-llamacpp-F16.gguf"
+DFLASH_FILE = TEST_DATA / "gemma4-dflash-llamacpp-F16.gguf"
 SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"]
 CORPUS = ["the quick brown fox jumps over the lazy dog", "a draft proposes tokens that the target checks"]
 VOCAB, HIDDEN, HEADS, HEAD_DIM, FFN = 288, 32, 2, 16, 64  # 5 specials, 256 byte tokens, 27 learned
@@ -154,7 +150,7 @@ def write_target(folder: Path) -> Path:
 
 def main() -> None:
     if built() is None:
-        raise SystemExit("llama.cpp is not built: run benchmarks/llamacpp.py first")
+        raise SystemExit("llama.cpp is not built: run `python -m benchmarks.llamacpp.tools` first")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         dspark = write_checkpoint(work / "dspark", DSPARK_CONFIG, dspark_shapes(), tokenizer=False)

@@ -16,15 +16,14 @@ qwen3moe) under MXFP4_MOE as llama-quantize applies it (experts MXFP4, other wei
 The fixture tokenizer's pre-tokenizer is unknown to llama.cpp's hash table; the converter is told it
 is qwen2's, as `gguf_writer` writes it (and as bench_target_build does for the fixture target).
 
-    python benchmarks/llamacpp_fixtures.py [--keep DIR]
+    python -m benchmarks.llamacpp.fixtures [--keep DIR]
 
-Builds llama.cpp first if needed (benchmarks/llamacpp.py). Prints one line per fixture, writes
+Builds llama.cpp first if needed (benchmarks/llamacpp/tools.py). Prints one line per fixture, writes
 benchmarks/results/llamacpp-fixtures.json, exits 1 when tensors or model metadata differ.
 """
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -33,35 +32,18 @@ from pathlib import Path
 import numpy as np
 from gguf import GGUFReader, GGUFValueType
 
+from benchmarks.common import REPO, RESULTS
+from benchmarks.llamacpp.tools import COMMIT, convert, quantize, tool
 from gguf2ov.tools.gguf_writer import write_dflash_gguf
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import llamacpp  # noqa: E402
-from llamacpp import COMMIT, source_dir, tool  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[1]
 FIXTURES = {"tiny-dflash": REPO / "fixtures" / "tiny-dflash", "tiny-dflash2": REPO / "fixtures" / "tiny-dflash2"}
 TARGET_HF = REPO / "fixtures" / "tiny-dflash" / "target-hf"
-RESULTS = REPO / "benchmarks" / "results" / "llamacpp-fixtures.json"
-# Runs llama.cpp's converter from its source tree with its own gguf-py, the fixture's pre-tokenizer
-# named qwen2; sentencepiece (imported before it looks for tokenizer.model) from a folder beside it.
-SHIM = ("import runpy, sys\nsrc = sys.argv[1]; sys.path[:0] = [src, src + '/gguf-py']\n"
-        "import conversion.base as base\nbase.TextModel.get_vocab_base_pre = lambda self, tokenizer: 'qwen2'\n"
-        "sys.argv = [src + '/convert_hf_to_gguf.py', *sys.argv[2:]]\nrunpy.run_path(sys.argv[0], run_name='__main__')\n")
+OUT = RESULTS / "llamacpp-fixtures.json"
 
 
 def llama_cpp_gguf(draft_ref: Path, out: Path) -> dict[str, Path]:
     """llama.cpp's Q4_K_M and pure MXFP4 GGUFs of the draft checkpoint `draft_ref` (`out` names the Q4_K_M)."""
-    src = source_dir()
-    pydeps = src.parent / "pydeps"
-    if not (pydeps / "sentencepiece").is_dir():
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target", str(pydeps), "sentencepiece"],
-                       check=True)
-    bf16 = out.with_suffix(".bf16.gguf")
-    env = dict(os.environ, PYTHONPATH=str(pydeps))
-    subprocess.run([sys.executable, "-c", SHIM, str(src), str(draft_ref), "--outtype", "bf16", "--outfile", str(bf16),
-                    "--target-model-dir", str(TARGET_HF)], check=True, env=env, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
+    bf16 = convert(draft_ref, out.with_suffix(".bf16.gguf"), "bf16", "--target-model-dir", str(TARGET_HF))
     made = {"Q4_K_M": out, "MXFP4": out.with_name(out.name.replace("Q4_K_M", "MXFP4"))}
     for mix, flags in (("Q4_K_M", []), ("MXFP4", ["--pure"])):
         subprocess.run([str(tool("llama-quantize")), *flags, str(bf16), str(made[mix]),
@@ -76,8 +58,8 @@ def moe_target_mxfp4(folder: Path) -> dict:
     from gguf2ov.tools.gguf_writer import write_gguf
 
     hf = REPO / "fixtures" / "tiny-moe" / "target-hf"
-    bf16 = llamacpp.convert(hf, folder / "moe-target.bf16.gguf", "bf16")
-    theirs = llamacpp.quantize(bf16, folder / "moe-target-MXFP4_MOE.gguf", "MXFP4_MOE")
+    bf16 = convert(hf, folder / "moe-target.bf16.gguf", "bf16")
+    theirs = quantize(bf16, folder / "moe-target-MXFP4_MOE.gguf", "MXFP4_MOE")
     bf16.unlink()
     ours = write_gguf(hf, folder / "moe-target-ours-MXFP4_MOE.gguf", "qwen3moe", mix="MXFP4_MOE",
                       extra_metadata={"qwen3moe.vocab_size": json.loads((hf / "config.json").read_text())["vocab_size"]})
@@ -145,8 +127,8 @@ def main() -> int:
         r = report["fixtures"]["tiny-moe target MXFP4_MOE"] = moe_target_mxfp4(folder)
         print(f"tiny-moe target MXFP4_MOE: {'MATCH' if r['match'] else 'DIFFER'}: tensors {r['tensors_identical']}/"
               f"{r['tensors']} byte-identical ({r['types']}); differing: {r['tensors_differing']}")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(report, indent=1, default=str) + "\n")
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps(report, indent=1, default=str) + "\n")
     return 0 if all(r["match"] for r in report["fixtures"].values()) else 1
 
 

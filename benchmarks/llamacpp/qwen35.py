@@ -1,12 +1,12 @@
 """llama.cpp's own converter on qwen3_5_text checkpoints, read through tensor_maps/qwen35.yaml.
 
-    python benchmarks/llamacpp_qwen35.py           # writes tests/data/qwen35-mtp-llamacpp-F16.gguf
-    python benchmarks/llamacpp_qwen35.py --check   # and compares larger random checkpoints (below)
-    python benchmarks/llamacpp_qwen35.py --moe     # writes tests/data/qwen35moe-mtp-llamacpp-F16.gguf
+    python -m benchmarks.llamacpp.qwen35           # writes tests/data/qwen35-mtp-llamacpp-F16.gguf
+    python -m benchmarks.llamacpp.qwen35 --check   # and compares larger random checkpoints (below)
+    python -m benchmarks.llamacpp.qwen35 --moe     # writes tests/data/qwen35moe-mtp-llamacpp-F16.gguf
 
-Needs llama.cpp built by benchmarks/llamacpp.py (0c1e570: its convert_hf_to_gguf.py and gguf-py,
+Needs llama.cpp built by benchmarks/llamacpp/tools.py (0c1e570: its convert_hf_to_gguf.py and gguf-py,
 llama-quantize). The converter does not know the fixture tokenizer's pre-tokenizer hash: it is told
-it is qwen2's (`llamacpp.convert`).
+it is qwen2's (`benchmarks.llamacpp.tools.convert`).
 
 The committed file is tests/qwen35_data.py's checkpoint (one linear and one full layer, 2 key / 4
 value heads, an MTP block) converted to F16, which holds its values exactly; test_hybrid_target.py
@@ -27,19 +27,12 @@ import argparse
 import json
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO / "tests" / "target"))
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-import llamacpp  # noqa: E402
-from llamacpp import convert, quantize  # noqa: E402
-import qwen35_data  # noqa: E402
+from benchmarks.common import REPO
+from benchmarks.llamacpp.tools import built, convert, quantize, tool
+from tests import qwen35_data
 
 def random_checkpoint(out: Path, mtp: bool) -> Path:
     """8 layers L L L F twice, hidden 256, 4/2 heads of 64, 2 key / 4 value heads of 32 (llama.cpp
@@ -88,9 +81,7 @@ def random_checkpoint(out: Path, mtp: bool) -> Path:
 def compare(gguf: Path, hf: Path, variant: str, work: Path) -> dict:
     import numpy as np
     import openvino as ov
-    import target_builders as tb
     import torch
-    from opened import open_target
     from transformers import AutoModelForCausalLM
 
     from gguf2ov.hf.checkpoint import Checkpoint
@@ -98,6 +89,8 @@ def compare(gguf: Path, hf: Path, variant: str, work: Path) -> dict:
     from gguf2ov.ir.weights import save_ir
     from gguf2ov.targets.checks import target_findings
     from gguf2ov.targets.graph import build_target_ir
+    from tests import target_builders as tb
+    from tests.opened import open_target
 
     source = open_target(gguf)
     checkpoint = Checkpoint(hf)
@@ -132,7 +125,7 @@ PROMPTS = ("The capital of France is", "Once upon a time", "1, 2, 3, 4,", "def m
 
 def greedy_llamacpp(gguf: Path, prompt: str, n: int) -> str:
     """llama.cpp's greedy continuation of `prompt` (llama-completion, temperature 0, 2 threads)."""
-    done = subprocess.run([str(llamacpp.tool("llama-completion")), "-m", str(gguf), "-p", prompt, "-n", str(n),
+    done = subprocess.run([str(tool("llama-completion")), "-m", str(gguf), "-p", prompt, "-n", str(n),
                            "--temp", "0", "-t", "2", "-no-cnv", "--no-warmup"], stdin=subprocess.DEVNULL,
                           capture_output=True, timeout=300)
     text = done.stdout.decode("utf-8", errors="replace")  # a random model's pieces split characters
@@ -165,14 +158,12 @@ def main() -> None:
     parser.add_argument("--check", action="store_true", help="also compare larger random checkpoints")
     parser.add_argument("--moe", action="store_true", help="write the qwen35moe file instead")
     args = parser.parse_args()
-    if llamacpp.built() is None:
-        raise SystemExit("llama.cpp is not built: run benchmarks/llamacpp.py first")
+    if built() is None:
+        raise SystemExit("llama.cpp is not built: run `python -m benchmarks.llamacpp.tools` first")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         if args.moe:
-            import test_hybrid_moe_target as moe
-
-            out = convert(moe.write_llamacpp_checkpoint(work / "data-hf"), moe.LLAMACPP_FILE, "f16")
+            out = convert(qwen35_data.write_moe_checkpoint(work / "data-hf"), qwen35_data.MOE_LLAMACPP_FILE, "f16")
             print(f"{out.relative_to(REPO)}: {out.stat().st_size} bytes")
             return
         hf = qwen35_data.write_checkpoint(work / "data-hf")

@@ -1,11 +1,11 @@
 """llama.cpp's own converter and greedy decoding on gemma4_text checkpoints, recorded for the tests.
 
-    python benchmarks/llamacpp_gemma4.py        # tests/data/gemma4-llamacpp-{F32,Q4_K_M}.gguf, gemma4-llamacpp.json
-    python benchmarks/llamacpp_gemma4.py --moe  # tests/data/gemma4-moe-llamacpp-F32.gguf, gemma4-moe-llamacpp.json
-    python benchmarks/llamacpp_gemma4.py --ple  # tests/data/gemma4-ple-llamacpp-F32.gguf, gemma4-ple-llamacpp.json
-    python benchmarks/llamacpp_gemma4.py --e2b  # tests/data/gemma4-e2b-llamacpp-F32.gguf, gemma4-e2b-llamacpp.json
+    python -m benchmarks.llamacpp.gemma4        # tests/data/gemma4-llamacpp-{F32,Q4_K_M}.gguf, gemma4-llamacpp.json
+    python -m benchmarks.llamacpp.gemma4 --moe  # tests/data/gemma4-moe-llamacpp-F32.gguf, gemma4-moe-llamacpp.json
+    python -m benchmarks.llamacpp.gemma4 --ple  # tests/data/gemma4-ple-llamacpp-F32.gguf, gemma4-ple-llamacpp.json
+    python -m benchmarks.llamacpp.gemma4 --e2b  # tests/data/gemma4-e2b-llamacpp-F32.gguf, gemma4-e2b-llamacpp.json
 
-Needs llama.cpp built by benchmarks/llamacpp.py (0c1e570: its convert_hf_to_gguf.py and gguf-py,
+Needs llama.cpp built by benchmarks/llamacpp/tools.py (0c1e570: its convert_hf_to_gguf.py and gguf-py,
 llama-tokenize, llama-simple, llama-quantize). The checkpoints are tests/gemma4_data.py's: its CONFIG (shared KV,
 attention_k_eq_v), with `ple` its PLE_CONFIG (per-layer embeddings, E2B/E4B's kind) and with `e2b` its E2B_CONFIG
 (those and E2B's double-wide MLPs in the shared-KV layers, a feed_forward_length per layer in the file). Gemma 4's converter reads a
@@ -27,16 +27,12 @@ F32 only (tests/targets/test_gemma4_moe_target.py).
 import argparse
 import json
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-import gemma4_data  # noqa: E402
-from llamacpp import convert, quantize, tool  # noqa: E402
+from benchmarks.common import REPO
+from benchmarks.llamacpp.tools import convert, quantize, tool
+from tests import gemma4_data
 
 PROMPTS = ("The capital of France is", "Once upon a time", "1, 2, 3, 4,", "def main():", "Hello world")
 NEW_TOKENS = 24
