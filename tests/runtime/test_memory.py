@@ -1,0 +1,96 @@
+"""The run-time memory plan (gguf2ov/runtime/memory.py): what `target`, `inspect` and `run` state before
+anything is built, and how close it comes to what GenAI holds on the fixture pairs."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gguf2ov.cli import main
+from gguf2ov.runtime.memory import AVAILABLE_ENV
+
+FIXTURES = __file__.rsplit("/tests/", 1)[0] + "/fixtures"
+
+
+def test_inspect_plans_a_target_gguf_and_its_checkpoint_in_every_form(tmp_path):
+    """`inspect --json` holds `run_time_memory`: bytes per form and whether each fits; the GGUF's exact grid is
+    the form chosen, a checkpoint's fp32; a form the source cannot take says why."""
+    for source, chosen in ((f"{FIXTURES}/tiny-moe/target-Q4_K_M.gguf", "gguf (folded grid)"),
+                           (f"{FIXTURES}/tiny-moe/target-hf", "fp32")):
+        report = tmp_path / "inspect.json"
+        assert main(["inspect", source, "--json", str(report), "--quiet"]) == 0
+        plan = json.loads(report.read_text())["run_time_memory"]
+        assert plan["chosen"] == chosen and plan["fits"] is True and plan["available_bytes"] > 0
+        forms = plan["forms"]
+        assert forms[chosen]["fits"] and forms[chosen]["total"] == sum(
+            forms[chosen][k] for k in ("weights", "cache", "draft", "vision", "pipeline"))
+        assert "int8" in forms and forms["int4_asym_g128"]["refused"].startswith("group size 128 does not divide")
+
+
+def test_a_target_that_does_not_fit_is_named_with_the_form_that_would(tmp_path, monkeypatch, capsys):
+    """Against less memory than the folded grid needs, `target` still builds (its build needs little) and says in
+    one line that the target will not fit where GenAI runs it, and which form would."""
+    from gguf2ov.gguf.read import open_gguf
+    from gguf2ov.ir.variants import Variant
+    from gguf2ov.runtime.memory import plan_target
+    from gguf2ov.targets.graph import target_forms
+    from gguf2ov.targets.source import open_target_gguf
+
+    source = open_target_gguf(open_gguf(f"{FIXTURES}/tiny-moe/target-Q4_K_M.gguf"))
+    plan = plan_target(target_forms(source, Variant("gguf")))
+    folded, split = plan.of("gguf (folded grid)").total, plan.of("gguf (split grid)").total
+    assert split < folded
+    monkeypatch.setenv(AVAILABLE_ENV, str(int((folded + split) / 2 * 1.1)))
+    assert main(["target", f"{FIXTURES}/tiny-moe/target-Q4_K_M.gguf", "-o", str(tmp_path / "t"), "--json",
+                 str(tmp_path / "t.json")]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("run-time memory:"))
+    assert "does not fit; gguf (split grid) would" in line and "--grid split" in line
+    assert json.loads((tmp_path / "t.json").read_text())["run_time_memory"]["fits"] is False
+
+
+def test_run_stops_before_any_work_when_the_pair_would_not_fit(tmp_path, monkeypatch, capsys):
+    """`run` plans the pair before it builds anything: too little memory stops it with one error line naming
+    the form that would fit (or none), and no output folder; --ignore-memory-plan runs it anyway."""
+    monkeypatch.setenv(AVAILABLE_ENV, "100M")
+    out = tmp_path / "run"
+    code = main(["run", f"{FIXTURES}/tiny-moe/draft-Q4_K_M.gguf", "--target", f"{FIXTURES}/tiny-moe/target-Q4_K_M.gguf",
+                 "-o", str(out)])
+    err = capsys.readouterr().err
+    assert code == 1 and not out.exists()
+    assert "error: run-time memory: the pair in GenAI" in err and "does not fit" in err
+    assert "--ignore-memory-plan" in err and "Traceback" not in err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fixture", ["tiny-dflash", "tiny-moe", "tiny-hybrid", "tiny-gemma4", "tiny-gptoss"])
+def test_the_plan_holds_against_what_genai_holds_on_the_fixture_pairs(fixture, tmp_path):
+    """The plan of a fixture pair, made before anything is built, within 15% of what a fresh process running
+    the pair in LLMPipeline holds at its peak (private memory sampled every 20 ms, plus its libraries' resident
+    pages), the target alone and with the draft attached."""
+    from benchmark_scripts import benchmark
+    from gguf2ov.cli.args import target_build
+    from gguf2ov.job import Job, Options
+    from gguf2ov.runtime.genai import GenerationSettings
+    from gguf2ov.runtime.memory import plan_target
+
+    bench = benchmark("memory_plan")
+    fix = f"{FIXTURES}/{fixture}"
+    target_source = next((str(p) for p in sorted(Path(fix).glob("target-*.gguf"))), f"{fix}/target-hf")
+    assert main(["target", target_source, "-o", str(tmp_path / "target"), "--quiet"]) == 0
+    assert main(["export", f"{fix}/draft-Q4_K_M.gguf", "-o", str(tmp_path / "draft"), "--weight-format", "gguf",
+                 "--quiet"]) == 0
+    options = Options(progress=False, prompts=(bench.PROMPT,), draft_head="graft",
+                      generation=GenerationSettings(max_new_tokens=bench.NEW_TOKENS, num_assistant_tokens=bench.K))
+    job = Job.of(f"{fix}/draft-Q4_K_M.gguf", target_source, options, build=target_build())
+    plans = {"alone": plan_target(job.target_forms, context=bench.PLAN_CONTEXT), "pair": job.memory_plan(("gguf",))}
+    for case, draft in (("alone", "-"), ("pair", str(tmp_path / "draft"))):
+        p = subprocess.run([sys.executable, "-m", "benchmarks.memory_plan", "--child", str(tmp_path / "target"), draft],
+                           capture_output=True, text=True, cwd=FIXTURES.rsplit("/", 1)[0])
+        assert p.returncode == 0, p.stderr[-2000:]
+        got = json.loads(p.stdout.strip().splitlines()[-1])
+        measured = got["peak_anon"] + got["libraries"]
+        planned = plans[case].of(plans[case].chosen).total
+        assert abs(planned - measured) <= 0.15 * measured, (case, planned, measured, got)
