@@ -207,7 +207,7 @@ def vocabulary_of(amap, tokenizer_dir: Path) -> str:
     folder `tokenizer_dir` is (its config.json's model type, as a map's HF model type or a VLM's it reads the
     text config of), as its DFlash converter takes it from --target-model-dir; gpt2 where no map names one,
     and for a byte-level BPE whatever the map says (Gemma 4's converter refuses one: the tiny VLM fixture's
-    files were converted with the gpt2 writer, benchmarks/llamacpp_gemma4_vlm.py)."""
+    files were converted with the gpt2 writer, benchmarks/llamacpp/gemma4_vlm.py)."""
     from ..maps.load import shipped_maps
 
     tokenizer = tokenizer_dir / "tokenizer.json"

@@ -323,7 +323,7 @@ def test_a_draft_of_a_gemma4_target_carries_its_vocabulary_as_llama_cpp_writes_i
 
 def test_a_byte_level_tokenizer_is_written_as_gpt2_whatever_the_target(tmp_path):
     """fixtures/tiny-vlm's target is a Gemma 4 VLM with a byte-level BPE, which Gemma 4's converter refuses and
-    llama.cpp's gpt2 writer writes (benchmarks/llamacpp_gemma4_vlm.py): its draft's vocabulary stays gpt2."""
+    llama.cpp's gpt2 writer writes (benchmarks/llamacpp/gemma4_vlm.py): its draft's vocabulary stays gpt2."""
     fixture = Path(__file__).resolve().parents[2] / "fixtures" / "tiny-vlm"
     path = write_dflash_gguf(fixture / "draft-ref", tmp_path / "draft.gguf", tokenizer_dir=fixture / "target-hf",
                              mix="F16").path
