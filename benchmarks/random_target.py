@@ -365,6 +365,14 @@ GEOMETRIES = {g.name: g for g in [
     TargetGeometry("qwen3.5-9b", hidden=4096, layers=32, ffn=12288, heads=16, kv_heads=4, head_dim=256, vocab=248320,
                    tied=False, rope_theta=1e7, linear_key_heads=16, linear_value_heads=32, mtp=1,
                    note="Qwen3.5-9B's text model"),
+    # Qwen3.5-27B / Qwen3.6-27B's text model, the DFlash 2 article's Qwen3.8-27B as far as it is public (its
+    # config is not): 64 layers, three Gated DeltaNet layers to one full-attention layer, hidden 5120, MLP 17408,
+    # full attention 24 query heads and 4 key/value heads of 256, Gated DeltaNet 16 key heads and 48 value heads
+    # of 128, vocabulary 248320, untied head, one MTP layer (public model cards and config transcriptions; the
+    # linear heads from the 27.8 B parameters of its 55.56 GB bf16 checkpoint, vision and MTP included)
+    TargetGeometry("qwen3.5-27b", hidden=5120, layers=64, ffn=17408, heads=24, kv_heads=4, head_dim=256, vocab=248320,
+                   tied=False, rope_theta=1e7, linear_key_heads=16, linear_value_heads=48, mtp=1,
+                   note="Qwen3.5-27B's text model (the DFlash 2 article's Qwen3.8-27B geometry as far as it is public)"),
     TargetGeometry("qwen3moe-tiny", hidden=256, layers=4, ffn=768, heads=4, kv_heads=2, head_dim=64, vocab=2048,
                    tied=False, experts=8, experts_per_tok=2, moe_ffn=256, note="smoke run"),
     TargetGeometry("qwen3-30b-a3b", hidden=2048, layers=48, ffn=6144, heads=32, kv_heads=4, head_dim=128,

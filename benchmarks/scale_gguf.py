@@ -159,6 +159,13 @@ GEOMETRIES = {g.name: g for g in [
              n_targets=5, vocab=248320, mask_token_id=248070, block_size=8, rope_theta=10000000.0,
              conv_kernel=2, conv_group=16, selector_rank=256, selector_top_k=16,
              note="incoai/Qwen3.8-27B-DFlash2's geometry: convolutions, and a selector the IR leaves out"),
+    # z-lab/gemma-4-31B-it-DFlash's geometry as a third-party GGUF of it states it (Lucebox/gemma-4-31B-it-DFlash-GGUF,
+    # not read from the hub here): hidden 5376, 5 layers, ffn 10752, 64/8 heads of 128, taps [1, 12, 23, 35, 46, 57]
+    # of 60, block 16, mask token 4, vocab 262144, rope base 1e6. Left out: its sliding window (2048) and final
+    # logit softcap (30), which this builder's Qwen3 draft does not state; neither changes its cost.
+    Geometry("gemma-4-31b-dflash", hidden=5376, layers=5, ffn=10752, heads=64, kv_heads=8, head_dim=128, n_targets=6,
+             vocab=262144, mask_token_id=4, block_size=16, rope_theta=1e6, taps=(1, 12, 23, 35, 46, 57),
+             note="z-lab/gemma-4-31B-it-DFlash's geometry (third-party docs): the draft of the Gemma 4 31B benchmark"),
     # z-lab/gpt-oss-20b-DFlash's config.json as third-party code quotes it (not read from the hub here): hidden
     # 2880, 8 layers, ffn 7680, 64/8 heads of 64, taps [1, 6, 11, 16, 21], block 8, mask token 200000, vocab
     # 201088, rope base 150000, RMS eps 1e-5. Left out: its attention biases (attention_bias true, 0.1% of its
