@@ -131,17 +131,15 @@ class Job:
         return self.read_draft(self.target_layer_offset, self.offset_decision)
 
     def fitted(self, draft):
-        """`draft` with its input_embedding_scale fitted to what the target's runtime feeds it. A stated scale
-        multiplies the target table's rows (GenAI grafts them onto the draft of an LLM target), but a VLM's
-        drafts get the text embeddings model's output, Gemma's sqrt(hidden) in it already: the draft applies
-        only what is left, not the scale twice. A draft that states no scale takes what it is fed."""
-        scale = draft.config.input_embedding_scale
-        if scale == 1.0 or self.target_spec is None or self.builds_target or self.target.embeds_scale == 1.0:
+        """`draft` fitted to the embeddings the target's runtime feeds it (draft/embedding.py). A stated
+        input_embedding_scale multiplies the target table's rows (GenAI grafts them onto the draft of an LLM
+        target), but a VLM's drafts get the text embeddings model's output, Gemma's sqrt(hidden) in it already:
+        the draft applies only what is left, not the scale twice, and records which form it was fitted for. A
+        draft that states no scale takes what it is fed; without a target, a draft keeps the form its config
+        states (the table's rows, unless it records another)."""
+        if draft.config.trained_embedding_scale == 1.0 or self.target_spec is None or self.builds_target:
             return draft
-        left = scale / self.target.embeds_scale
-        # the same sqrt(hidden) on both sides, apart from float32 rounding: no multiply in the draft at all
-        left = 1.0 if abs(left - 1.0) < 1e-5 else left
-        draft.config = dataclasses.replace(draft.config, input_embedding_scale=left)
+        draft.config = draft.config.fitted(self.target.embeds_scale)
         return draft
 
     def read_draft(self, target_layer_offset: int | None, offset_decision=None):
