@@ -307,6 +307,24 @@ def test_verify_fails_a_draft_fitted_for_the_other_embedding_form(drafts, text_t
 
 
 @pytest.mark.slow
+def test_accept_names_the_embedding_scale_applied_twice(tmp_path, drafts, vlm_target):
+    """`accept` of the draft fitted for the table's rows on the VLM folder: the text is the target's, the draft is
+    accepted less or never (0 of 378 proposals here: BROKEN), and the verdict's reasons name the scale applied twice
+    and the export that fits it."""
+    from gguf2ov.cli import main
+
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join((_dir(NAME) / "prompts.txt").read_text().splitlines()[:2]) + "\n")
+    out = tmp_path / "accept.json"
+    main(["accept", "--target", str(vlm_target), "--draft", str(drafts["rows"]), "--prompts", str(prompts),
+          "--max-new-tokens", "32", "--json", str(out), "--quiet"])
+    r = json.loads(out.read_text())
+    assert r["identical"], r["reasons"]
+    twice = [x for x in r["reasons"] if x.startswith("verify embedding-scale: the embedding scale is applied twice")]
+    assert len(twice) == 1 and "gguf2ov export" in twice[0], r["reasons"]
+
+
+@pytest.mark.slow
 def test_run_in_the_vlm_form_gives_the_targets_text_with_the_draft_accepted(tmp_path):
     """`gguf2ov run draft-Q4_K_M.gguf --target target-Q4_K_M.gguf --mmproj mmproj-F16.gguf --image IMAGE`: the
     VLM folder built from llama.cpp's two files runs in VLMPipeline with the draft attached, every prompt's
@@ -319,6 +337,8 @@ def test_run_in_the_vlm_form_gives_the_targets_text_with_the_draft_accepted(tmp_
     report = _run(tmp_path / "run", d / "draft-Q4_K_M.gguf", "--target", d / TARGET_GGUF, "--mmproj", d / MMPROJ,
                   "--image", image, "--prompts", d / "prompts.txt", min_acceptance=DEFAULT_PROMPTS_ACCEPTANCE)
     assert report["results"]["target"]["vision"]["mmproj"] == str(d / MMPROJ)
+    fit = {c["name"]: c for c in report["results"]["verify:gguf"]["checks"]}["embedding-scale"]
+    assert fit["status"] == "pass" and "applied once" in fit["reason"], fit
     r = report["results"]["accept:gguf"]
     prompts = r["prompts"]
     assert all(p["identical"] for p in prompts) and [p["images"] for p in prompts][-1] == [str(image)]
