@@ -131,17 +131,15 @@ class Job:
         return self.read_draft(self.target_layer_offset, self.offset_decision)
 
     def fitted(self, draft):
-        """`draft` with its input_embedding_scale fitted to what the target's runtime feeds it. A stated scale
-        multiplies the target table's rows (GenAI grafts them onto the draft of an LLM target), but a VLM's
-        drafts get the text embeddings model's output, Gemma's sqrt(hidden) in it already: the draft applies
-        only what is left, not the scale twice. A draft that states no scale takes what it is fed."""
-        scale = draft.config.input_embedding_scale
-        if scale == 1.0 or self.target_spec is None or self.builds_target or self.target.embeds_scale == 1.0:
+        """`draft` fitted to the embeddings the target's runtime feeds it (draft/embedding.py). A stated
+        input_embedding_scale multiplies the target table's rows (GenAI grafts them onto the draft of an LLM
+        target), but a VLM's drafts get the text embeddings model's output, Gemma's sqrt(hidden) in it already:
+        the draft applies only what is left, not the scale twice, and records which form it was fitted for. A
+        draft that states no scale takes what it is fed; without a target, a draft keeps the form its config
+        states (the table's rows, unless it records another)."""
+        if draft.config.trained_embedding_scale == 1.0 or self.target_spec is None or self.builds_target:
             return draft
-        left = scale / self.target.embeds_scale
-        # the same sqrt(hidden) on both sides, apart from float32 rounding: no multiply in the draft at all
-        left = 1.0 if abs(left - 1.0) < 1e-5 else left
-        draft.config = dataclasses.replace(draft.config, input_embedding_scale=left)
+        draft.config = draft.config.fitted(self.target.embeds_scale)
         return draft
 
     def read_draft(self, target_layer_offset: int | None, offset_decision=None):
@@ -380,17 +378,26 @@ class Job:
 
     def accept(self, draft_dir, verified=None):
         """The acceptance run of a draft folder on the target, against the shared baseline; a BROKEN
-        verdict names the verify findings that explain it (`verified`: a VerifyResult already made)."""
+        verdict names the verify findings that explain it, and any verdict a failing `embedding-scale`
+        (`verified`: a VerifyResult already made)."""
         from .stages.accept import require_draft_dir, run_acceptance
+        from .stages.verify import embedding_scale_of
 
         require_draft_dir(Path(draft_dir))  # before the minutes the target alone takes
+        # a draft fitted for other embeddings than this target feeds is accepted less, whatever the verdict
+        fit = verified.finding("embedding-scale") if verified is not None else \
+            embedding_scale_of(draft_dir, self.target)
 
         def explain():
             return broken_reasons(verified if verified is not None else
                                   self.verify(draft_dir, tap_scan=True, against_source=False))
 
-        return run_acceptance(self.target, draft_dir, self.prompts(), self.options.generation,
-                              baseline=self.baseline, explain=explain, progress=self.options.progress)
+        result = run_acceptance(self.target, draft_dir, self.prompts(), self.options.generation,
+                                baseline=self.baseline, explain=explain, progress=self.options.progress)
+        reason = _reason(fit) if fit is not None and fit.status in ("fail", "warn") else None
+        if reason is None or reason in result.reasons:
+            return result
+        return dataclasses.replace(result, reasons=(*result.reasons, reason))
 
     # --- the stages as the commands run them ----------------------------------------------------------
 
@@ -440,9 +447,13 @@ class Job:
 
 def broken_reasons(verified) -> list[str]:
     """The `verify` findings that explain a draft that is never accepted."""
-    failed = [f"verify {c.name}: {c.reason}" for c in verified.checks if c.status in ("fail", "warn")]
+    failed = [_reason(c) for c in verified.checks if c.status in ("fail", "warn")]
     if failed:
         return failed
     return ["verify passes (interface, rt_info, seed-row slice, target geometry): the draft's weights do not "
             "predict this target; compare the GGUF with its reference weights (gguf2ov check) and confirm the "
             "target layer ids (--target-layer-offset) and that draft and target were trained together"]
+
+
+def _reason(finding) -> str:
+    return f"verify {finding.name}: {finding.reason}"

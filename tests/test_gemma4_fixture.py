@@ -227,16 +227,23 @@ def test_the_vlm_folder_tokenizes_the_image_and_video_placeholders_as_one_token_
     assert config["video_token_id"] not in vocab.split_ids()  # what the file states: text to llama.cpp
 
 
-def test_the_draft_applies_its_embedding_scale_once_on_the_vlm_folder(tmp_path, vlm_target):
+@pytest.fixture(scope="module")
+def text_target(tmp_path_factory):
+    """`gguf2ov target target-Q4_K_M.gguf`: the text target of llama.cpp's file."""
+    from gguf2ov.cli import main
+
+    out = tmp_path_factory.mktemp("text") / "target"
+    assert main(["target", str(_dir(NAME) / TARGET_GGUF), "-o", str(out), "--quiet"]) == 0
+    return out
+
+
+def test_the_draft_applies_its_embedding_scale_once_on_the_vlm_folder(text_target, vlm_target):
     """GenAI feeds a VLM's draft the text embeddings model's output, Gemma's sqrt(hidden) in it already, where
     it grafts the plain table rows onto an LLM target's draft. The draft states sqrt(hidden): on the text target
     it multiplies by it, on the VLM folder by nothing, and what reaches its first layer is the same on both."""
-    from gguf2ov.cli import main
     from gguf2ov.job import Job
 
-    d = _dir(NAME)
-    text = tmp_path / "text"
-    assert main(["target", str(d / TARGET_GGUF), "-o", str(text), "--quiet"]) == 0
+    d, text = _dir(NAME), text_target
     stated = _json(NAME, "draft-ref/config.json")["dflash_config"]["input_embedding_scale"]
     on_text, on_vlm = (Job.of(str(d / "draft-Q4_K_M.gguf"), str(t)) for t in (text, vlm_target))
     assert on_text.target.embeds_scale == 1.0 and on_text.draft.config.input_embedding_scale == pytest.approx(stated)
@@ -246,6 +253,75 @@ def test_the_draft_applies_its_embedding_scale_once_on_the_vlm_folder(tmp_path, 
     first_layer = [job.target.embed(ids) * np.float32(job.draft.config.input_embedding_scale)
                    for job in (on_text, on_vlm)]
     np.testing.assert_allclose(first_layer[1], first_layer[0], rtol=1e-5, atol=1e-6)
+
+
+def _verify(draft, target) -> tuple[int, dict]:
+    """`gguf2ov verify DRAFT --target TARGET` (no tap scan): its exit code and its checks by name."""
+    from gguf2ov.cli import main
+
+    out = draft.parent / f"verify-{draft.name}-on-{target.parent.name}.json"
+    code = main(["verify", str(draft), "--target", str(target), "--no-tap-scan", "--json", str(out), "--quiet"])
+    return code, {c["name"]: c for c in json.loads(out.read_text())["checks"]}
+
+
+@pytest.fixture(scope="module")
+def drafts(tmp_path_factory, vlm_target) -> dict:
+    """The fixture's draft GGUF exported as `gguf` for the table's rows (no --target, as for a text target) and
+    for the VLM folder (`--target VLM_FOLDER`)."""
+    from gguf2ov.cli import main
+
+    gguf, out = _dir(NAME) / "draft-Q4_K_M.gguf", tmp_path_factory.mktemp("drafts")
+    made = {"rows": out / "rows", "vlm": out / "vlm"}
+    assert main(["export", str(gguf), "-o", str(made["rows"]), "--weight-format", "gguf", "--quiet"]) == 0
+    assert main(["export", str(gguf), "--target", str(vlm_target), "-o", str(made["vlm"]), "--weight-format", "gguf",
+                 "--quiet"]) == 0
+    return made
+
+
+@pytest.mark.slow
+def test_verify_fails_a_draft_fitted_for_the_other_embedding_form(drafts, text_target, vlm_target):
+    """A draft exported without --target multiplies the table's rows by its scale, as GenAI grafts them onto a
+    text target's draft; on the VLM folder, whose text embeddings model already scales, the scale is applied twice
+    (it attaches, keeps the target's text, and is accepted 0 of 500 tokens on prompts.txt instead of 222).
+    `verify --target VLM_FOLDER` fails `embedding-scale` naming the cause and the export that fixes it, and passes
+    the draft exported with --target VLM_FOLDER; that one, on the text target, has its scale missing."""
+    gguf = _dir(NAME) / "draft-Q4_K_M.gguf"
+    code, checks = _verify(drafts["rows"], vlm_target)
+    assert code == 1 and [n for n, c in checks.items() if c["status"] == "fail"] == ["embedding-scale"], checks
+    reason = checks["embedding-scale"]["reason"]
+    assert reason.startswith("the embedding scale is applied twice: the draft multiplies its inputs_embeds by 5.657")
+    assert f"gguf2ov export {gguf} --target {vlm_target} --weight-format gguf -o " in reason
+
+    code, checks = _verify(drafts["vlm"], vlm_target)
+    assert code == 0 and checks["embedding-scale"]["status"] == "pass", checks["embedding-scale"]
+    assert "applied once" in checks["embedding-scale"]["reason"]
+
+    code, checks = _verify(drafts["vlm"], text_target)
+    assert code == 1 and [n for n, c in checks.items() if c["status"] == "fail"] == ["embedding-scale"], checks
+    reason = checks["embedding-scale"]["reason"]
+    assert reason.startswith("the embedding scale is missing: the draft multiplies its inputs_embeds by nothing")
+    assert f"gguf2ov export {gguf} --target {text_target} --weight-format gguf -o " in reason
+
+    code, checks = _verify(drafts["rows"], text_target)
+    assert code == 0 and checks["embedding-scale"]["status"] == "pass", checks["embedding-scale"]
+
+
+@pytest.mark.slow
+def test_accept_names_the_embedding_scale_applied_twice(tmp_path, drafts, vlm_target):
+    """`accept` of the draft fitted for the table's rows on the VLM folder: the text is the target's, the draft is
+    accepted less or never (0 of 378 proposals here: BROKEN), and the verdict's reasons name the scale applied twice
+    and the export that fits it."""
+    from gguf2ov.cli import main
+
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join((_dir(NAME) / "prompts.txt").read_text().splitlines()[:2]) + "\n")
+    out = tmp_path / "accept.json"
+    main(["accept", "--target", str(vlm_target), "--draft", str(drafts["rows"]), "--prompts", str(prompts),
+          "--max-new-tokens", "32", "--json", str(out), "--quiet"])
+    r = json.loads(out.read_text())
+    assert r["identical"], r["reasons"]
+    twice = [x for x in r["reasons"] if x.startswith("verify embedding-scale: the embedding scale is applied twice")]
+    assert len(twice) == 1 and "gguf2ov export" in twice[0], r["reasons"]
 
 
 @pytest.mark.slow
@@ -261,6 +337,8 @@ def test_run_in_the_vlm_form_gives_the_targets_text_with_the_draft_accepted(tmp_
     report = _run(tmp_path / "run", d / "draft-Q4_K_M.gguf", "--target", d / TARGET_GGUF, "--mmproj", d / MMPROJ,
                   "--image", image, "--prompts", d / "prompts.txt", min_acceptance=DEFAULT_PROMPTS_ACCEPTANCE)
     assert report["results"]["target"]["vision"]["mmproj"] == str(d / MMPROJ)
+    fit = {c["name"]: c for c in report["results"]["verify:gguf"]["checks"]}["embedding-scale"]
+    assert fit["status"] == "pass" and "applied once" in fit["reason"], fit
     r = report["results"]["accept:gguf"]
     prompts = r["prompts"]
     assert all(p["identical"] for p in prompts) and [p["images"] for p in prompts][-1] == [str(image)]

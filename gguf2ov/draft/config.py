@@ -6,6 +6,7 @@ config.json of a checkpoint or IR folder, or the config a GGUF's metadata builds
 and `DraftConfig` answers what the graph, the checks and the runtime ask of it.
 """
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +30,11 @@ SELECTOR_LEFT_OUT = ("The candidate selector stays in the checkpoint, out of the
 
 # The map that states a draft's config keys and their defaults (tensor_maps/dflash.yaml).
 DRAFT_ARCH = "dflash"
+# dflash_config's keys of the embedding scale: the one the draft was trained with (llama.cpp's), and the one the
+# embeddings it is fitted to be fed already carry (gguf2ov's: draft/embedding.py)
+EMBEDDING_SCALE, EMBEDDING_INPUT_SCALE = "input_embedding_scale", "embedding_input_scale"
+# A scale left over within this of 1 (float32 rounding of the same sqrt(hidden) on both sides) is none.
+SCALE_ROUNDING = 1e-5
 
 # transformers' Qwen3Config defaults for keys a draft config may leave out
 QWEN3_DEFAULTS = {"num_key_value_heads": 32, "head_dim": 128, "rms_norm_eps": 1e-6, "sliding_window": 4096,
@@ -49,8 +55,13 @@ class DraftConfig:
     conv_kernel_size: int | None = None
     conv_group_size: int | None = None
     selector_rank: int | None = None
-    # multiplies the block's token embeddings before the first layer (dflash_config's optional key)
+    # what the draft multiplies its block's embeddings (inputs_embeds) by before the first layer: the scale
+    # it was trained with (`trained_embedding_scale`) over the one the embeddings it is fitted for already carry
     input_embedding_scale: float = 1.0
+    # the scale of the embeddings the draft is fitted to be fed, over the target table's rows: 1 for the rows
+    # themselves (GenAI's graft onto an LLM target's draft), a VLM folder's text embeddings model's own
+    # (draft/embedding.py)
+    embedding_input_scale: float = 1.0
 
     @property
     def logit_scale(self) -> float | None:
@@ -76,6 +87,19 @@ class DraftConfig:
                    "head_dim": self.head_dim, "intermediate_size": self.intermediate_size,
                    "dflash_config": {k: v for k, v in dflash.items() if v is not None}}
         return context | ({"vocab_size": vocab} if is_int(vocab) else {})
+
+    @property
+    def trained_embedding_scale(self) -> float:
+        """The scale the config states it was trained with: the target table's rows times this are its block's
+        embeddings (1 when it states none)."""
+        return _embedding_scale(self.raw, "the draft config")
+
+    def fitted(self, input_scale: float) -> "DraftConfig":
+        """This config fitted to be fed embeddings that carry `input_scale` (over the target table's rows): it
+        multiplies them by what is left of the scale it was trained with, and config.json records the form."""
+        raw = {**self.raw, "dflash_config": {**self.raw["dflash_config"], EMBEDDING_INPUT_SCALE: float(input_scale)}}
+        return dataclasses.replace(self, raw=raw, embedding_input_scale=float(input_scale),
+                                   input_embedding_scale=applied_scale(self.trained_embedding_scale, input_scale))
 
     @property
     def is_dflash2(self) -> bool:
@@ -158,10 +182,13 @@ def draft_config(raw: dict, where) -> DraftConfig:
             raise Gguf2ovError(f"{where}: {key} is {raw[key]!r}, not a positive integer")
     if raw.get("is_causal") is not None and not isinstance(raw["is_causal"], bool):
         raise Gguf2ovError(f"{where}: is_causal is {raw['is_causal']!r}, not true or false")
+    trained, fed = _embedding_scale(raw, where), _embedding_scale(raw, where, EMBEDDING_INPUT_SCALE)
+    if fed <= 0:
+        raise Gguf2ovError(f"{where}: dflash_config.{EMBEDDING_INPUT_SCALE} is {fed!r}, not a positive number")
     config = DraftConfig(raw=raw, hidden_size=raw["hidden_size"], num_layers=raw["num_hidden_layers"],
                          target_layer_ids=list(ids), mask_token_id=dflash["mask_token_id"],
-                         block_size=block_size(raw), input_embedding_scale=_embedding_scale(raw, where),
-                         **_dflash2_fields(raw, where))
+                         block_size=block_size(raw), input_embedding_scale=applied_scale(trained, fed),
+                         embedding_input_scale=fed, **_dflash2_fields(raw, where))
     if config.num_heads % config.num_kv_heads:
         raise Gguf2ovError(f"{where}: {config.num_heads} attention heads do not split into "
                            f"{config.num_kv_heads} key/value heads")
@@ -210,17 +237,25 @@ def _dflash2_fields(raw: dict, where) -> dict:
     return fields
 
 
-def _embedding_scale(raw: dict, where) -> float:
-    """What the block's token embeddings are multiplied by before the first layer: the target's table
-    rows times this are what the draft was trained on. A Gemma target scales its embedding by
-    sqrt(hidden) inside its model, so a draft trained on that embedding states the scale here (llama.cpp's
-    converter writes it as dflash.embedding_scale for v1 and DFlash 2 drafts alike)."""
-    scale = draft_value(raw, "input_embedding_scale")
+def _embedding_scale(raw: dict, where, key: str = EMBEDDING_SCALE) -> float:
+    """`input_embedding_scale`: the target's table rows times this are what the draft was trained on. A Gemma
+    target scales its embedding by sqrt(hidden) inside its model, so a draft trained on that embedding states
+    the scale here (llama.cpp's converter writes it as dflash.embedding_scale for v1 and DFlash 2 drafts alike).
+    `embedding_input_scale`: what the embeddings the draft is fitted to be fed carry of it (draft/embedding.py).
+    1 when the config states none."""
+    scale = draft_value(raw, key)
     if scale is None:
         return 1.0
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not np.isfinite(scale):
-        raise Gguf2ovError(f"{where}: dflash_config.input_embedding_scale is {scale!r}, not a finite number")
+        raise Gguf2ovError(f"{where}: dflash_config.{key} is {scale!r}, not a finite number")
     return float(scale)
+
+
+def applied_scale(trained: float, input_scale: float) -> float:
+    """What a draft trained with `trained` multiplies embeddings that already carry `input_scale` by: what is
+    left, and none (1.0) when the two are the same sqrt(hidden) apart from float32 rounding."""
+    left = trained / input_scale
+    return 1.0 if abs(left - 1.0) < SCALE_ROUNDING else left
 
 
 def read_draft_config(checkpoint_dir) -> DraftConfig:

@@ -39,6 +39,8 @@ from ..outputs import atomic_write_text
 from ..progress import step
 from ..provenance import provenance
 from .config import DraftConfig
+from .embedding import RT_INFO as EMBEDDING_RT_INFO
+from .embedding import record_form
 from .head import draft_grid
 from ..ir.graph_ops import (F32_MIN, I64_MAX, apply_rope, const, dim, kv_state, last_rows, linear, named, repeat_kv,
                         rms_norm, rope_tables)
@@ -296,6 +298,7 @@ def build_draft_ir(draft, variant, progress: bool = True, observe=None, grid: st
     model = build_draft_model(draft.config, forms.weight, forms.vector,
                               progress=(lambda m: step(f"{variant.name}: {m}", progress)) if progress else None)
     set_dflash_rt_info(model, draft.config)
+    record_form(model, draft.config)  # which embeddings it multiplies, and by what (draft/embedding.py)
     model.set_rt_info(variant.name, list(VARIANT_RT_INFO))  # verify holds a gguf transcode to float32's tolerance
     if variant.format.annotate is not None:
         variant.format.annotate(model, variant)
@@ -307,7 +310,7 @@ def describe_ir(ov_model) -> dict:
         return [p.get_any_name(), str(p.get_partial_shape()), p.get_element_type().get_type_name()]
 
     rt = {}
-    for key in (("dflash_mode",), ("dflash", "mask_token_id"), ("dflash", "target_layer_ids")):
+    for key in (("dflash_mode",), ("dflash", "mask_token_id"), ("dflash", "target_layer_ids"), *EMBEDDING_RT_INFO):
         if ov_model.has_rt_info(list(key)):
             rt["/".join(key)] = ov_model.get_rt_info(list(key)).astype(str)
     return {

@@ -49,7 +49,7 @@ def reference_outputs(draft: DraftSource, calls: list[dict], chained: bool = Tru
 
     Kept on the opened source per set of calls: every variant of a draft is checked on the same
     synthetic steps, and each computation reads the whole draft once more."""
-    key = (chained, _digest(calls))
+    key = (chained, draft.config.input_embedding_scale, _digest(calls))  # a copy fitted for other embeddings shares it
     cache = draft.__dict__.setdefault("_reference_outputs", {})
     if key not in cache:
         cache[key] = _compute(draft, calls, chained)

@@ -304,6 +304,15 @@ class Variant:
             name += f"_r{self.ratio:g}"
         return name + ("_all" if self.all_layers else "")
 
+    @property
+    def flags(self) -> str:
+        """The command-line flags that make this variant (`variant_from_flags`'s)."""
+        return " ".join([f"--weight-format {self.weight_format}",
+                         *([f"--group-size {self.group_size}"] if self.group_size is not None else []),
+                         *(["--sym"] if self.sym else []),
+                         *([f"--ratio {self.ratio:g}"] if self.ratio is not None and self.ratio != 1.0 else []),
+                         *(["--all-layers"] if self.all_layers else [])])
+
 
 _PLAIN = tuple(n for n, f in FORMATS.items() if f.nncf_bits is None)
 

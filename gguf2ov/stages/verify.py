@@ -17,7 +17,8 @@ from ..checks.taps import TapScan
 from ..errors import Gguf2ovError, library_message
 from ..ir.irweights import constant_values, weight_matmuls
 from ..ir.variants import format_of_ir
-from ..names import (CONFIG_FILE, DETOKENIZER_IR, IR_XML, PROVENANCE_FILE, SAFETENSORS_FILE, TOKENIZER_IR)
+from ..names import (CONFIG_FILE, DETOKENIZER_IR, IR_XML, PROVENANCE_FILE, SAFETENSORS_FILE, TOKENIZER_IR,
+                     VLM_TEXT_EMBEDDINGS)
 from ..report import Table
 from ..runtime.draft_ir import CONTEXT_STEPS, synthetic_steps
 from ..runtime.genai import describe_layer_types
@@ -114,6 +115,8 @@ def verify_draft(draft_dir, target: TargetIR | None = None, reference=None, tap_
     from ..draft.head import own_pieces, plain_draft
 
     config = _read_json(draft_dir / CONFIG_FILE)
+    if reference is not None:
+        reference = _fitted_as_exported(reference, model, config)
     own = own_pieces(model)
     d = _Draft(draft_dir, plain_draft(model), config, own=own)  # every check runs the draft as exported
     checks.append(Finding("ir", "interface", "pass", f"read {xml.name}" + (" and config.json" if config else "")))
@@ -124,6 +127,24 @@ def verify_draft(draft_dir, target: TargetIR | None = None, reference=None, tap_
         if tap_scan:
             return with_tap_scan(result(), target, prompts, named_layers)
     return result()
+
+
+def _fitted_as_exported(reference, model, config: dict | None):
+    """`reference` (a draft.source.DraftSource) fitted for the embeddings the IR `model` records it was fitted for,
+    when that differs from the reference's own fit (a copy): checkpoint-match compares the source's function in the
+    IR's own form, and `embedding-scale` says whether that form is the target's."""
+    import copy
+
+    from ..draft.embedding import form_of, same_scale
+
+    if reference.config.trained_embedding_scale == 1.0:
+        return reference
+    form = form_of(model, config)
+    if form.input_scale is None or same_scale(form.input_scale, reference.config.embedding_input_scale):
+        return reference
+    refit = copy.copy(reference)
+    refit.config = reference.config.fitted(form.input_scale)
+    return refit
 
 
 def with_tap_scan(result: VerifyResult, target: TargetIR | None, prompts=None, named=()) -> VerifyResult:
@@ -457,6 +478,7 @@ def _target_checks(d: _Draft, target: TargetIR) -> list[Finding]:
 
     if d.own.table is not None or d.own.head is not None:
         out.append(_head_match(d.own, target))
+    out.append(embedding_scale_finding(d.dir, d.model, d.config, target))
 
     tok, detok = (target.path / TOKENIZER_IR).is_file(), (target.path / DETOKENIZER_IR).is_file()
     out.append(Finding("tokenizer", "target", "pass" if tok and detok else "warn" if tok else "fail",
@@ -465,6 +487,95 @@ def _target_checks(d: _Draft, target: TargetIR) -> list[Finding]:
                        "openvino_tokenizer.xml missing: GenAI's LLMPipeline needs the target's tokenizer "
                        "(openvino_tokenizers.convert_tokenizer)"))
     return out
+
+
+# The scale a VLM folder's text embeddings model applies is measured from norms over 64 rows (TargetIR.embeds_scale,
+# which holds the rows to it within 1e-3): two scales this close are the same sqrt(hidden).
+FED_SCALE_TOLERANCE = 1e-3
+
+
+def embedding_scale_finding(draft_dir: Path, model, config: dict | None, target: TargetIR) -> Finding:
+    """`embedding-scale`: what the draft multiplies its inputs_embeds by (draft/embedding.py: its recorded form, or
+    its graph's multiply) against what this target's runtime feeds it (TargetIR.embeds_scale). A draft fitted for
+    the other form attaches, keeps greedy text identical and is only accepted less: the scale applied twice on a
+    VLM folder (0 of 500 tokens instead of 222 on fixtures/tiny-gemma4's text prompts), or missing on a text
+    target. `model` is the draft as exported (inputs_embeds in)."""
+    from ..draft.embedding import AS_FED, form_of, graph_scale, same_scale
+
+    form, graph = form_of(model, config), graph_scale(model)
+    fix = _refit_command(draft_dir, target)
+    if not same_scale(graph, form.applied):
+        return Finding("embedding-scale", "target", "fail",
+                       f"the draft's rt_info says it multiplies its inputs_embeds by {form.applied:.4g}, and its graph "
+                       f"multiplies them by {graph:.4g}: the IR was changed after export; {fix}")
+    try:
+        fed = target.embeds_scale
+    except Gguf2ovError as e:
+        return Finding("embedding-scale", "target", "warn", f"not measured: {e.message}")
+    unscaled = same_scale(fed, 1.0, FED_SCALE_TOLERANCE)
+    if target.kind == "vlm":
+        feeds = f"this VLM folder feeds it {VLM_TEXT_EMBEDDINGS}'s output, " + (
+            "the table's rows unscaled" if unscaled else f"already scaled by {fed:.4g}")
+    else:
+        feeds = "this target feeds it its table's rows, unscaled (GenAI grafts the table onto the draft)"
+    applies = f"the draft multiplies its inputs_embeds by {form.applied:.4g}" if form.applied != 1.0 else \
+        "the draft multiplies its inputs_embeds by nothing"
+    if form.input_scale is None:  # no record and no config.json: only the graph says anything
+        if form.applied == 1.0 or unscaled:
+            return Finding("embedding-scale", "target", "pass",
+                           f"{applies} (it records no embedding form), and {feeds}")
+        return Finding("embedding-scale", "target", "warn",
+                       f"{applies} and records no embedding form, and {feeds}: if {form.applied:.4g} is the scale it "
+                       f"was trained with, it is applied twice; {fix}")
+    if form.form == AS_FED:
+        return Finding("embedding-scale", "target", "pass",
+                       f"the draft states no embedding scale and multiplies its inputs_embeds by nothing, and {feeds}")
+    said = f"{applies}, fitted for {form.describe()} (its {form.source})"
+    if same_scale(form.input_scale, fed, FED_SCALE_TOLERANCE):
+        return Finding("embedding-scale", "target", "pass",
+                       f"{said}, and {feeds}: the scale it was trained with, {form.trained:.4g}, is applied once")
+    if same_scale(form.input_scale, 1.0):
+        cause = "the embedding scale is applied twice"
+    elif unscaled:
+        cause = "the embedding scale is missing"
+    else:
+        cause = "the embedding scale is wrong"
+    return Finding("embedding-scale", "target", "fail",
+                   f"{cause}: {said}, and {feeds}; its first layer gets the table's rows times "
+                   f"{form.applied * fed:.4g}, where it was trained on {form.trained:.4g} (it attaches, keeps the "
+                   f"target's text and is accepted less, or never); {fix}")
+
+
+def embedding_scale_of(draft_dir, target: TargetIR) -> Finding | None:
+    """`embedding-scale` of the draft IR in `draft_dir` on `target`, on its own (None when the IR cannot be read:
+    the run that uses it says so)."""
+    from ..draft.head import plain_draft
+    from ..numerics import core
+
+    draft_dir = Path(draft_dir)
+    try:
+        model = plain_draft(core().read_model(str(draft_dir / IR_XML)))
+        config = _read_json(draft_dir / CONFIG_FILE)
+    except Exception:  # an IR or config.json OpenVINO or json cannot read
+        return None
+    return embedding_scale_finding(draft_dir, model, config, target)
+
+
+def _refit_command(draft_dir: Path, target: TargetIR) -> str:
+    """What fits the draft to `target`: its export again, against that target, from the source and as the variant
+    its provenance names."""
+    from ..ir.variants import parse_variant
+
+    try:
+        record = _read_json(Path(draft_dir) / PROVENANCE_FILE) or {}
+    except Gguf2ovError:
+        record = {}
+    source = ((record.get("sources") or {}).get("source") or {}).get("path") or "SOURCE"
+    try:
+        flags = " " + parse_variant(str((record.get("options") or {}).get("variant"))).flags
+    except Gguf2ovError:
+        flags = ""
+    return f"export it again against this target: gguf2ov export {source} --target {target.path}{flags} -o NEW_FOLDER"
 
 
 # The draft's own copy of the target's weights as stored reads what the target's does: 0 measured.

@@ -91,6 +91,9 @@ def write_dflash_gguf(checkpoint_dir, out_path, tokenizer_dir=None, mix: str = "
     under `dflash.mask_token_id`). `tokenizer_dir` is the target's HF folder (tokenizer and config.json), whose
     vocabulary is written as llama.cpp's DFlash converter writes it from `--target-model-dir`: with the target's
     own converter (`vocabulary_of`), a gpt2-style BPE by default (`tokenizer_pre` names its pre-tokenizer).
+    A draft that states the embedding scale it was trained with (`dflash.embedding_scale`) also records the
+    embeddings it is fitted to be fed (`dflash.embedding_input_scale`: its config's, else 1, the table's rows,
+    which llama.cpp feeds; gguf2ov/draft/embedding.py).
     """
     return write_gguf(checkpoint_dir, out_path, ARCH, tokenizer_dir, mix, legacy, progress, tokenizer_pre, pure=pure)
 
@@ -107,6 +110,8 @@ def write_gguf(checkpoint_dir, out_path, arch: str, tokenizer_dir=None, mix: str
         raise Gguf2ovError(f"unknown type mix {mix!r}; choose one of {', '.join(MIXES)}")
     checkpoint_dir = Path(checkpoint_dir)
     config = read_json_object(checkpoint_dir / "config.json")
+    if arch == ARCH:
+        config = with_embedding_form(config)
     amap = load_map(arch, maps_dir=maps_dir)
     checkpoint = Checkpoint(checkpoint_dir)
     n_layers = config["num_hidden_layers"]
@@ -149,6 +154,17 @@ def write_gguf(checkpoint_dir, out_path, arch: str, tokenizer_dir=None, mix: str
     out_path = Path(out_path)
     write_atomically(writer, out_path)
     return GgufWriteResult(str(out_path), sum(counts.values()), counts, sorted(metadata))
+
+
+def with_embedding_form(config: dict) -> dict:
+    """A draft config that states the embedding scale it was trained with, with the embeddings it is fitted to be
+    fed stated too: its own, else 1 (the table's rows, which llama.cpp feeds). Other configs as they are."""
+    from ..draft.config import EMBEDDING_INPUT_SCALE, EMBEDDING_SCALE
+
+    dflash = config.get("dflash_config")
+    if not isinstance(dflash, dict) or dflash.get(EMBEDDING_SCALE) in (None, 1) or EMBEDDING_INPUT_SCALE in dflash:
+        return config
+    return {**config, "dflash_config": {**dflash, EMBEDDING_INPUT_SCALE: 1.0}}
 
 
 _EXPERT = re.compile(r"^(?P<head>.+\.experts)\.(?P<e>\d+)\.(?P<tail>\w+)\.weight$")

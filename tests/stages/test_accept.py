@@ -1,6 +1,7 @@
 """Argument and folder checks of the acceptance run (no GenAI run needed)."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -188,3 +189,26 @@ def test_cli_runs_the_draft_it_is_given(fixtures_dir, tmp_path):
     assert numerics["int8_matmuls"] == sum(f["matmuls"] for forms in numerics["models"].values() for f in forms
                                            if f["path"] == "int8")
     assert code == verdict_code(r["verdict"])
+
+
+@pytest.mark.slow
+def test_a_draft_fitted_for_other_embeddings_is_named_whatever_the_verdict(fixture_draft_as, fixtures_dir, tmp_path):
+    """verify's `embedding-scale` finding reaches the acceptance's reasons with any verdict, not only with BROKEN's
+    explanation: a draft fitted for other embeddings than the target feeds is accepted less, not never. Here the
+    fixture draft (trained on the table's rows, its graph multiplying nothing) with a record that says it was
+    fitted for embeddings already scaled by 2: accepted as ever on the text target, and the reasons say the scale
+    is missing there, naming the export that fits it."""
+    import dflash_builders as b
+
+    from gguf2ov.cli import main
+
+    draft = b.edit_ir(Path(fixture_draft_as("gguf").out_dir), tmp_path / "draft", set_rt_info={
+        "dflash/embedding_input": "scaled_embeddings", "dflash/embedding_input_scale": "2.0"})
+    report, prompts = tmp_path / "accept.json", tmp_path / "prompts.txt"
+    prompts.write_text((fixtures_dir / "prompts.txt").read_text().splitlines()[0] + "\n")
+    main(["accept", "--target", str(fixtures_dir / "target"), "--draft", str(draft), "--prompts", str(prompts),
+          "--max-new-tokens", "24", "--json", str(report), "--quiet"])
+    r = json.loads(report.read_text())
+    assert r["identical"] and r["verdict"] != "BROKEN" and r["accepted_tokens"] >= 12, r
+    missing = [x for x in r["reasons"] if x.startswith("verify embedding-scale: the embedding scale is missing")]
+    assert len(missing) == 1 and f"--target {fixtures_dir / 'target'}" in missing[0], r["reasons"]

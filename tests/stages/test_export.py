@@ -40,6 +40,8 @@ def test_cli_export_writes_a_verified_draft(tmp_path, checkpoint):
         "dflash_mode": "True",
         "dflash/mask_token_id": str(config["mask_token_id"]),
         "dflash/target_layer_ids": ",".join(map(str, config["target_layer_ids"])),
+        # the embeddings it is fitted to be fed: it states no scale, and takes what it is fed
+        "dflash/embedding_input": "as_fed", "dflash/embedding_input_scale": "1.0", "dflash/embedding_applied_scale": "1.0",
     }
     assert [i[0] for i in report["inputs"]] == ["inputs_embeds", "hidden_states", "position_ids", "attention_mask", "beam_idx"]
     assert [o[0] for o in report["outputs"]] == ["last_hidden_state"]
