@@ -24,12 +24,15 @@ demo: install-core
 	.venv/bin/gguf2ov run $(FIX)/draft-Q4_K_M.gguf --target out/heavy-target \
 	    --reference $(FIX)/draft-ref --prompts $(FIX)/prompts.txt -o $(OUT) --overwrite
 
+# The tests not marked slow run on two workers (pytest-xdist: one a core here), the slow ones (GenAI runs, whose
+# speed figures a second worker would disturb) one at a time after them.
 test: install
-	HF_HUB_OFFLINE=1 .venv/bin/python -m pytest -q $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 .venv/bin/python -m pytest -q -n 2 -m "not slow" $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 .venv/bin/python -m pytest -q -m slow $(PYTEST_ARGS)
 
 # The edit loop: every test not marked slow (no GenAI run, whole job or real file). CI runs `test`.
 test-fast: install
-	HF_HUB_OFFLINE=1 .venv/bin/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 .venv/bin/python -m pytest -q -n 2 -m "not slow" $(PYTEST_ARGS)
 
 # The DFlash 2 fixture is trained against the v1 fixture's target, so it is rebuilt after it.
 fixtures: install

@@ -130,7 +130,7 @@ def inspect(gguf_path, map_path=None) -> InspectResult:
     from ..maps.not_run import NotRunError
     from ..targets.source import open_target_gguf, target_problems
 
-    if Path(gguf_path).is_dir():
+    if Path(gguf_path).is_dir() and Path(gguf_path).suffix.lower() != ".gguf":  # a checkpoint folder
         if map_path is not None:
             raise Gguf2ovError("--map applies to a GGUF file, not to a checkpoint folder", hint="leave --map out")
         return inspect_checkpoint(gguf_path)

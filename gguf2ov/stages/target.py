@@ -135,8 +135,7 @@ def export_target(forms, out_dir, tokenizer_from, overwrite: bool = False, progr
                                                          "~0.74x the folded IR)" if forms.transcoded and
                                                          forms.grid != "compact" else ""))
 
-    plan = plan_target(forms, vision)
-    step(plan.line(), progress)  # before the build: what running it will take here
+    plan = plan_target(forms, vision)  # from the source, before the build: what running it will take here
     start = time.perf_counter()
     with atomic_dir(out_dir, overwrite=overwrite) as tmp:
         if vision is None:
