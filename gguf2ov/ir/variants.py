@@ -21,6 +21,12 @@ DEFAULT_GROUP_SIZE = 16  # a Q4_K sub-block is 32 wide: 16 divides it, so no gro
 # asymmetric, group 128, ratio 1.0), so that `gguf2ov target --weight-format int4` is what users get
 # from optimum-cli.
 TARGET_GROUP_SIZE = 128
+# What int4 does with a weight whose input width the group does not divide (gpt-oss-20b's 2880, Gemma 4
+# 26B-A4B's experts of 704, a fixture's 32): optimum-cli's --group-size-fallback values gguf2ov takes.
+# A target takes "adjust" (the largest power of two dividing the width, at least 32, else int8) so that
+# `--weight-format int4` holds every geometry; a draft's variants "error" (drift skips what cannot apply).
+GROUP_FALLBACKS = ("error", "adjust")
+TARGET_GROUP_FALLBACK = "adjust"
 DEFAULT_DRIFT_VARIANTS = (
     "fp32", "int8",
     "int4_sym_g16", "int4_asym_g16", "int4_sym_g32", "int4_asym_g32", "int4_sym_g128", "int4_asym_g128",
@@ -223,6 +229,10 @@ class Variant:
     sym: bool = False
     ratio: float | None = None
     all_layers: bool = False
+    # int4, a weight whose input width the group does not divide: "error" (refused, as optimum-cli's
+    # default) or "adjust" (NNCF's GroupSizeFallbackMode.ADJUST: the largest power of two that divides the
+    # width, if at least 32, else NNCF's backup int8), a target's default (GROUP_FALLBACKS)
+    group_fallback: str = "error"
 
     @property
     def format(self) -> Format:
@@ -278,8 +288,11 @@ def parse_variant(name: str) -> Variant:
 
 
 def variant_from_flags(weight_format: str, group_size=None, sym=False, ratio=None, all_layers=False,
-                       default_group_size: int = DEFAULT_GROUP_SIZE) -> Variant:
-    """The optimum-cli-style flags (`--weight-format`, `--group-size`, `--sym`, `--ratio`, `--all-layers`)."""
+                       default_group_size: int = DEFAULT_GROUP_SIZE, group_fallback: str = "error") -> Variant:
+    """The optimum-cli-style flags (`--weight-format`, `--group-size`, `--sym`, `--ratio`, `--all-layers`,
+    `--group-size-fallback`: GROUP_FALLBACKS, which int4 alone reads)."""
+    if group_fallback not in GROUP_FALLBACKS:
+        raise Gguf2ovError(f"unknown group size fallback {group_fallback!r}", hint=f"use {', '.join(GROUP_FALLBACKS)}")
     fmt = FORMATS.get(weight_format)
     if fmt is None:
         raise Gguf2ovError(f"unknown weight format {weight_format!r}", hint=f"use {', '.join(FORMATS)}")
@@ -293,7 +306,7 @@ def variant_from_flags(weight_format: str, group_size=None, sym=False, ratio=Non
         if group_size is not None:
             raise Gguf2ovError("--group-size applies to int4 only: int8 is per channel")
         return Variant(weight_format, sym=sym, ratio=ratio, all_layers=all_layers)
-    return Variant(weight_format, group_size or default_group_size, sym, ratio, all_layers)
+    return Variant(weight_format, group_size or default_group_size, sym, ratio, all_layers, group_fallback)
 
 
 def require_source_for(variant: Variant, source_kind: str) -> None:
