@@ -32,6 +32,12 @@ DEFAULT_DRIFT_VARIANTS = (
     "int4_sym_g16", "int4_asym_g16", "int4_sym_g32", "int4_asym_g32", "int4_sym_g128", "int4_asym_g128",
     "gguf",
 )
+# What the lean form (int4 at group 128) trades, measured (benchmarks/target_fidelity.py --fixtures all;
+# docs/targets.md, "The lean form"): the CPU plugin's run-time bits a weight against the grid's folded forms
+# (benchmarks/runtime_bytes.py), and the fixtures' logits against the file's exact grid.
+LEAN_TRADE = ("NNCF's int4, the lean form at group 128: about 5 bits a weight at run time where the file's grid takes "
+              "6 to 10, for fidelity: NNCF requantizes the file's weights (on the fixture targets, KLD 3e-4 to 1e-2 "
+              "nats a token and top-1 agreement 97-99.8% against the grid; docs/targets.md, The lean form)")
 _NNCF_NAME = re.compile(r"^int(?P<bits>[48])(?:_(?P<sym>sym|asym))?(?:_g(?P<g>\d+))?(?:_r(?P<r>[0-9.]+))?(?P<all>_all)?$")
 
 
@@ -206,6 +212,8 @@ class Format:
     # (forms, name) -> the bytes of the scratch file the weight is made in while the IR is saved (ir/spill.py)
     scratch_bytes: Callable = lambda forms, name: 0
     annotate: Callable | None = None     # (ov.Model, Variant[, ignored MatMuls]) -> None: the rt_info it adds
+    # what a target in this form trades against its GGUF's own grid, said when one is built from a GGUF
+    trade: str = ""
 
 
 FORMATS = {f.name: f for f in [
@@ -216,7 +224,7 @@ FORMATS = {f.name: f for f in [
     Format("int8", "NNCF int8 per channel", _nncf_weight, _nncf_bytes, xml_bytes=_nncf_xml_bytes, tolerance=None,
            nncf_bits=8, annotate=_nncf_rt_info),
     Format("int4", "NNCF int4 per group (int8 where NNCF keeps a backup)", _nncf_weight, _nncf_bytes,
-           xml_bytes=_nncf_xml_bytes, tolerance=None, nncf_bits=4, annotate=_nncf_rt_info),
+           xml_bytes=_nncf_xml_bytes, tolerance=None, nncf_bits=4, annotate=_nncf_rt_info, trade=LEAN_TRADE),
     Format("gguf", "the GGUF's own codes, scales and minimums", _grid_weight, _grid_bytes, xml_bytes=_grid_xml_bytes,
            tolerance=1e-4, needs_gguf=True, scratch_bytes=_grid_scratch_bytes),
 ]}

@@ -65,6 +65,7 @@ class TargetExportResult:
     seconds: float = 0.0
     vision: dict | None = None  # a VLM folder's image encoder (targets/vision.py's vision_config, and its mmproj)
     nncf_groups: dict[int, int] = field(default_factory=dict)  # NNCF int4 group size -> weights compressed at it
+    trade: str | None = None  # what the form trades against the GGUF's own grid (variants.Format.trade)
 
     def tables(self) -> list[Table]:
         io_rows = [["input", *row] for row in self.inputs] + [["output", *row] for row in self.outputs]
@@ -100,6 +101,8 @@ class TargetExportResult:
                          + ", ".join(f"{g} for {n} weights" for g, n in sorted(self.nncf_groups.items(), reverse=True)))
         if self.nncf_backup:
             lines.append(f"kept in NNCF's backup int8: {_backup_text(self.nncf_backup, self.nncf_backup_why)}")
+        if self.trade:
+            lines.append(f"{self.weight_format}: {self.trade}")
         passed = sum(c.status == "pass" for c in self.checks)
         lines.append(f"target checks: {passed}/{len(self.checks)} pass")
         if self.nonfinite:
@@ -175,6 +178,7 @@ def export_target(forms, out_dir, tokenizer_from, overwrite: bool = False, progr
         nncf_backup_why={n: forms.plan[n].reason.removeprefix("backup: ") for n in options["nncf_backup"]},
         nonfinite=dict(forms.nonfinite), seconds=time.perf_counter() - start,
         nncf_groups=options["nncf_groups"],
+        trade=(variant.format.trade or None) if target.kind == "gguf" else None,
         vision=None if vision is None else {**vision_config(vision), "mmproj": str(vision.path),
                                             "max_soft_tokens": image_max_tokens})
 
