@@ -395,6 +395,11 @@ GEOMETRIES = {g.name: g for g in [
     Gemma4Geometry("gemma-4-26b-a4b", hidden=2816, layers=30, ffn=2112, heads=16, kv_heads=8, head_dim=256,
                    global_kv_heads=2, global_head_dim=512, vocab=262144, experts=128, experts_per_tok=8, moe_ffn=704,
                    note="Gemma 4 26B-A4B's text model"),
+    # a sliding and a global layer of it (transformers makes a Gemma 4's last layer global): what its experts of
+    # 704 cost at run time in each form (benchmarks/lean_memory.py)
+    Gemma4Geometry("gemma-4-26b-a4b-2l", hidden=2816, layers=2, ffn=2112, heads=16, kv_heads=8, head_dim=256,
+                   global_kv_heads=2, global_head_dim=512, vocab=262144, global_every=2, experts=128,
+                   experts_per_tok=8, moe_ffn=704, note="a sliding and a global layer of Gemma 4 26B-A4B"),
     # openai/gpt-oss-20b (its config.json on the hub; ggml-org/gpt-oss-20b-GGUF states the same in gpt-oss.*):
     # 24 layers (GptOssConfig's default, 36, is gpt-oss-120b's), hidden 2880, 64 query heads of 64, 8 key/value
     # heads (GptOssConfig's defaults), 32 experts (the default, 128, is the 120b's) top 4 (default), expert width

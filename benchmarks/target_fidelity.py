@@ -18,6 +18,16 @@ For each target folder:
   `defaults` (no properties: what GenAI's users run; bf16 on a CPU with AVX512_BF16 or AMX);
 - greedy text: LLMPipeline, 100 new tokens per fixture prompt, with the f32 hint and with no properties,
   against the reference form's in exact arithmetic: identical on how many prompts.
+
+    python -m benchmarks.target_fidelity --fixtures all [--json FILE]
+
+builds the forms of each fixture family's target GGUF itself (`FIXTURES`: the plain fixture target as the
+project's writer makes it Q4_K_M, the hybrid, mixture-of-experts, gpt-oss and Gemma 4 fixtures' llama.cpp
+files) and states them against its folded grid on its own prompts: `int4` (the lean form, as `gguf2ov target
+--weight-format int4` builds it), `int4-all` (`--all-layers`: the table and the head in int4 too) and, for
+the hybrid, `int4-gdn` (its Gated DeltaNet projections in int4 too, which the lean form keeps in int8).
+Every weight the file stores block-quantized is measured, experts included (MXFP4's step: its E8M0 scale
+halved, the unit of ggml's doubled E2M1 values).
 """
 
 import argparse
@@ -48,7 +58,7 @@ def held_out_text(paragraphs: int = 120, seed: int = 20261202) -> str:
 
 def weight_changes(gguf: Path, target: Path) -> dict:
     """{tensor: largest |IR weight - dequantized| in steps of its group}, each tensor the file stores
-    block-quantized (every Linear and the table of a Q4_K_M file)."""
+    block-quantized (every Linear, the table, and the experts of a mixture; a tied head is the table)."""
     from gguf2ov.gguf.quants import step_changes
     from gguf2ov.ir.irweights import ir_weights
     from gguf2ov.ir.variants import parse_variant
@@ -57,11 +67,36 @@ def weight_changes(gguf: Path, target: Path) -> dict:
 
     source = Job(target_spec=TargetBuild(model_source(gguf, "target"), parse_variant("fp32"))).target_source
     out = {}
-    for name, values in ir_weights(target).items():
-        stored = source.quantized("model.embed_tokens.weight" if name == "lm_head.weight" else name)
-        if stored is not None:
+    for name, values in (ir_weights(target) | expert_weights(target, source.expected)).items():
+        stored = source.quantized(name) if name in source.expected else None
+        if stored is None and name == "lm_head.weight":
+            stored = source.quantized("model.embed_tokens.weight")
+        if stored is not None and stored[1].name not in ("F32", "F16", "BF16"):
             raw, qtype = stored
             out[name] = float(step_changes(values, raw() if callable(raw) else raw, qtype).max())
+    return out
+
+
+def expert_weights(target: Path, names) -> dict:
+    """{tensor: float32 [E, N, K]} of the batched MatMuls' weights (a mixture's experts), named by the constant
+    each form stores them in (`self.` + the source's tensor name), evaluated as the IR computes them."""
+    from gguf2ov.ir.irweights import evaluate, read_model, weight_param_name
+
+    out = {}
+    for op in read_model(Path(target)).get_ordered_ops():
+        if op.get_type_name() != "MatMul" or weight_param_name(op) is not None:
+            continue
+        stack, seen, found = [op.input_value(1).get_node()], set(), None
+        while stack and found is None:
+            node = stack.pop()
+            if node.get_name() in seen or node.get_type_name() in ("Parameter", "ReadValue"):
+                continue
+            seen.add(node.get_name())
+            name = node.get_friendly_name().removeprefix("self.")
+            found = name if node.get_type_name() == "Constant" and name in names else None
+            stack.extend(v.get_node() for v in node.input_values())
+        if found is not None and op.input_value(1).get_partial_shape().rank.get_length() == 3:
+            out[found] = evaluate(op.input_value(1))
     return out
 
 
@@ -127,35 +162,69 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None) -> int:
-    from gguf2ov.numerics import EXACT
+def families_markdown(report: dict) -> str:
+    """One row per fixture and form: the docs' table (docs/targets.md, the lean form)."""
+    lines = ["| fixture | form | largest weight change, group steps | KLD mean / max, exact | top-1, exact | KLD mean, "
+             "top-1: f32 hint | greedy text identical: f32 hint, defaults |", "|" + "---|" * 7]
+    for name, r in report["fixtures"].items():
+        n = r["prompts"]
+        for label, f in r["forms"].items():
+            lines.append(f"| {name} | {label} | {f['largest_change_in_steps']:.1e} | {f['exact']['kld_mean']:.1e} / "
+                         f"{f['exact']['kld_max']:.1e} | {f['exact']['top1_agreement']:.4f} | {f['f32']['kld_mean']:.1e}, "
+                         f"{f['f32']['top1_agreement']:.4f} | {f['greedy_identical_f32']}/{n}, "
+                         f"{f['greedy_identical_defaults']}/{n} |")
+    return "\n".join(lines) + "\n"
 
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("gguf", type=Path)
-    p.add_argument("--targets", required=True, help="label=folder,... (the forms to state)")
-    p.add_argument("--reference", default="folded", help="the label whose exact arithmetic is the reference")
-    p.add_argument("--text", type=Path, help="held-out text (default: the fixture generator's, another seed, and prose)")
-    p.add_argument("--prompts", type=Path, default=REPO / "fixtures" / "tiny-dflash" / "prompts.txt")
-    p.add_argument("--length", type=int, default=256, help="tokens per sequence")
-    p.add_argument("--sequences", type=int, help="at most this many sequences of the text")
-    p.add_argument("--json", type=Path)
-    args = p.parse_args(argv)
-    targets = {k: Path(v) for k, v in (item.split("=", 1) for item in args.targets.split(","))}
-    text = args.text.read_text() if args.text else held_out_text()
+
+# The fixture families' target GGUFs (None: the plain fixture target, which the project's writer makes Q4_K_M)
+FIXTURES = {"tiny-dflash": None, "tiny-hybrid": "target-Q4_K_M.gguf", "tiny-moe": "target-Q4_K_M.gguf",
+            "tiny-gptoss": "target-MXFP4_MOE.gguf", "tiny-gemma4": "target-Q4_K_M.gguf"}
+
+
+def fixture_forms(name: str, work: Path) -> tuple[Path, dict]:
+    """(the fixture's target GGUF, {label: target folder}) of its folded grid and the int4 forms, built in `work`."""
+    from gguf2ov.ir.variants import TARGET_GROUP_FALLBACK, TARGET_GROUP_SIZE, variant_from_flags
+    from gguf2ov.job import Job, Options
+    from gguf2ov.sources import TargetBuild, model_source
+
+    folder = REPO / "fixtures" / name
+    gguf = folder / FIXTURES[name] if FIXTURES[name] else work / f"{name}-Q4_K_M.gguf"
+    if not gguf.is_file():
+        from gguf2ov.tools.gguf_writer import write_gguf
+
+        write_gguf(folder / "target-hf", gguf, "qwen3", tokenizer_dir=folder / "target-hf", mix="Q4_K_M")
+    lean = dict(group_size=None, default_group_size=TARGET_GROUP_SIZE, group_fallback=TARGET_GROUP_FALLBACK)
+    forms = {"folded": (variant_from_flags("gguf"), False), "int4": (variant_from_flags("int4", **lean), False),
+             "int4-all": (variant_from_flags("int4", all_layers=True, **lean), False)}
+    if name == "tiny-hybrid":
+        forms["int4-gdn"] = (variant_from_flags("int4", **lean), True)
+    out = {}
+    for label, (variant, gdn_int4) in forms.items():
+        job = Job(target_spec=TargetBuild(model_source(gguf, "target"), variant), options=Options(progress=False))
+        if gdn_int4:  # what the lean form keeps in int8, in int4 too
+            job.target_source.int8_weights = {}
+        out[label] = work / f"{name}-{label}"
+        job.build_target(out[label], overwrite=True)
+    return gguf, out
+
+
+def measure(gguf: Path, targets: dict, reference_label: str, prompts: list[str], text: str, length: int,
+            sequences: int | None) -> dict:
+    """Each form of `targets` against the reference form's exact arithmetic: weights, logits, greedy text."""
+    from gguf2ov.numerics import EXACT
     import openvino_genai as g
 
-    tokenizer = g.Tokenizer(str(targets[args.reference]))
+    tokenizer = g.Tokenizer(str(targets[reference_label]))
     ids = np.asarray(tokenizer.encode(text).input_ids.data[0], dtype=np.int64)
-    seqs = [ids[i:i + args.length] for i in range(0, len(ids) - args.length + 1, args.length)][:args.sequences]
-    prompts = [line for line in args.prompts.read_text().splitlines() if line.strip()]
-    reference = logits(targets[args.reference], seqs, EXACT)
-    reference_text = greedy(targets[args.reference], prompts, EXACT)
-    report = {"gguf": str(args.gguf), "reference": f"{args.reference}, exact arithmetic", "sequences": len(seqs),
-              "length": args.length, "prompts": len(prompts), "provenance": provenance(), "forms": {}}
+    seqs = [ids[i:i + length] for i in range(0, len(ids) - length + 1, length)][:sequences]
+    reference = logits(targets[reference_label], seqs, EXACT)
+    reference_text = greedy(targets[reference_label], prompts, EXACT)
+    report = {"gguf": str(gguf), "reference": f"{reference_label}, exact arithmetic", "sequences": len(seqs),
+              "length": length, "prompts": len(prompts), "provenance": provenance(), "forms": {}}
     for label, folder in targets.items():
-        changes = weight_changes(args.gguf, folder)
+        changes = weight_changes(gguf, folder)
         worst = max(changes, key=changes.get)
-        row = {"largest_change_in_steps": changes[worst], "worst_tensor": worst}
+        row = {"largest_change_in_steps": changes[worst], "worst_tensor": worst, "tensors_measured": len(changes)}
         for mode, props in MODES.items():
             row[mode] = kld(reference, logits(folder, seqs, EXACT if props is None else props))
         for mode in ("f32", "defaults"):
@@ -169,7 +238,43 @@ def main(argv=None) -> int:
               + f"; greedy text identical: f32 {row['greedy_identical_f32']}/{len(prompts)}, defaults "
                 f"{row['greedy_identical_defaults']}/{len(prompts)}", flush=True)
     report["markdown"] = markdown(report)
-    print(report["markdown"])
+    return report
+
+
+def main(argv=None) -> int:
+    import tempfile
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("gguf", type=Path, nargs="?")
+    p.add_argument("--targets", help="label=folder,... (the forms to state)")
+    p.add_argument("--fixtures", help=f"comma-separated fixtures to build and state (all: {', '.join(FIXTURES)})")
+    p.add_argument("--reference", default="folded", help="the label whose exact arithmetic is the reference")
+    p.add_argument("--text", type=Path, help="held-out text (default: the fixture generator's, another seed, and prose)")
+    p.add_argument("--prompts", type=Path, default=REPO / "fixtures" / "tiny-dflash" / "prompts.txt")
+    p.add_argument("--length", type=int, default=256, help="tokens per sequence")
+    p.add_argument("--sequences", type=int, help="at most this many sequences of the text")
+    p.add_argument("--json", type=Path)
+    args = p.parse_args(argv)
+    if (args.targets is None) == (args.fixtures is None) or (args.targets is not None and args.gguf is None):
+        p.error("give GGUF --targets label=folder,..., or --fixtures")
+    text = args.text.read_text() if args.text else held_out_text()
+    if args.targets is not None:
+        targets = {k: Path(v) for k, v in (item.split("=", 1) for item in args.targets.split(","))}
+        prompts = [line for line in args.prompts.read_text().splitlines() if line.strip()]
+        report = measure(args.gguf, targets, args.reference, prompts, text, args.length, args.sequences)
+        print(report["markdown"])
+    else:
+        names = list(FIXTURES) if args.fixtures == "all" else args.fixtures.split(",")
+        report = {"fixtures": {}}
+        with tempfile.TemporaryDirectory(prefix="fidelity-") as work:
+            for name in names:
+                gguf, targets = fixture_forms(name, Path(work))
+                prompts = [line for line in (REPO / "fixtures" / name / "prompts.txt").read_text().splitlines()
+                           if line.strip()]
+                report["fixtures"][name] = measure(gguf, targets, "folded", prompts, text, args.length, args.sequences)
+                print(f"## {name}\n\n" + report["fixtures"][name]["markdown"], flush=True)
+        report["markdown"] = families_markdown(report)
+        print(report["markdown"])
     if args.json:
         args.json.write_text(json.dumps(report, indent=1) + "\n")
     return 0

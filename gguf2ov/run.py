@@ -91,7 +91,9 @@ class RunResult:
         return tables
 
     def summary(self) -> list[str]:
-        return [f"verdict: {self.verdict}", f"report: {Path(self.out_dir) / 'report.md'}"]
+        built = self.results.get("target")  # a target built in a form that trades against its file's grid
+        trade = [f"target: {built.weight_format}: {built.trade}"] if getattr(built, "trade", None) else []
+        return trade + [f"verdict: {self.verdict}", f"report: {Path(self.out_dir) / 'report.md'}"]
 
 
 def run(job, out_dir, reference_dir=None, requant: str | None = None, variants=None,

@@ -134,6 +134,25 @@ def test_recorded_figures():
 
 
 @pytest.mark.slow
+def test_run_builds_the_lean_form_of_the_target_and_says_what_it_trades(tmp_path):
+    """`run --target target-MXFP4_MOE.gguf --target-format int4`: the lean form (NNCF int4, its experts u4 codes
+    on GatherMatmul at the groups the 32-wide fixture takes) built into OUT/target, the draft's tokens accepted
+    with the target's own text, and one line of the output saying what the form trades against the file's grid.
+    Before, group 128 made the target stage fail ("group size 128 does not divide the input width")."""
+    d = _dir(NAME)
+    out = tmp_path / "run"
+    report = _run(out, d / "draft-Q4_K_M.gguf", "--target", d / TARGET_GGUF, "--target-format", "int4",
+                  "--variants", "int8", "--max-new-tokens", "40", min_acceptance=0.3)
+    stages = {s["name"]: s for s in report["stages"]}
+    assert "as int4_asym_g128 into target/" in stages["target"]["reason"] and stages["target"]["status"] == "pass"
+    assert json.loads((out / "target" / "gguf2ov.json").read_text())["options"]["nncf_groups"] == {"32": 24, "64": 8}
+    compiled = {c["name"]: c for c in report["results"]["target"]["checks"]}["target-compiled"]
+    assert compiled["status"] == "pass" and "(fused weights: 8 u4)" in compiled["reason"], compiled
+    assert "- target: int4_asym_g128: NNCF's int4, the lean form at group 128: about 5 bits a weight at run time" \
+        in (out / "report.md").read_text()
+
+
+@pytest.mark.slow
 def test_run_with_its_defaults_builds_the_target_from_llama_cpps_mxfp4_file_and_passes(tmp_path):
     """`gguf2ov run draft-Q4_K_M.gguf --target target-MXFP4_MOE.gguf` and nothing else: the target built
     from llama.cpp's file on its own grid (MXFP4 experts) generates llama-simple's greedy text (recorded

@@ -83,15 +83,17 @@ def mmproj_arguments(parser) -> None:
 def target_build(weight_format: str | None = None, group_size: int | None = None, sym: bool = False,
                  ratio: float | None = None, all_layers: bool = False, grid: str = "folded",
                  tokenizer_dir=None, map_path=None, allow_nonfinite: bool = False, mmproj=None,
-                 image_max_tokens: int | None = None):
+                 image_max_tokens: int | None = None, group_fallback: str | None = None):
     """How a command builds a target from the model a target argument names: `build(source)` makes its
-    `sources.TargetBuild` (the weight format defaults to `gguf` for a GGUF, `fp32` for a checkpoint)."""
-    from ..ir.variants import TARGET_GROUP_SIZE, require_source_for
+    `sources.TargetBuild` (the weight format defaults to `gguf` for a GGUF, `fp32` for a checkpoint; int4's
+    group size fallback to TARGET_GROUP_FALLBACK)."""
+    from ..ir.variants import TARGET_GROUP_FALLBACK, TARGET_GROUP_SIZE, require_source_for
     from ..sources import TargetBuild
 
     def build(source):
         variant = variant_from_flags(weight_format or ("gguf" if source.kind == "gguf" else "fp32"), group_size,
-                                     sym, ratio, all_layers, default_group_size=TARGET_GROUP_SIZE)
+                                     sym, ratio, all_layers, default_group_size=TARGET_GROUP_SIZE,
+                                     group_fallback=group_fallback or TARGET_GROUP_FALLBACK)
         require_source_for(variant, source.kind)
         if map_path is not None and source.kind != "gguf":
             raise Gguf2ovError("--map applies to a GGUF source only", hint="a checkpoint folder is read by its config.json")

@@ -17,7 +17,8 @@ def configure_parser(p) -> None:
     a.target_argument(p, required=True, buildable=True, help="the target built from a model goes to OUT/target")
     p.add_argument("--target-format", choices=tuple(FORMATS), metavar="FORMAT",
                    help="the weights of a target the run builds: " + ", ".join(FORMATS)
-                        + " (default as `gguf2ov target`: gguf for a GGUF, fp32 for a checkpoint)")
+                        + " (default as `gguf2ov target`: gguf for a GGUF, fp32 for a checkpoint; int4: the lean "
+                          "form, NNCF's int4 at group 128, about 5 bits a weight at run time, not the file's function)")
     p.add_argument("-o", "--output", required=True, help="output folder: checkpoint/, drafts/, report.md, report.json")
     p.add_argument("--reference", help="reference HF checkpoint of the draft, for the correlation check")
     p.add_argument("--requant", help=f"the requantized draft to accept (default {DEFAULT_REQUANT}, skipped when this "

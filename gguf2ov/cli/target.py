@@ -5,7 +5,7 @@ import sys
 
 from ..errors import printable
 from ..finite import nonfinite_warnings
-from ..ir.variants import TARGET_GROUP_SIZE
+from ..ir.variants import GROUP_FALLBACKS, TARGET_GROUP_FALLBACK, TARGET_GROUP_SIZE
 from ..ir.weights import GRIDS
 from ..job import Job, Options
 from ..sources import model_source
@@ -23,6 +23,10 @@ def configure_parser(parser) -> None:
     parser.add_argument("-o", "--output", required=True, help="output folder for the OpenVINO target")
     a.weight_format_arguments(parser, TARGET_GROUP_SIZE, default=None,
                               default_text="gguf for a GGUF source, fp32 for a checkpoint")
+    parser.add_argument("--group-size-fallback", choices=GROUP_FALLBACKS, default=TARGET_GROUP_FALLBACK,
+                        help="int4, a weight whose input width the group size does not divide: adjust (the default: "
+                             "the largest power of two that divides it, at least 32, else int8, as NNCF's ADJUST) "
+                             "or error (refused, optimum-cli's default)")
     parser.add_argument("--tokenizer", metavar="DIR",
                         help="the model's Hugging Face tokenizer folder (default: the checkpoint's own, or the "
                              "GGUF's vocabulary)")
@@ -44,7 +48,7 @@ def configure_parser(parser) -> None:
 def main(args) -> int:
     build = a.target_build(args.weight_format, args.group_size, args.sym, args.ratio, args.all_layers,
                            args.grid, args.tokenizer, args.map, args.allow_nonfinite, args.mmproj,
-                           args.image_max_tokens)
+                           args.image_max_tokens, args.group_size_fallback)
     job = Job(target_spec=build(model_source(args.source, "target")), options=Options(progress=not args.quiet))
     result = job.build_target(args.output, overwrite=args.overwrite)
     code = emit(result, args, title="gguf2ov target")

@@ -316,6 +316,8 @@ def dequantize(data: np.ndarray, qtype: QType) -> np.ndarray:
 _GROUP_SCALES = {  # (elements per scale, f16 d's byte, the small scales' bytes and type, or None)
     QType.Q8_0: (32, 0, None), QType.Q4_0: (32, 0, None), QType.Q5_0: (32, 0, None), QType.Q4_1: (32, 0, None),
     QType.Q5_1: (32, 0, None), QType.Q4_K: (32, 0, "k"), QType.Q5_K: (32, 0, "k"), QType.Q6_K: (16, 208, "i8"),
+    # MXFP4: the doubled E2M1 values count in 2^(e-128), their E8M0 scale halved (steps of 1 to 4 of it)
+    QType.MXFP4: (32, 0, "e8m0"),
 }
 
 
@@ -326,7 +328,7 @@ def group_scales(data: np.ndarray, qtype: QType) -> tuple[np.ndarray, int]:
     block_size, type_size = GGML_QUANT_SIZES[qtype]
     raw = np.asarray(data).view(np.uint8)
     blocks = raw.reshape(-1, type_size)
-    d = _f16_field(blocks, d_at)
+    d = E8M0_HALF[blocks[:, d_at]][:, None] if small == "e8m0" else _f16_field(blocks, d_at)
     if small == "k":
         d = d * k_scales_mins(blocks[:, 4:16])[0].astype(np.float32)
     elif small == "i8":

@@ -202,6 +202,12 @@ def plan_modes(variant, weights, values=None, scores: dict | None = None, embedd
     ratio_defining = [(name, shape) for name, shape in ratio_defining if name not in held]
     if variant.all_layers:  # _get_ratio_defining_params appends the embeddings after the MatMuls
         ratio_defining += [(name, shape) for name, shape in weights if name in embeddings]
+    groups = {name: variant.group_size for name, _ in ratio_defining}
+    if variant.group_fallback == "adjust":  # before the ratio, as NNCF adjusts (algorithm.py l. 1081-1082)
+        groups = {name: adjusted_group(variant.group_size, shape[-1]) for name, shape in ratio_defining}
+        for name in [name for name, group in groups.items() if group is None]:
+            plan[name] = WeightSpec(INT8_ASYM, -1, "backup: group size")
+        ratio_defining = [(name, shape) for name, shape in ratio_defining if groups[name] is not None]
     ratio = variant.ratio if variant.ratio is not None else 1.0
     primary = list(ratio_defining)
     if ratio < 1 and ratio_defining:
@@ -210,8 +216,22 @@ def plan_modes(variant, weights, values=None, scores: dict | None = None, embedd
             plan[name] = WeightSpec(INT8_ASYM, -1, "backup: ratio")
     _require_group_size(variant, primary)
     for name, _ in primary:
-        plan[name] = WeightSpec(mode, variant.group_size, "primary")
+        plan[name] = WeightSpec(mode, groups[name], "primary")
     return plan
+
+
+# the smallest group NNCF's ADJUST takes (AdvancedCompressionParameters.min_adjusted_group_size's default)
+MIN_ADJUSTED_GROUP = 32
+
+
+def adjusted_group(group_size: int, width: int) -> int | None:
+    """NNCF's GroupSizeFallbackMode.ADJUST for a weight of input `width` (algorithm.py l. 721-770): the group
+    where it divides the width, else the largest power of two that divides the width if at least
+    MIN_ADJUSTED_GROUP, else None (the weight goes to the backup int8)."""
+    if width % group_size == 0:
+        return group_size
+    power = width & -width
+    return power if power >= MIN_ADJUSTED_GROUP else None
 
 
 def _within_ratio(variant, ratio_defining: list, values, scores: dict | None) -> list:
@@ -238,7 +258,9 @@ def _within_ratio(variant, ratio_defining: list, values, scores: dict | None) ->
 
 def _require_group_size(variant, primary: list) -> None:
     """Refuse a group size that does not divide the input width of every weight compressed in int4
-    (validate_group_size, algorithm.py l. 654-679)."""
+    (validate_group_size, algorithm.py l. 654-679), unless the variant adjusts it (`adjusted_group`)."""
+    if variant.group_fallback == "adjust":
+        return
     bad = [(name, shape[-1]) for name, shape in primary if shape[-1] % variant.group_size]
     if bad:
         fits = [g for g in GROUP_SIZES if all(shape[-1] % g == 0 for _, shape in primary)]
@@ -496,9 +518,13 @@ def nncf_rt_info(variant) -> dict[str, str]:
 
     mode = WeightSpec(_primary_mode(variant)).nncf_mode
     if variant.bits == 4:
+        from nncf.quantization.advanced_parameters import AdvancedCompressionParameters, GroupSizeFallbackMode
+
+        fallback = GroupSizeFallbackMode(variant.group_fallback)
         cfg = get_weight_compression_configuration(
             mode, ratio=variant.ratio if variant.ratio is not None else 1.0, group_size=variant.group_size,
             all_layers=variant.all_layers or None,
+            advanced_parameters=AdvancedCompressionParameters(group_size_fallback_mode=fallback),
         )
     else:
         cfg = get_weight_compression_configuration(mode)

@@ -21,11 +21,23 @@ DEFAULT_GROUP_SIZE = 16  # a Q4_K sub-block is 32 wide: 16 divides it, so no gro
 # asymmetric, group 128, ratio 1.0), so that `gguf2ov target --weight-format int4` is what users get
 # from optimum-cli.
 TARGET_GROUP_SIZE = 128
+# What int4 does with a weight whose input width the group does not divide (gpt-oss-20b's 2880, Gemma 4
+# 26B-A4B's experts of 704, a fixture's 32): optimum-cli's --group-size-fallback values gguf2ov takes.
+# A target takes "adjust" (the largest power of two dividing the width, at least 32, else int8) so that
+# `--weight-format int4` holds every geometry; a draft's variants "error" (drift skips what cannot apply).
+GROUP_FALLBACKS = ("error", "adjust")
+TARGET_GROUP_FALLBACK = "adjust"
 DEFAULT_DRIFT_VARIANTS = (
     "fp32", "int8",
     "int4_sym_g16", "int4_asym_g16", "int4_sym_g32", "int4_asym_g32", "int4_sym_g128", "int4_asym_g128",
     "gguf",
 )
+# What the lean form (int4 at group 128) trades, measured (benchmarks/target_fidelity.py --fixtures all;
+# docs/targets.md, "The lean form"): the CPU plugin's run-time bits a weight against the grid's folded forms
+# (benchmarks/runtime_bytes.py), and the fixtures' logits against the file's exact grid.
+LEAN_TRADE = ("NNCF's int4, the lean form at group 128: about 5 bits a weight at run time where the file's grid takes "
+              "6 to 10, for fidelity: NNCF requantizes the file's weights (on the fixture targets, KLD 3e-4 to 1e-2 "
+              "nats a token and top-1 agreement 97-99.8% against the grid; docs/targets.md, The lean form)")
 _NNCF_NAME = re.compile(r"^int(?P<bits>[48])(?:_(?P<sym>sym|asym))?(?:_g(?P<g>\d+))?(?:_r(?P<r>[0-9.]+))?(?P<all>_all)?$")
 
 
@@ -256,6 +268,8 @@ class Format:
     annotate: Callable | None = None     # (ov.Model, Variant[, ignored MatMuls]) -> None: the rt_info it adds
     # (forms, name, kernel) -> bits a weight of private memory at run time (the CPU plugin's repacked form)
     runtime_bits: Callable = _float_runtime
+    # what a target in this form trades against its GGUF's own grid, said when one is built from a GGUF
+    trade: str = ""
 
 
 FORMATS = {f.name: f for f in [
@@ -266,7 +280,8 @@ FORMATS = {f.name: f for f in [
     Format("int8", "NNCF int8 per channel", _nncf_weight, _nncf_bytes, xml_bytes=_nncf_xml_bytes, tolerance=None,
            nncf_bits=8, annotate=_nncf_rt_info, runtime_bits=_nncf_runtime),
     Format("int4", "NNCF int4 per group (int8 where NNCF keeps a backup)", _nncf_weight, _nncf_bytes,
-           xml_bytes=_nncf_xml_bytes, tolerance=None, nncf_bits=4, annotate=_nncf_rt_info, runtime_bits=_nncf_runtime),
+           xml_bytes=_nncf_xml_bytes, tolerance=None, nncf_bits=4, annotate=_nncf_rt_info, runtime_bits=_nncf_runtime,
+           trade=LEAN_TRADE),
     Format("gguf", "the GGUF's own codes, scales and minimums", _grid_weight, _grid_bytes, xml_bytes=_grid_xml_bytes,
            tolerance=1e-4, needs_gguf=True, scratch_bytes=_grid_scratch_bytes, runtime_bits=_grid_runtime),
 ]}
@@ -279,6 +294,10 @@ class Variant:
     sym: bool = False
     ratio: float | None = None
     all_layers: bool = False
+    # int4, a weight whose input width the group does not divide: "error" (refused, as optimum-cli's
+    # default) or "adjust" (NNCF's GroupSizeFallbackMode.ADJUST: the largest power of two that divides the
+    # width, if at least 32, else NNCF's backup int8), a target's default (GROUP_FALLBACKS)
+    group_fallback: str = "error"
 
     @property
     def format(self) -> Format:
@@ -343,8 +362,11 @@ def parse_variant(name: str) -> Variant:
 
 
 def variant_from_flags(weight_format: str, group_size=None, sym=False, ratio=None, all_layers=False,
-                       default_group_size: int = DEFAULT_GROUP_SIZE) -> Variant:
-    """The optimum-cli-style flags (`--weight-format`, `--group-size`, `--sym`, `--ratio`, `--all-layers`)."""
+                       default_group_size: int = DEFAULT_GROUP_SIZE, group_fallback: str = "error") -> Variant:
+    """The optimum-cli-style flags (`--weight-format`, `--group-size`, `--sym`, `--ratio`, `--all-layers`,
+    `--group-size-fallback`: GROUP_FALLBACKS, which int4 alone reads)."""
+    if group_fallback not in GROUP_FALLBACKS:
+        raise Gguf2ovError(f"unknown group size fallback {group_fallback!r}", hint=f"use {', '.join(GROUP_FALLBACKS)}")
     fmt = FORMATS.get(weight_format)
     if fmt is None:
         raise Gguf2ovError(f"unknown weight format {weight_format!r}", hint=f"use {', '.join(FORMATS)}")
@@ -358,7 +380,7 @@ def variant_from_flags(weight_format: str, group_size=None, sym=False, ratio=Non
         if group_size is not None:
             raise Gguf2ovError("--group-size applies to int4 only: int8 is per channel")
         return Variant(weight_format, sym=sym, ratio=ratio, all_layers=all_layers)
-    return Variant(weight_format, group_size or default_group_size, sym, ratio, all_layers)
+    return Variant(weight_format, group_size or default_group_size, sym, ratio, all_layers, group_fallback)
 
 
 def require_source_for(variant: Variant, source_kind: str) -> None:

@@ -295,7 +295,7 @@ def target_candidates(chosen_forms) -> dict:
     the others its source can take: from a GGUF its exact grid folded and split, and NNCF's int4 at group 128
     (the lean form) and int8; from a checkpoint int4, int8, fp16 and fp32."""
     from ..errors import Gguf2ovError
-    from ..ir.variants import TARGET_GROUP_SIZE, Variant
+    from ..ir.variants import TARGET_GROUP_FALLBACK, TARGET_GROUP_SIZE, Variant
     from ..targets.graph import target_forms
 
     source = chosen_forms.source
@@ -303,7 +303,9 @@ def target_candidates(chosen_forms) -> dict:
     others += [("int8", None), ("int4", None)]
     candidates = {form_label(chosen_forms): chosen_forms}
     for weight_format, grid in others:
-        variant = Variant(weight_format, TARGET_GROUP_SIZE if weight_format == "int4" else None)
+        # int4 as `target --weight-format int4` builds it: the lean form, a smaller group where 128 does not divide
+        variant = Variant(weight_format, TARGET_GROUP_SIZE, group_fallback=TARGET_GROUP_FALLBACK) \
+            if weight_format == "int4" else Variant(weight_format)
         try:
             forms = target_forms(source, variant, grid or "folded")
         except Gguf2ovError as e:  # the reason, without the list of weights it names

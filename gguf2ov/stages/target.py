@@ -64,6 +64,8 @@ class TargetExportResult:
     nonfinite: dict[str, int] = field(default_factory=dict)  # weight -> NaN/Inf values written (--allow-nonfinite)
     seconds: float = 0.0
     vision: dict | None = None  # a VLM folder's image encoder (targets/vision.py's vision_config, and its mmproj)
+    nncf_groups: dict[int, int] = field(default_factory=dict)  # NNCF int4 group size -> weights compressed at it
+    trade: str | None = None  # what the form trades against the GGUF's own grid (variants.Format.trade)
     run_time_memory: dict | None = None  # the plan (runtime.memory.MemoryPlan.record): bytes per form, whether it fits
     memory_line: str = ""               # the plan's one line
     memory_table: Table | None = None
@@ -80,6 +82,8 @@ class TargetExportResult:
         ] + ([self.memory_table] if self.memory_table is not None else [])
 
     def summary(self) -> list[str]:
+        from ..ir.variants import parse_variant
+
         lines = [f"built {self.source} ({self.source_kind}, {self.arch}) -> {self.out_dir} as {self.weight_format} "
                  f"in {self.seconds:.1f} s",
                  f"target: {self.num_layers} layers, hidden {self.hidden_size}, vocab {self.vocab_size}, "
@@ -95,8 +99,13 @@ class TargetExportResult:
                          f"{v['pooling_kernel_size']}, images up to {v['max_soft_tokens']} soft tokens")
         if self.transcoded:
             lines.append(f"{self.transcoded} weights carry the GGUF's own grid ({self.grid})")
+        if set(self.nncf_groups) - {parse_variant(self.weight_format).group_size}:
+            lines.append("NNCF int4 groups (a smaller one where the group does not divide a weight's input width): "
+                         + ", ".join(f"{g} for {n} weights" for g, n in sorted(self.nncf_groups.items(), reverse=True)))
         if self.nncf_backup:
             lines.append(f"kept in NNCF's backup int8: {_backup_text(self.nncf_backup, self.nncf_backup_why)}")
+        if self.trade:
+            lines.append(f"{self.weight_format}: {self.trade}")
         passed = sum(c.status == "pass" for c in self.checks)
         lines.append(f"target checks: {passed}/{len(self.checks)} pass")
         if self.memory_line:
@@ -147,7 +156,8 @@ def export_target(forms, out_dir, tokenizer_from, overwrite: bool = False, progr
                    "map": str(target.map_path) if target.map_path else None, "source_kind": target.kind,
                    "arch": target.arch, "tokenizer": str(tokenizer_from), "transcoded": len(forms.transcoded),
                    "grid": _grid_form(forms), "nncf_backup": sorted(n for n, s in forms.plan.items() if s.backup),
-                   "allow_nonfinite": forms.allow_nonfinite, "nonfinite": dict(forms.nonfinite)}
+                   "allow_nonfinite": forms.allow_nonfinite, "nonfinite": dict(forms.nonfinite),
+                   "nncf_groups": _nncf_groups(forms)}
         atomic_write_text(tmp / PROVENANCE_FILE,
                           json.dumps(provenance({"source": target, **(sources or {})}, options), indent=2) + "\n")
         if target.map_path is not None:
@@ -174,6 +184,8 @@ def export_target(forms, out_dir, tokenizer_from, overwrite: bool = False, progr
         transcoded=len(forms.transcoded), grid=options["grid"], nncf_backup=options["nncf_backup"],
         nncf_backup_why={n: forms.plan[n].reason.removeprefix("backup: ") for n in options["nncf_backup"]},
         nonfinite=dict(forms.nonfinite), seconds=time.perf_counter() - start,
+        nncf_groups=options["nncf_groups"],
+        trade=(variant.format.trade or None) if target.kind == "gguf" else None,
         vision=None if vision is None else {**vision_config(vision), "mmproj": str(vision.path),
                                             "max_soft_tokens": image_max_tokens},
         run_time_memory=plan.record(), memory_line=plan.line(), memory_table=plan.table())
@@ -239,6 +251,12 @@ def _backup_text(names: list[str], why: dict[str, str]) -> str:
         else:
             parts.append(", ".join(group) + (f" ({reason})" if reason else ""))
     return "; ".join(parts)
+
+
+def _nncf_groups(forms) -> dict[int, int]:
+    """NNCF int4 group size -> how many weights take it (a smaller group where the variant's does not divide a
+    weight's input width: nncf_weights.adjusted_group)."""
+    return dict(sorted(Counter(s.group_size for s in forms.plan.values() if s.bits == 4).items()))
 
 
 def _grid_form(forms) -> str | None:

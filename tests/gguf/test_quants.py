@@ -268,10 +268,12 @@ def test_quantize_errors():
         quants.quantize(np.zeros(256, np.float32), 999)
 
 
-@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q4_K, Q.Q5_K, Q.Q6_K], ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.MXFP4],
+                         ids=lambda t: t.name)
 def test_group_scales_are_the_step_between_a_groups_values(qtype):
     """Within a group every dequantized value is a whole number of its group's step from any other, and the
-    values span at most the codes' range in steps: the unit a requantized form's change is measured in."""
+    values span at most the codes' range in steps: the unit a requantized form's change is measured in (MXFP4:
+    ggml's doubled E2M1 values, -12 to 12 of its halved scale)."""
     rng = np.random.default_rng(200 + int(qtype))
     rows, n = 3, 2 * GGML_QUANT_SIZES[qtype][0]
     data = finite_blocks(qtype, rows * n // GGML_QUANT_SIZES[qtype][0], rng).reshape(rows, -1)
@@ -281,6 +283,9 @@ def test_group_scales_are_the_step_between_a_groups_values(qtype):
     live = scales > 0
     steps = (values - values[..., :1])[live] / scales[live][:, None]
     assert np.abs(steps - np.round(steps)).max() < 1e-3
+    if qtype == Q.MXFP4:
+        assert np.abs(steps).max() <= 24 and np.abs(steps).max() >= 12  # from -12 to 12: the range, filled
+        return
     bits = {Q.Q8_0: 8, Q.Q4_0: 4, Q.Q4_1: 4, Q.Q5_0: 5, Q.Q5_1: 5, Q.Q4_K: 4, Q.Q5_K: 5, Q.Q6_K: 6}[qtype]
     assert np.abs(steps).max() <= 2 ** bits - 1
     assert np.abs(steps).max() >= 2 ** (bits - 1)  # random codes fill the range: the step is not too small either

@@ -212,6 +212,26 @@ def test_plan_refuses_a_group_size_that_does_not_divide_like_nncf():
     assert nw.plan_modes(parse_variant("int4_asym_g64"), weights[1:])["last"].mode == "int8_asym"
 
 
+def test_plan_adjusts_a_group_that_does_not_divide_as_nncfs_adjust_mode():
+    """`group_fallback="adjust"` (a target's int4): the largest power of two that divides the width, where the
+    group does not (gpt-oss-20b's 2880 and Gemma 4 26B-A4B's 704 -> 64, 96 -> 32), NNCF's backup int8 where
+    that is under 32 (144 -> 16), the group itself where it divides; before the ratio, as NNCF adjusts."""
+    from gguf2ov.ir.variants import variant_from_flags
+
+    weights = [("a", (64, 2880)), ("b", (64, 704)), ("c", (64, 96)), ("d", (64, 144)), ("e", (64, 256)),
+               ("experts", (8, 64, 2880)), ("last", (128, 96))]
+    adjust = variant_from_flags("int4", default_group_size=128, group_fallback="adjust")
+    plan = nw.plan_modes(adjust, weights)
+    assert {n: (s.mode, s.group_size) for n, s in plan.items()} == {
+        "a": ("int4_asym", 64), "b": ("int4_asym", 64), "c": ("int4_asym", 32), "d": ("int8_asym", -1),
+        "e": ("int4_asym", 128), "experts": ("int4_asym", 64), "last": ("int8_asym", -1)}
+    assert plan["d"].reason == "backup: group size" and plan["last"].reason == "backup: last MatMul"
+    with pytest.raises(Gguf2ovError, match=r"a \(2880\)"):  # optimum-cli's default refuses
+        nw.plan_modes(variant_from_flags("int4", default_group_size=128), weights)
+    with pytest.raises(Gguf2ovError, match="unknown group size fallback"):
+        variant_from_flags("int4", group_fallback="ignore")
+
+
 def test_ratio_needs_values_or_scores_and_follows_nncf_walk():
     weights = [("a", (10, 10)), ("b", (30, 10)), ("c", (60, 10)), ("last", (10, 10))]
     variant = parse_variant("int4_asym_g10_r0.5")

@@ -247,7 +247,7 @@ def _bad_inputs(tmp_path, fixtures_dir):
         "a tokenizer folder without a tokenizer": ([str(fixtures_dir / "target-hf"), "--tokenizer", str(tmp_path)],
                                                    "holds no tokenizer"),
         "a group size NNCF refuses": ([str(fixtures_dir / "target-hf"), "--weight-format", "int4", "--group-size",
-                                       "96"], "does not divide"),
+                                       "96", "--group-size-fallback", "error"], "does not divide"),
     }
 
 
@@ -289,6 +289,7 @@ def test_a_rope_scaling_no_map_reads_is_refused(tmp_path):
 def _nncf_whole(xml, variant):
     import nncf
     import openvino as ov
+    from nncf.quantization.advanced_parameters import AdvancedCompressionParameters, GroupSizeFallbackMode
 
     from gguf2ov.ir.nncf_weights import WeightSpec
 
@@ -297,6 +298,9 @@ def _nncf_whole(xml, variant):
         kwargs.update(group_size=variant.group_size, ratio=variant.ratio if variant.ratio is not None else 1.0)
         if variant.all_layers:
             kwargs["all_layers"] = True
+        if variant.group_fallback != "error":
+            kwargs["advanced_parameters"] = AdvancedCompressionParameters(
+                group_size_fallback_mode=GroupSizeFallbackMode(variant.group_fallback))
     return nncf.compress_weights(ov.Core().read_model(str(xml)), **kwargs)
 
 
@@ -357,6 +361,55 @@ def test_streamed_nncf_equals_whole_model_nncf_on_optimums_export(tmp_path, opti
         backup = {n for n, s in forms.plan.items() if s.backup}
         assert backup == ({"model.embed_tokens.weight"} if model == "tied" else {"model.embed_tokens.weight",
                                                                                   "lm_head.weight"})
+
+
+def test_the_lean_form_of_a_narrow_target_takes_smaller_groups_and_says_so(tmp_path, capsys):
+    """`--weight-format int4` (group 128) on the MoE fixture's GGUF, 32 and 64 wide: each weight at the largest
+    power of two that divides its width (NNCF's ADJUST), which the summary states, with what the lean form trades
+    against the file's grid. Before, the build was refused ("group size 128 does not divide")."""
+    gguf = REPO / "fixtures" / "tiny-moe" / "target-Q4_K_M.gguf"
+    assert main(["target", str(gguf), "-o", str(tmp_path / "lean"), "--weight-format", "int4"]) == 0
+    out = capsys.readouterr().out
+    assert "NNCF int4 groups (a smaller one where the group does not divide a weight's input width): 64 for 4 " \
+           "weights, 32 for 24 weights" in out, out
+    assert "int4_asym_g128: NNCF's int4, the lean form at group 128: about 5 bits a weight at run time" in out
+    record = json.loads((tmp_path / "lean" / "gguf2ov.json").read_text())["options"]
+    assert record["variant"] == "int4_asym_g128" and record["nncf_groups"] == {"32": 24, "64": 4}
+    # optimum-cli's default refuses it, naming the groups that would do
+    assert main(["target", str(gguf), "-o", str(tmp_path / "refused"), "--weight-format", "int4",
+                 "--group-size-fallback", "error"]) == 1
+    assert "group size 128 does not divide the input width of 28 of the 28 weights" in _one_error_line(capsys)
+    assert not (tmp_path / "refused").exists()
+
+
+@pytest.mark.slow
+def test_a_group_that_does_not_divide_a_width_is_adjusted_as_nncfs_adjust_mode(tmp_path):
+    """A target's int4 (group 128, `--group-size-fallback adjust`, its default) on widths 128 does not divide:
+    bit for bit NNCF's GroupSizeFallbackMode.ADJUST on optimum's export (hidden 96: group 32; the MLP's 128:
+    group 128; o_proj's 144, whose largest power of two, 16, is under 32: NNCF's backup int8), rt_info alike.
+    Before the fallback, the build was refused ("group size 128 does not divide the input width")."""
+    import openvino as ov
+
+    from gguf2ov.ir import nncf_weights
+    from gguf2ov.ir.variants import TARGET_GROUP_FALLBACK, TARGET_GROUP_SIZE, variant_from_flags
+    from gguf2ov.ir.weights import save_ir
+    from gguf2ov.targets.graph import build_target_ir
+
+    hf = tb.write_target_checkpoint(tmp_path / "hf", tb.GEOMETRIES["qwen3-untied-gqa3"], seed=2)
+    variant = variant_from_flags("int4", default_group_size=TARGET_GROUP_SIZE, group_fallback=TARGET_GROUP_FALLBACK)
+    ir, forms = build_target_ir(open_target(hf), variant)
+    groups = {s.group_size for n, s in forms.plan.items() if s.bits == 4}
+    assert groups == {32, 128} and forms.plan["model.layers.0.self_attn.o_proj.weight"].reason == "backup: group size"
+    (tmp_path / "ours").mkdir()
+    save_ir(ir, tmp_path / "ours", forms)
+    ours = ov.Core().read_model(str(tmp_path / "ours" / "openvino_model.xml"))
+    whole = _nncf_whole(tb.optimum_export(hf, tmp_path / "ov") / "openvino_model.xml", variant)
+    ov.save_model(whole, str(tmp_path / "whole.xml"), compress_to_fp16=False)
+    whole = ov.Core().read_model(str(tmp_path / "whole.xml"))
+    assert _weight_signatures(ours) == _weight_signatures(whole)
+    for key in nncf_weights.nncf_rt_info(variant):
+        assert str(ours.get_rt_info(["nncf", "weight_compression", key])) == \
+            str(whole.get_rt_info(["nncf", "weight_compression", key])), key
 
 
 # --- in OpenVINO GenAI, with the fixture's DFlash draft --------------------------------------------
