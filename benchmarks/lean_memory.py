@@ -7,7 +7,7 @@ RssAnon (/proc/self/status) after the read, after the compile and after the firs
 tokens and one decode step), and what the compiled model runs its weights as (FullyConnected, GatherMatmul
 and the tables' Gathers, by element type of the weight input).
 
-    python benchmarks/lean_memory.py TARGET.gguf [--forms gguf,int4] [--work DIR] [--json FILE]
+    python -m benchmarks.lean_memory TARGET.gguf [--forms gguf,int4] [--work DIR] [--json FILE]
 """
 
 import argparse
@@ -21,8 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+from benchmarks.common import CHECKOUT_ENV, REPO
 
 
 def _anon() -> int:
@@ -58,7 +57,7 @@ def child(xml: str) -> dict:
 
 def _build(argv: list[str]) -> int:
     """Runs `argv`; its peak RssAnon, sampled from /proc every 0.2 s."""
-    proc, peak = subprocess.Popen(argv, cwd=ROOT), 0
+    proc, peak = subprocess.Popen(argv, cwd=REPO, env=CHECKOUT_ENV), 0
     while proc.poll() is None:
         try:
             status = Path(f"/proc/{proc.pid}/status").read_text().splitlines()
@@ -77,8 +76,8 @@ def measure(gguf: Path, form: str, work: Path, extra=()) -> dict:
     build_anon = _build([sys.executable, "-m", "gguf2ov", "target", str(gguf), "-o", str(out), "--weight-format", form,
                          "--overwrite", "--quiet", *extra])
     built = time.perf_counter() - start
-    run = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", str(out / "openvino_model.xml")],
-                         capture_output=True, text=True, check=True)
+    run = subprocess.run([sys.executable, "-m", __spec__.name, "--child", str(out / "openvino_model.xml")],
+                         capture_output=True, text=True, check=True, env=CHECKOUT_ENV)
     got = json.loads(run.stdout.strip().splitlines()[-1])
     record = json.loads((out / "gguf2ov.json").read_text())
     return {"form": form, "variant": record.get("options", {}).get("variant", form), "build_seconds": round(built, 1),

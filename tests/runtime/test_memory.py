@@ -41,14 +41,15 @@ def test_a_target_that_does_not_fit_is_named_with_the_form_that_would(tmp_path, 
 
     source = open_target_gguf(open_gguf(f"{FIXTURES}/tiny-moe/target-Q4_K_M.gguf"))
     plan = plan_target(target_forms(source, Variant("gguf")))
-    folded, split = plan.of("gguf (folded grid)").total, plan.of("gguf (split grid)").total
-    assert split < folded
-    monkeypatch.setenv(AVAILABLE_ENV, str(int((folded + split) / 2 * 1.1)))
+    folded = plan.of("gguf (folded grid)").total
+    smallest = min((f for f in plan.forms if not f.refused), key=lambda f: f.total)
+    assert smallest.total < folded
+    monkeypatch.setenv(AVAILABLE_ENV, str(int((folded + smallest.total) / 2 * 1.1)))
     assert main(["target", f"{FIXTURES}/tiny-moe/target-Q4_K_M.gguf", "-o", str(tmp_path / "t"), "--json",
                  str(tmp_path / "t.json")]) == 0
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.startswith("run-time memory:"))
-    assert "does not fit; gguf (split grid) would" in line and "--grid split" in line
+    assert f"does not fit; {smallest.form} would" in line and plan.flag(smallest.form) in line
     assert json.loads((tmp_path / "t.json").read_text())["run_time_memory"]["fits"] is False
 
 

@@ -363,11 +363,11 @@ def test_streamed_nncf_equals_whole_model_nncf_on_optimums_export(tmp_path, opti
                                                                                   "lm_head.weight"})
 
 
-def test_the_lean_form_of_a_narrow_target_takes_smaller_groups_and_says_so(tmp_path, capsys):
+def test_the_lean_form_of_a_narrow_target_takes_smaller_groups_and_says_so(tmp_path, capsys, fixtures_dir):
     """`--weight-format int4` (group 128) on the MoE fixture's GGUF, 32 and 64 wide: each weight at the largest
     power of two that divides its width (NNCF's ADJUST), which the summary states, with what the lean form trades
     against the file's grid. Before, the build was refused ("group size 128 does not divide")."""
-    gguf = REPO / "fixtures" / "tiny-moe" / "target-Q4_K_M.gguf"
+    gguf = fixtures_dir.parent / "tiny-moe" / "target-Q4_K_M.gguf"
     assert main(["target", str(gguf), "-o", str(tmp_path / "lean"), "--weight-format", "int4"]) == 0
     out = capsys.readouterr().out
     assert "NNCF int4 groups (a smaller one where the group does not divide a weight's input width): 64 for 4 " \
