@@ -154,3 +154,47 @@ def test_a_broken_link_is_found(tmp_path):
     assert [p.split(": ", 1)[0] for p in problems] == [
         "README.md:3", "README.md:4", "README.md:5", "README.md:6", "README.md:11", "README.md:13"], problems
     assert "no heading with the anchor #a-sectoin in docs/page.md" in problems[1]
+
+
+# --- the lists the docs keep of the code ---------------------------------------------------------------
+# Each list a page keeps of what the code holds (maps, architectures, kinds, modules) is held to the code
+# both ways: an entry the code lacks, and what the code has that the list does not name.
+
+
+
+def table(page: Path, heading: str) -> list[list[str]]:
+    """The body rows of the first table under `heading` on a page, each row's cells stripped."""
+    lines = page.read_text().splitlines()
+    start = lines.index(heading)
+    rows = []
+    for line in lines[start + 1:]:
+        if line.startswith("#"):
+            break
+        if line.startswith("|"):
+            rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+        elif rows:
+            break
+    assert rows, f"{page.relative_to(REPO)}: no table under {heading!r}"
+    return rows[2:]  # the header and its rule
+
+
+def code_names(cell: str) -> list[str]:
+    return [m.group(2) for m in CODE_SPAN.finditer(cell)]
+
+
+def test_the_shipped_maps_table_names_every_map():
+    from gguf2ov.maps.load import known_arches
+
+    named = [code_names(row[0])[0] for row in table(REPO / "docs" / "maps.md", "## Shipped maps")]
+    assert sorted(named) == known_arches(), "docs/maps.md's table of shipped maps"
+
+
+def test_the_map_language_names_every_section_and_rule_key():
+    from gguf2ov.maps.schema import TOP_LEVEL_KEYS, rule_keys_table
+
+    text = (REPO / "docs" / "maps.md").read_text()
+    language = text[text.index("## The map language"):]
+    sections = re.findall(r"^- `(\w+)`:", language, re.MULTILINE)
+    assert sorted(sections) == sorted(TOP_LEVEL_KEYS), "docs/maps.md: the map language's sections"
+    assert rule_keys_table() in language, f"docs/maps.md: the config rule keys, as RULE_KEYS states them:\n" \
+                                          f"{rule_keys_table()}"
