@@ -27,14 +27,14 @@ def build(gguf: Path, out: Path) -> None:
     from gguf2ov.ir.weights import save_ir
     from gguf2ov.job import Job
     from gguf2ov.sources import TargetBuild, model_source
-    from gguf2ov.targets.graph import build_target_ir
+    from gguf2ov.targets.graph import build_target_ir, target_forms
 
     out.mkdir(parents=True)
     (out / "openvino_model.bin").symlink_to(os.devnull)
     variant = parse_variant("gguf")
     source = Job(target_spec=TargetBuild(model_source(gguf, "target"), variant)).target_source
-    model, forms = build_target_ir(source, variant)
-    save_ir(model, out, forms)
+    forms = target_forms(source, variant)
+    save_ir(build_target_ir(forms), out, forms)
 
 
 def main(argv=None) -> int:

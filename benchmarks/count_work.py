@@ -64,7 +64,7 @@ def instrument(target_xml: Path | None) -> None:
     read.GgufFile.load = counted_load
     COUNTS.tensors_per_file = tensors
 
-    _count_calls(_module("gguf2ov.maps.load", "gguf2ov.maps"), "_build", "maps built")
+    _count_calls(_module("gguf2ov.maps.load", "gguf2ov.maps"), "build_map", "maps built")
     _count_calls(_module("gguf2ov.stages.verify", "gguf2ov.verify"), "verify_draft", "verify runs")
 
     target_names = set()

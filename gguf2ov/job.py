@@ -102,19 +102,25 @@ class Job:
         return self.draft_spec.open() if isinstance(self.draft_spec, GgufSpec) else None
 
     @cached_property
+    def draft_map(self):
+        """The draft GGUF's map (maps.arch_map.ArchMap: --map's, else the one its architecture names), chosen
+        once (None for a checkpoint folder); a file of a kind GenAI does not run is refused here."""
+        from .maps.load import map_for
+
+        return map_for(self.gguf, self.options.map_path) if self.gguf is not None else None
+
+    @cached_property
     def offset_decision(self):
         """The tap scan that settles the target layer offset of a GGUF whose layout is ambiguous
         (None when the file settles it, an offset was given, or there is no target to measure on)."""
         if self.options.target_layer_offset is not None or self.gguf is None or self.target_spec is None:
             return None
         from .checks.taps import settle_offset
-        from .maps.load import map_for
 
         def scan(offset, shifts, named):
             return self.scan(shifts=shifts, named=named, draft=self.read_draft(offset))
 
-        return settle_offset(self.gguf, map_for(self.gguf, self.options.map_path), self.target, scan,
-                             self.options.progress)
+        return settle_offset(self.gguf, self.draft_map, self.target, scan, self.options.progress)
 
     @property
     def target_layer_offset(self) -> int | None:
@@ -148,22 +154,18 @@ class Job:
 
         return self.fitted(open_draft_gguf(self.gguf, self.options.map_path, target_layer_offset, offset_decision))
 
-    @property
-    def shape_offset(self) -> int | None:
-        """The target layer offset a GGUF's shapes are read with before any measurement: the one given, else
-        the map's default. Shapes, sizes and NNCF's plans do not depend on it, so what they decide is
-        decided before the tap scan settles the offset of a file that cannot tell it."""
-        from .maps.load import map_for
-
-        offset = self.options.target_layer_offset
-        if offset is None and self.gguf is not None:
-            offset = map_for(self.gguf, self.options.map_path).metadata.flag_add("target_layer_offset")
-        return offset
-
     @cached_property
     def shaped_draft(self):
-        """The draft as far as its shapes go (`shape_offset`): a draft.source.DraftSource, never measured."""
-        return self.read_draft(self.shape_offset) if self.gguf is not None else self.draft
+        """The draft as far as its shapes go: a draft.source.DraftSource, never measured. A GGUF is read with
+        the target layer offset given, else its map's default: shapes, sizes and NNCF's plans do not depend on
+        it, so what they decide is decided before the tap scan settles the offset of a file that cannot tell it
+        (and `check` scans it, naming a shift rather than settling it)."""
+        if self.gguf is None:
+            return self.draft
+        offset = self.options.target_layer_offset
+        if offset is None:
+            offset = self.draft_map.metadata.flag_add("target_layer_offset")
+        return self.read_draft(offset)
 
     @cached_property
     def mapped(self):
@@ -172,16 +174,14 @@ class Job:
 
         if self.gguf is None:
             raise Gguf2ovError(f"{self.draft_spec.path} is a folder; convert reads a GGUF file")
-        return open_mapped(self.gguf, self.options.map_path, self.target_layer_offset)
+        return open_mapped(self.gguf, target_layer_offset=self.target_layer_offset, amap=self.draft_map)
 
     def ambiguous(self) -> list[str]:
         """Why the GGUF cannot tell how its target layer ids were written ([] when it can)."""
-        from .maps.load import map_for
-
         if self.options.target_layer_offset is not None or self.gguf is None:
             return []
         try:
-            return map_for(self.gguf, self.options.map_path).metadata.flag_ambiguity(self.gguf, "target_layer_offset")
+            return self.draft_map.metadata.flag_ambiguity(self.gguf, "target_layer_offset")
         except Gguf2ovError:
             return []  # an unreadable file: the stage that reads it says what is wrong
 
@@ -319,8 +319,8 @@ class Job:
     def release_target(self) -> None:
         """Free the target's compiled model and weights, before GenAI compiles it again: the CPU
         plugin holds the mapped IR and its repacked weights, ~2.2x the IR, per compiled copy."""
-        if self.target_spec is not None and "target" in self.__dict__:
-            self.target.release()
+        if self.target_spec is not None and not self.builds_target:
+            self.target.release()  # a target not read yet holds nothing
 
     # --- what several commands compose -----------------------------------------------------------------
 
@@ -421,15 +421,9 @@ class Job:
         """`check` of the source against reference weights; with a target, the tap scan of the source
         read as check reads it (an ambiguous GGUF with the map's default offset, so that the scan
         names a shift rather than settling it)."""
-        from .maps.load import map_for
         from .stages.check import check, checkpoint_source, gguf_source
 
-        scan = None
-        if self.target is not None:
-            offset = self.options.target_layer_offset
-            if offset is None and self.gguf is not None:
-                offset = map_for(self.gguf, self.options.map_path).metadata.flag_add("target_layer_offset")
-            scan = self.scan(draft=self.read_draft(offset) if self.gguf is not None else self.draft)
+        scan = self.scan(draft=self.shaped_draft) if self.target is not None else None
         o = self.options
         source = gguf_source(self.gguf, o.map_path, o.target_layer_offset) if self.gguf is not None else \
             checkpoint_source(self.draft_spec.path)

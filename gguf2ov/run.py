@@ -185,7 +185,8 @@ def run_bytes(job, names: list[str], accepted=()) -> int:
     from .stages.convert import checkpoint_specs
     from .stages.drift import drift_bytes
 
-    mapped = open_mapped(job.gguf, job.options.map_path, job.shape_offset, allow_ambiguous=True)
+    mapped = open_mapped(job.gguf, target_layer_offset=job.shaped_draft.target_layer_offset, allow_ambiguous=True,
+                         amap=job.draft_map)
     total = checkpoint_bytes(checkpoint_specs(mapped, "bf16")) + REPORT_BYTES
     heads = dict.fromkeys(accepted, job.planned_head())
     total += drift_bytes(job.shaped_draft, [parse_variant(n) for n in names], heads)

@@ -269,12 +269,12 @@ def target_ir(hf_dir: Path, out: Path, variant: str = "fp32") -> Path:
     and extras: the path of its openvino_model.xml."""
     from gguf2ov.ir.variants import parse_variant
     from gguf2ov.ir.weights import save_ir
-    from gguf2ov.targets.graph import build_target_ir
+    from gguf2ov.targets.graph import build_target_ir, target_forms
     from opened import open_target
 
     out.mkdir(parents=True, exist_ok=True)
-    model, forms = build_target_ir(open_target(hf_dir), parse_variant(variant))
-    save_ir(model, out, forms)
+    forms = target_forms(open_target(hf_dir), parse_variant(variant))
+    save_ir(build_target_ir(forms), out, forms)
     return out / "openvino_model.xml"
 
 

@@ -154,3 +154,120 @@ def test_a_broken_link_is_found(tmp_path):
     assert [p.split(": ", 1)[0] for p in problems] == [
         "README.md:3", "README.md:4", "README.md:5", "README.md:6", "README.md:11", "README.md:13"], problems
     assert "no heading with the anchor #a-sectoin in docs/page.md" in problems[1]
+
+
+# --- the lists the docs keep of the code ---------------------------------------------------------------
+# Each list a page keeps of what the code holds (maps, architectures, kinds, modules) is held to the code
+# both ways: an entry the code lacks, and what the code has that the list does not name.
+
+PACKAGE = REPO / "gguf2ov"
+NAME = re.compile(r"^[A-Za-z_]\w*(\.py)?$")  # a module, or a name defined in one, as a table cell names it
+
+
+def table(page: Path, heading: str) -> list[list[str]]:
+    """The body rows of the first table under `heading` on a page, each row's cells stripped."""
+    lines = page.read_text().splitlines()
+    start = lines.index(heading)
+    rows = []
+    for line in lines[start + 1:]:
+        if line.startswith("#"):
+            break
+        if line.startswith("|"):
+            rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+        elif rows:
+            break
+    assert rows, f"{page.relative_to(REPO)}: no table under {heading!r}"
+    return rows[2:]  # the header and its rule
+
+
+def code_names(cell: str) -> list[str]:
+    return [m.group(2) for m in CODE_SPAN.finditer(cell)]
+
+
+def test_the_shipped_maps_table_names_every_map():
+    from gguf2ov.maps.load import known_arches
+
+    named = [code_names(row[0])[0] for row in table(REPO / "docs" / "maps.md", "## Shipped maps")]
+    assert sorted(named) == known_arches(), "docs/maps.md's table of shipped maps"
+
+
+def test_the_target_architectures_table_names_every_target_and_its_kinds():
+    from gguf2ov.targets.config import target_maps
+
+    rows = {code_names(r[0])[0]: r for r in table(REPO / "docs" / "targets.md", "## Target architectures")}
+    maps = {m.arch: m for m in target_maps()}
+    assert sorted(rows) == sorted(maps), "docs/targets.md's table of target architectures"
+    for arch, row in rows.items():
+        target = maps[arch].target
+        kinds = {*target["mixers"].values(), target["mlp"]} | \
+            {step["block"] for step in target.get("layer", []) if step.get("block") not in ("mixer", "mlp")}
+        assert code_names(row[1]) == [maps[arch].hf["model_type"]], arch
+        assert set(code_names(row[2])) == kinds, arch
+
+
+def test_the_layer_kinds_table_names_every_registered_kind():
+    from gguf2ov.targets.layers import REGISTRY
+
+    rows = table(REPO / "docs" / "targets.md", "### Layer kinds")
+    shipped = {name: kind for name, kind in REGISTRY.items() if type(kind).__module__.startswith("gguf2ov.")}
+    assert sorted(code_names(r[0])[0] for r in rows) == sorted(shipped), "docs/targets.md's table of layer kinds"
+    for row in rows:
+        kind = shipped[code_names(row[0])[0]]
+        assert (row[1], code_names(row[2])) == (kind.ROLE, [type(kind).__module__.rsplit(".", 1)[1]]), kind.NAME
+
+
+def _defined(folder: Path) -> set[str]:
+    """The modules of a package folder, its subfolders, and the names its modules define at the top."""
+    import ast
+
+    names = {p.name for p in folder.iterdir() if (p / "__init__.py").is_file()}
+    for path in folder.glob("*.py"):
+        names.add(path.stem)
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Assign):
+                names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return names
+
+
+def test_the_code_layout_table_names_every_folder_and_module():
+    """Every package folder has its row in docs/development.md's code layout, every module of it is named
+    there, and every name a row gives is a module, a subfolder or a name defined in that folder."""
+    folders = {}
+    for row in table(REPO / "docs" / "development.md", "## Code layout"):
+        first = code_names(row[0])
+        folder = first[0].rstrip("/") if first and first[0].endswith("/") else ""  # else the top level
+        folders.setdefault(folder, []).extend(code_names(" | ".join(row)))
+    package = {str(p.parent.relative_to(PACKAGE)).replace(".", "") for p in PACKAGE.rglob("__init__.py")}
+    assert sorted(folders) == sorted(package), "docs/development.md's code layout: the package folders"
+    for folder, names in folders.items():
+        here = PACKAGE / folder
+        modules = {p.stem for p in here.glob("*.py") if not p.stem.startswith("__")}
+        named = {n.removesuffix(".py") for n in names if NAME.match(n)}
+        paths = [n for n in names if "/" in n and n.rstrip("/") != folder]  # a subfolder, or a file
+        assert modules <= named, f"{folder or 'top level'}: modules the code layout does not name: {modules - named}"
+        assert named <= _defined(here), f"{folder or 'top level'}: names no module there defines: " \
+                                        f"{named - _defined(here)}"
+        missing = [p for p in paths if not any(base.exists() for base in (here / p, PACKAGE / p, PACKAGE / f"{p}.py",
+                                                                           REPO / p))]
+        assert not missing, f"{folder or 'top level'}: paths that do not exist: {missing}"
+
+
+def test_the_test_folders_named_mirror_the_package():
+    text = (REPO / "docs" / "development.md").read_text()
+    sentence = text[text.index("`tests/` mirrors the package"):].split("(", 1)[1].split(")", 1)[0]
+    named = {n.rstrip("/") for n in code_names(sentence) if n.endswith("/")}
+    folders = {p.parent.name for p in (REPO / "tests").glob("*/test_*.py")}
+    assert named == folders, "docs/development.md: the test folders"
+
+
+def test_the_map_language_names_every_section_and_rule_key():
+    from gguf2ov.maps.schema import TOP_LEVEL_KEYS, rule_keys_table
+
+    text = (REPO / "docs" / "maps.md").read_text()
+    language = text[text.index("## The map language"):]
+    sections = re.findall(r"^- `(\w+)`:", language, re.MULTILINE)
+    assert sorted(sections) == sorted(TOP_LEVEL_KEYS), "docs/maps.md: the map language's sections"
+    assert rule_keys_table() in language, f"docs/maps.md: the config rule keys, as RULE_KEYS states them:\n" \
+                                          f"{rule_keys_table()}"

@@ -88,7 +88,7 @@ def compare(gguf: Path, hf: Path, variant: str, work: Path) -> dict:
     from gguf2ov.ir.variants import parse_variant
     from gguf2ov.ir.weights import save_ir
     from gguf2ov.targets.checks import target_findings
-    from gguf2ov.targets.graph import build_target_ir
+    from gguf2ov.targets.graph import build_target_ir, target_forms
     from tests import target_builders as tb
     from tests.opened import open_target
 
@@ -102,8 +102,8 @@ def compare(gguf: Path, hf: Path, variant: str, work: Path) -> dict:
         worst = max(worst, float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30)))
     out = work / f"{gguf.stem}-{variant}"
     out.mkdir()
-    model, forms = build_target_ir(source, parse_variant(variant))
-    save_ir(model, out, forms)
+    forms = target_forms(source, parse_variant(variant))
+    save_ir(build_target_ir(forms), out, forms)
     reference = AutoModelForCausalLM.from_pretrained(str(hf), dtype=torch.float32)
     reference.load_state_dict({n: torch.from_numpy(np.array(source.f32(n))) for n in source.expected}, strict=False)
     steps = tb.steps(512)

@@ -1,5 +1,5 @@
-"""The map of one architecture as an object: the sections of its YAML file (validated by `load.py`),
-and one object per job the map does (made by `load.py` from those sections), each with one reason to
+"""The map of one architecture as an object: the sections of its YAML file (validated by `schema.py`),
+and one object per job the map does (made from those sections when the map is), each with one reason to
 change:
 - `metadata` (`metadata.py`): GGUF metadata -> the HF config;
 - `tensors` (`tensors.py`): which rule names each GGUF tensor, the checks that a file fits, the plan;
@@ -11,6 +11,10 @@ change:
 from dataclasses import dataclass, field
 
 from ..errors import Gguf2ovError
+from .metadata import MetadataReader
+from .shapes import StatedShapes
+from .tensors import TensorMatcher
+from .writer import GgufWriter
 
 
 @dataclass(frozen=True)
@@ -59,11 +63,21 @@ class ArchMap:
     checkpoint: CheckpointLayout = field(default_factory=CheckpointLayout)
     not_run: tuple = ()                           # not_run.NotRun: kinds of file GenAI does not run, refused
     mmproj: dict | None = None                    # a VLM's projector file (`mmproj:`, read by targets/vision.py)
-    # the jobs (load.py makes them from the sections above)
-    metadata: object = field(default=None, repr=False)   # metadata.MetadataReader
-    tensors: object = field(default=None, repr=False)    # tensors.TensorMatcher
-    shapes: object = field(default=None, repr=False)     # shapes.StatedShapes
-    writer: object = field(default=None, repr=False)     # writer.GgufWriter
+    # the jobs, made from the sections above
+    metadata: MetadataReader = field(init=False, repr=False)
+    tensors: TensorMatcher = field(init=False, repr=False)
+    shapes: StatedShapes = field(init=False, repr=False)
+    writer: GgufWriter = field(init=False, repr=False)
+
+    def __post_init__(self):
+        # The metadata reader asks the tensor table which groups a file holds, the table checks shapes with the
+        # stated ones, which name keys as the reader does: the table, made last, is asked through the map.
+        self.metadata = MetadataReader(self.arch, self.path, self.hf, self.config, self.group_hf, self.trailing,
+                                       lambda name: self.tensors.match(name))
+        self.shapes = StatedShapes(self.stated_shapes, self.rules, lambda *a: self.tensors.applies(*a),
+                                   self.metadata.key_text)
+        self.tensors = TensorMatcher(self.arch, self.path, self.rules, self.trailing, self.metadata, self.shapes)
+        self.writer = GgufWriter(self.arch, self.path, self.config, self.legacy, self.rules)
 
     @property
     def refuses_every_file(self) -> bool:

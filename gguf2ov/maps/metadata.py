@@ -2,10 +2,11 @@
 every value's type and bounds checked (metadata comes from untrusted files), the values derived
 from others (`over`, `periodic`), the blocks after the decoder's taken off (`trailing_blocks`), the
 fixed fields of the tensor groups a file holds (`group_hf`), and the values a command-line flag
-settles (`flag`, `ambiguous_when`). The rules' words are `rules.py`'s; the format, `load.py`'s.
+settles (`flag`, `ambiguous_when`). The rules' words are `rules.py`'s; the format, `schema.py`'s.
 """
 
 import copy
+from collections.abc import Callable
 
 from ..errors import Gguf2ovError
 from .messages import flag_option, short
@@ -17,7 +18,8 @@ class MetadataReader:
     """The `config` rules of the map at `path` (for messages) for architecture `arch`; `match(gguf_name)`
     tells which tensor rules (and so which groups) a file's tensor falls under."""
 
-    def __init__(self, arch: str, path: str, hf: dict, rules: dict, group_hf: dict, trailing: dict | None, match):
+    def __init__(self, arch: str, path: str, hf: dict, rules: dict, group_hf: dict, trailing: dict | None,
+                 match: Callable[[str], list]):
         self.arch, self.path, self.hf, self.rules = arch, path, hf, rules
         self.group_hf, self.trailing, self._match = group_hf, trailing, match
 

@@ -8,13 +8,12 @@ value or an op does not depend on the map machinery.
 
 import ast
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import Gguf2ovError
-from ..gguf.read import StringArray
 
 # Value types a config rule declares: (test, words for messages), tested on the value as `read`
 # gives it (a GGUF integer type as int, F32/F64 as float). A float must be stored as a float, as
@@ -260,8 +259,9 @@ def is_int(v) -> bool:
 
 
 def is_array(value) -> bool:
-    """A metadata array: a list, or the compact forms `read` keeps large arrays in."""
-    return isinstance(value, (list, np.ndarray, StringArray))
+    """A metadata array: a list, or the compact forms `read` keeps large arrays in (a numpy array, or
+    gguf.read's StringArray, a Sequence: named by its base, so that this leaf imports no reader)."""
+    return isinstance(value, (np.ndarray, Sequence)) and not isinstance(value, (str, bytes))
 
 
 def plain_value(value):

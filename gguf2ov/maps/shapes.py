@@ -15,7 +15,7 @@ class StatedShapes:
     """`shapes` (HF template -> expressions) over the map's tensor `rules`; `applies(rule, n, config)`
     tells which blocks a rule names, `key_text(hf_key)` names a config key and its GGUF sources."""
 
-    def __init__(self, shapes: dict, rules: list, applies, key_text):
+    def __init__(self, shapes: dict, rules: list, applies: Callable[..., bool], key_text: Callable[[str], str]):
         self.exprs, self._rules, self._applies, self._key_text = shapes, rules, applies, key_text
 
     def hf_shapes(self, config: dict, groups=()) -> dict[str, tuple]:

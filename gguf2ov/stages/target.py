@@ -148,9 +148,9 @@ def export_target(forms, out_dir, tokenizer_from, overwrite: bool = False, progr
     start = time.perf_counter()
     with atomic_dir(out_dir, overwrite=overwrite) as tmp:
         if vision is None:
-            write_target(tmp, target, variant, tokenizer_from, progress, forms)
+            write_target(tmp, forms, tokenizer_from, progress)
         else:
-            write_vlm_target(tmp, target, variant, tokenizer_from, vision, image_max_tokens, progress, forms)
+            write_vlm_target(tmp, forms, tokenizer_from, vision, image_max_tokens, progress)
             sources = {**(sources or {}), "mmproj": vision.gguf}
         options = {"weight_format": variant.weight_format, "variant": variant.name,
                    "map": str(target.map_path) if target.map_path else None, "source_kind": target.kind,
@@ -266,25 +266,24 @@ def _grid_form(forms) -> str | None:
     return forms.grid
 
 
-def write_target(folder: Path, target, variant, tokenizer_from, progress: bool = True, forms=None):
-    """The target's files in `folder`: tokenizer (none when `tokenizer_from` is None), IR, config.json and
-    generation_config.json. Returns the WeightForms that made the IR's weights (`forms`, if given, else
-    `target.graph.target_forms`)."""
+def write_target(folder: Path, forms, tokenizer_from, progress: bool = True) -> None:
+    """The files of the target `forms` describe (targets.graph.target_forms: its source, variant and every
+    weight's form) in `folder`: tokenizer (none when `tokenizer_from` is None), IR, config.json and
+    generation_config.json."""
     from ..targets.graph import build_target_ir
     from ..ir.weights import save_ir
 
+    target, variant = forms.source, forms.variant
     if tokenizer_from is not None:
         step("converting the tokenizer", progress)
         write_tokenizers(folder, tokenizer_from, target)
     step(f"building the {variant.name} target from {target.describe()}", progress)
-    model, forms = build_target_ir(target, variant, forms=forms,
-                                   progress=(lambda m: step(f"{variant.name}: {m}", progress)) if progress else None)
+    model = build_target_ir(forms, progress=(lambda m: step(f"{variant.name}: {m}", progress)) if progress else None)
     step(f"saving the {variant.name} IR (weights made as they are written)", progress)
     save_ir(model, folder, forms)  # a write that fails is one error naming the file (save_ir's `writing`)
     del model
     atomic_write_text(folder / CONFIG_FILE, json.dumps(target.config.raw, indent=2) + "\n")
     write_generation_config(folder, target)
-    return forms
 
 
 def write_target_map(folder: Path, map_path) -> None:
@@ -310,16 +309,16 @@ def open_vision(target, mmproj, allow_nonfinite: bool = False):
     return open_mmproj(mmproj, target.config.hidden_size, mmproj_section(target.config.amap, mmproj), allow_nonfinite)
 
 
-def write_vlm_target(folder: Path, target, variant, tokenizer_from, vision, image_max_tokens: int,
-                     progress: bool = True, forms=None):
-    """A VLM folder as optimum's image-text-to-text export writes it and VLMPipeline reads it: the language
-    model (taking `inputs_embeds`), the text embeddings model (Gemma's scale in it), the per-layer
-    embeddings model, the vision embeddings model (`vision`, the mmproj), config.json with the
-    vision_config, preprocessor_config.json, generation_config.json and the tokenizers."""
+def write_vlm_target(folder: Path, forms, tokenizer_from, vision, image_max_tokens: int, progress: bool = True) -> None:
+    """The VLM folder of the target `forms` describe, as optimum's image-text-to-text export writes it and
+    VLMPipeline reads it: the language model (taking `inputs_embeds`), the text embeddings model (Gemma's
+    scale in it), the per-layer embeddings model, the vision embeddings model (`vision`, the mmproj),
+    config.json with the vision_config, preprocessor_config.json, generation_config.json and the tokenizers."""
     from ..targets.graph import (build_per_layer_embeddings_model, build_target_ir, build_text_embeddings_model,
                                  target_forms)
     from ..targets.vision import build_vision_model, preprocessor_config, vlm_config
 
+    target, variant = forms.source, forms.variant
     section = target.config.amap.mmproj  # the map's, checked when the mmproj was opened (`open_vision`)
     # the config first: a vocabulary without the image's tokens is refused
     config = vlm_config(target.config.raw, vision, target.gguf.metadata.get("tokenizer.ggml.tokens"), section)
@@ -328,8 +327,8 @@ def write_vlm_target(folder: Path, target, variant, tokenizer_from, vision, imag
         # the placeholders VLMPipeline writes into the prompt, one token each as in the model's HF tokenizer
         write_tokenizers(folder, tokenizer_from, target, control_texts=tuple(section["tokens"].values()))
     step(f"building the {variant.name} language model from {target.describe()}", progress)
-    model, forms = build_target_ir(target, variant, forms=forms, inputs_embeds=True,
-                                   progress=(lambda m: step(f"{variant.name}: {m}", progress)) if progress else None)
+    model = build_target_ir(forms, inputs_embeds=True,
+                            progress=(lambda m: step(f"{variant.name}: {m}", progress)) if progress else None)
     _save_as(model, folder, VLM_LANGUAGE_MODEL, forms)
     del model
     step("building the text, per-layer and vision embeddings models", progress)
@@ -344,7 +343,6 @@ def write_vlm_target(folder: Path, target, variant, tokenizer_from, vision, imag
     atomic_write_text(folder / PREPROCESSOR_CONFIG,
                       json.dumps(preprocessor_config(vision, image_max_tokens), indent=2) + "\n")
     write_generation_config(folder, target)
-    return forms
 
 
 def _save_as(model, folder: Path, name: str, forms=None) -> None:

@@ -309,13 +309,12 @@ def target_forms(source, variant, grid: str = "folded", allow_nonfinite: bool = 
     return WeightForms(source, variant, streamed=True, grid=grid, whole=(LM_HEAD,), allow_nonfinite=allow_nonfinite)
 
 
-def build_target_ir(source, variant, progress: Callable[[str], None] | None = None, forms=None,
-                    inputs_embeds: bool = False):
-    """The target `ov.Model` of `variant` (not yet saved; its weights are made while it is saved).
-    Returns (model, weight forms); `forms`: the WeightForms made for it already (its NNCF plan
-    checked), else `target_forms`. `inputs_embeds`: a VLM's language model (`build_target_model`)."""
-    forms = forms or target_forms(source, variant)
+def build_target_ir(forms, progress: Callable[[str], None] | None = None, inputs_embeds: bool = False):
+    """The target `ov.Model` that `forms` (`target_forms`: its source, variant and every weight's form, the NNCF
+    plan checked) describe, not yet saved: its weights are made while it is saved (`save_ir(model, folder,
+    forms)`). `inputs_embeds`: a VLM's language model (`build_target_model`)."""
+    source = forms.source
     model, locators = build_target_model(source.config, forms.weight, forms.vector, progress=progress,
                                          input_order=forms.input_order, inputs_embeds=inputs_embeds)
-    set_target_rt_info(model, locators, variant, getattr(source, "kept", ()))
-    return model, forms
+    set_target_rt_info(model, locators, forms.variant, getattr(source, "kept", ()))
+    return model

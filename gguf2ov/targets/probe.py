@@ -60,8 +60,7 @@ def write_probe(folder, source, forms) -> tuple["ProbeSource", list[int]]:
                               allow_nonfinite=forms.allow_nonfinite)
     if forms.plan:  # NNCF: each weight compressed as its target counterpart is
         probe_forms.plan = {name: forms.plan[probe.counterpart[name]] for name in probe_forms.plan}
-    model, probe_forms = build_target_ir(probe, forms.variant, forms=probe_forms)
-    save_ir(model, folder, probe_forms)
+    save_ir(build_target_ir(probe_forms), folder, probe_forms)
     return probe, layers
 
 

@@ -93,13 +93,14 @@ def test_the_real_file_becomes_a_target_that_generates_transformers_tokens(gemma
     source = open_target(gemma3_gguf)
     tensor_bytes = sum(t.n_bytes for t in open_gguf(gemma3_gguf).tensors.values())
     start = time.perf_counter()
-    write_target(tmp_path, source, parse_variant("gguf"), None, progress=False)  # token ids only: no tokenizer
+    # token ids only: no tokenizer
+    write_target(tmp_path, target_forms(source, parse_variant("gguf")), None, progress=False)
     seconds = time.perf_counter() - start
     checks, _ = check_target_ir(tmp_path, source.config)
     assert all(c.status == "pass" for c in checks), checks
     ratio = (tmp_path / "openvino_model.bin").stat().st_size / tensor_bytes
-    write_target(tmp_path / "compact", source, parse_variant("gguf"), None, progress=False,
-                 forms=target_forms(source, parse_variant("gguf"), grid="compact"))
+    write_target(tmp_path / "compact", target_forms(source, parse_variant("gguf"), grid="compact"), None,
+                 progress=False)
     compact = (tmp_path / "compact" / "openvino_model.bin").stat().st_size / tensor_bytes
     assert compact < 1.04  # its Q5_0 fallbacks cost their extra bit
     assert compact < ratio < 1.6

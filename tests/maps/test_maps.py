@@ -366,6 +366,8 @@ def test_map_arch_must_match_the_file(draft, tmp_path):
     ("arch: x\nconfig: {f: {from: k, type: int, widened_last: {count: n, factor: 1, sets: w}}}",
      "widened_last must hold count"),
     ("arch: x\nconfig: {f: {from: k, type: int, widened_last: {count: n, sets: w}}}", "widened_last must hold count"),
+    ("arch: x\nconfig: {h: {from: 5, type: int}}", "from names a GGUF key or a list of them"),
+    ("arch: x\nconfig: {h: {from: k, type: int, map: [1, 2]}}", "map must be a mapping"),
 ])
 def test_invalid_maps_name_the_yaml_file(tmp_path, body, needle):
     path = tmp_path / "bad.yaml"
@@ -373,6 +375,36 @@ def test_invalid_maps_name_the_yaml_file(tmp_path, body, needle):
     with pytest.raises(Gguf2ovError) as e:
         load_map(path=path)
     assert str(path) in e.value.message and needle in e.value.message
+
+
+def _gemma4_mmproj() -> dict:
+    from gguf2ov.maps.load import map_data
+
+    return map_data("gemma4")["mmproj"]
+
+
+@pytest.mark.parametrize("change, needle", [
+    (lambda m: m.update(projector=m.pop("projector_type")), "mmproj: unknown keys ['projector']"),
+    (lambda m: m.pop("tokens"), "mmproj: missing ['tokens']"),
+    (lambda m: m.update(tensors=list(m["tensors"])), "mmproj tensors must hold GGUF template -> HF name"),
+    (lambda m: m["tensors"].update({"v.blk.{M}.x.weight": "model.vision_tower.x"}), "mmproj tensors must hold"),
+    (lambda m: m["defaults"].update(rope_theta=[100.0]), "mmproj defaults must hold"),
+    (lambda m: m.update(required_tokens=["boi_token_id", "image_tokn_id"]),
+     "mmproj required_tokens: ['image_tokn_id'] not in tokens"),
+], ids=["unknown key", "missing key", "tensors not a mapping", "bad template", "bad default", "required token"])
+def test_an_invalid_mmproj_section_is_one_line_naming_the_map(tmp_path, change, needle):
+    """The `mmproj:` section is validated where the map is read, like the others: a VLM build never meets
+    a section it cannot read (the shipped one passes, as every shipped map loads)."""
+    import yaml
+
+    mmproj = _gemma4_mmproj()
+    change(mmproj)
+    path = tmp_path / "vlm.yaml"
+    path.write_text(yaml.safe_dump({"arch": "x", "tensors": {"a.weight": "b.weight"}, "mmproj": mmproj}))
+    with pytest.raises(Gguf2ovError) as e:
+        load_map(path=path)
+    assert e.value.message.startswith(f"tensor map {path}: ") and needle in e.value.message
+    assert "\n" not in e.value.message
 
 
 def test_extends_merges_a_skeleton(tmp_path):

@@ -178,6 +178,7 @@ def test_a_llama_3_gguf_turns_positions_by_its_rope_factors(tmp_path):
     from gguf2ov.maps.load import load_map
     from gguf2ov.ir.variants import parse_variant
     from gguf2ov.stages.target import write_target
+    from gguf2ov.targets.graph import target_forms
 
     hf = tb.write_target_checkpoint(tmp_path / "hf", tb.GEOMETRIES["llama3-gqa8-bias"] | {"attention_bias": False,
                                                                                          "mlp_bias": False}, seed=5)
@@ -206,7 +207,7 @@ def test_a_llama_3_gguf_turns_positions_by_its_rope_factors(tmp_path):
 
     source = open_target(path)
     (tmp_path / "t").mkdir()
-    write_target(tmp_path / "t", source, parse_variant("gguf"), None, progress=False)
+    write_target(tmp_path / "t", target_forms(source, parse_variant("gguf")), None, progress=False)
     with torch.no_grad():  # transformers' Llama 3 holding the file's dequantized weights
         model.load_state_dict({n: torch.from_numpy(source.f32(n)) for n in source.expected}, strict=False)
         steps = tb.steps(config["vocab_size"], lengths=(40, 3))  # positions whose low frequencies are scaled
@@ -338,16 +339,16 @@ def test_streamed_nncf_equals_whole_model_nncf_on_optimums_export(tmp_path, opti
     import openvino as ov
 
     from gguf2ov.ir import nncf_weights
-    from gguf2ov.targets.graph import build_target_ir
+    from gguf2ov.targets.graph import build_target_ir, target_forms
     from gguf2ov.ir.variants import parse_variant
     from gguf2ov.ir.weights import save_ir
 
     monkeypatch.setattr(nncf_weights, "CHUNK_ELEMENTS", 4096)  # several chunks even for these weights
     hf, ov_dir = optimum_fp32[model]
     variant = parse_variant(variant_name)
-    ir, forms = build_target_ir(open_target(hf), variant)
+    forms = target_forms(open_target(hf), variant)
     (tmp_path / "ours").mkdir()
-    save_ir(ir, tmp_path / "ours", forms)
+    save_ir(build_target_ir(forms), tmp_path / "ours", forms)
     ours = ov.Core().read_model(str(tmp_path / "ours" / "openvino_model.xml"))
     whole = _nncf_whole(ov_dir / "openvino_model.xml", variant)
     ov.save_model(whole, str(tmp_path / "whole.xml"), compress_to_fp16=False)
@@ -393,11 +394,12 @@ def test_a_group_that_does_not_divide_a_width_is_adjusted_as_nncfs_adjust_mode(t
     from gguf2ov.ir import nncf_weights
     from gguf2ov.ir.variants import TARGET_GROUP_FALLBACK, TARGET_GROUP_SIZE, variant_from_flags
     from gguf2ov.ir.weights import save_ir
-    from gguf2ov.targets.graph import build_target_ir
+    from gguf2ov.targets.graph import build_target_ir, target_forms
 
     hf = tb.write_target_checkpoint(tmp_path / "hf", tb.GEOMETRIES["qwen3-untied-gqa3"], seed=2)
     variant = variant_from_flags("int4", default_group_size=TARGET_GROUP_SIZE, group_fallback=TARGET_GROUP_FALLBACK)
-    ir, forms = build_target_ir(open_target(hf), variant)
+    forms = target_forms(open_target(hf), variant)
+    ir = build_target_ir(forms)
     groups = {s.group_size for n, s in forms.plan.items() if s.bits == 4}
     assert groups == {32, 128} and forms.plan["model.layers.0.self_attn.o_proj.weight"].reason == "backup: group size"
     (tmp_path / "ours").mkdir()

@@ -144,7 +144,7 @@ def test_the_language_model_on_the_text_embeddings_is_the_text_target(tmp_path, 
     source_path = TEXT_F32 if geometry == "tied" else tb.write_target_checkpoint(tmp_path / "hf", UNTIED, seed=4)
     text_xml = tb.target_ir(source_path, tmp_path / "text")
     source, variant = open_target(source_path), parse_variant("fp32")
-    language, _ = build_target_ir(source, variant, inputs_embeds=True)
+    language = build_target_ir(target_forms(source, variant), inputs_embeds=True)
     embeddings = build_text_embeddings_model(source.config, target_forms(source, variant).weight)
     language, embeddings = (core().compile_model(m, "CPU", EXACT) for m in (language, embeddings))
     request, past = language.create_infer_request(), 0

@@ -120,7 +120,7 @@ def test_a_new_kind_is_one_module_and_a_map_builds_it(tmp_path, toy_gguf, new_ki
     from gguf2ov.ir.variants import parse_variant
     from gguf2ov.ir.weights import save_ir
     from gguf2ov.targets.checks import target_findings
-    from gguf2ov.targets.graph import build_target_ir
+    from gguf2ov.targets.graph import build_target_ir, target_forms
     from gguf2ov.targets.source import open_target_gguf
 
     source = open_target_gguf(open_gguf(toy_gguf))
@@ -130,8 +130,8 @@ def test_a_new_kind_is_one_module_and_a_map_builds_it(tmp_path, toy_gguf, new_ki
         "model.layers.0.self_attn.k_proj.weight", "model.layers.0.self_attn.v_proj.weight",
         "model.layers.0.self_attn.o_proj.weight", "model.layers.0.post_attention_layernorm.weight",
         "model.layers.0.mlp.up_proj.weight", "model.layers.0.mlp.down_proj.weight"]
-    model, forms = build_target_ir(source, parse_variant("fp32"))
-    save_ir(model, tmp_path / "ir", forms)
+    forms = target_forms(source, parse_variant("fp32"))
+    save_ir(build_target_ir(forms), tmp_path / "ir", forms)
     xml = tmp_path / "ir" / "openvino_model.xml"
     findings = target_findings(ov.Core().read_model(str(xml)), source.config)
     assert [f.name for f in findings if f.status != "pass"] == [], [f.reason for f in findings]

@@ -23,7 +23,7 @@ from ggufs import Q, decoder_kv, decoder_tensors
 from gguf2ov.cli import main
 from gguf2ov.ir.variants import parse_variant
 from gguf2ov.ir.weights import save_ir
-from gguf2ov.targets.graph import build_target_ir
+from gguf2ov.targets.graph import build_target_ir, target_forms
 from opened import build_target, open_target
 
 # hidden 256 and expert width 256: every GGUF block type applies (K-quants need 256-wide rows)
@@ -138,9 +138,9 @@ def test_a_swish_with_a_beta_input_leaves_the_block_dense(tmp_path, monkeypatch)
 
     hf = tb.write_target_checkpoint(tmp_path / "hf", SMALL)
     monkeypatch.setattr(pieces, "swish", lambda x: opset4.swish(x))  # the experts' (`pieces.expert_mlps`)
-    model, forms = build_target_ir(open_target(hf), parse_variant("fp32"))
+    forms = target_forms(open_target(hf), parse_variant("fp32"))
     (tmp_path / "ir").mkdir()
-    save_ir(model, tmp_path / "ir", forms)
+    save_ir(build_target_ir(forms), tmp_path / "ir", forms)
     kinds, _ = tb.runtime_kinds(tmp_path / "ir" / "openvino_model.xml")
     assert kinds["GatherMatmul"] == 0 and kinds["Tile"] == 2 and kinds["ScatterElementsUpdate"] == 2
 
@@ -383,9 +383,9 @@ def test_a_checkpoint_with_fused_experts_builds_the_same_target(tmp_path, fixtur
     for hf in (per_expert, fused):
         source = open_target(hf)
         assert not source.ignored
-        model, forms = build_target_ir(source, parse_variant("fp32"))
+        forms = target_forms(source, parse_variant("fp32"))
         (hf / "ir").mkdir()
-        save_ir(model, hf / "ir", forms)
+        save_ir(build_target_ir(forms), hf / "ir", forms)
         outs.append(tb.run_steps(hf / "ir" / "openvino_model.xml", tb.steps(tb.VOCAB)))
     for (a, _), (b, _) in zip(*outs):
         np.testing.assert_array_equal(a, b)
@@ -407,7 +407,7 @@ def test_a_large_target_is_checked_on_a_probe_of_its_kinds_and_forms(tmp_path, q
     assert "checked on a 2-layer model of the target's layer kinds and weight forms (standing for layers 0, 2" in \
         finding.reason
     source = open_target(q4_k_m)
-    forms = build_target_ir(source, parse_variant("gguf"))[1]
+    forms = target_forms(source, parse_variant("gguf"))
     assert probe.distinct_layers(source, forms) == [0, 2]
 
 
@@ -560,9 +560,9 @@ def test_streamed_nncf_equals_whole_model_nncf_with_the_routers_ignored(tmp_path
     monkeypatch.setattr(nncf_weights, "CHUNK_ELEMENTS", 4 * 128 * 128)  # several chunks of 8 experts
     hf, ov_dir = optimum_moe
     variant = parse_variant(variant_name)
-    ir, forms = build_target_ir(open_target(hf), variant)
+    forms = target_forms(open_target(hf), variant)
     (tmp_path / "ours").mkdir()
-    save_ir(ir, tmp_path / "ours", forms)
+    save_ir(build_target_ir(forms), tmp_path / "ours", forms)
     routers = [f"__module.model.layers.{i}.mlp.gate/aten::linear/MatMul" for i in range(SMALL["num_hidden_layers"])]
     mode = f"INT{variant.bits}_{'SYM' if variant.sym else 'ASYM'}"
     kwargs = {"mode": getattr(nncf.CompressWeightsMode, mode), "ignored_scope": nncf.IgnoredScope(names=routers)}

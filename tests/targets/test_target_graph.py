@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import target_builders as tb
 
-from gguf2ov.targets.graph import build_target_ir
+from gguf2ov.targets.graph import build_target_ir, target_forms
 from opened import open_target
 from gguf2ov.ir.variants import parse_variant
 from gguf2ov.ir.weights import save_ir
@@ -105,7 +105,7 @@ def test_a_wrong_window_is_seen(tmp_path):
     outs = []
     for hf in (sliding, full):
         (hf / "ir").mkdir()
-        model, forms = build_target_ir(open_target(hf), parse_variant("fp32"))
-        save_ir(model, hf / "ir", forms)
+        forms = target_forms(open_target(hf), parse_variant("fp32"))
+        save_ir(build_target_ir(forms), hf / "ir", forms)
         outs.append(tb.run_steps(hf / "ir" / "openvino_model.xml", tb.steps(tb.VOCAB))[-1][0])
     assert tb.relative(outs[0], outs[1]) > 1e-3

@@ -138,6 +138,23 @@ def test_widening_only_pads():
         widened_config(moe, extra_layers=1, intermediate_size=16)
 
 
+def test_every_kind_a_widened_model_type_is_built_of_has_its_widening():
+    """Widening's per-kind tables (tools/widen.py, as targets/layers/kind.py says) cover every kind of every model
+    type it widens, and name registered kinds only: a kind added to such a model type, or renamed, fails here, not
+    with a KeyError in the middle of widening."""
+    from gguf2ov.targets.config import map_of_type
+    from gguf2ov.targets.layers import REGISTRY
+    from gguf2ov.tools.widen import BRANCH_OUTPUTS, MLP_WIDTHS, PLAIN_NORMS, WIDENED_TYPES
+
+    for model_type in WIDENED_TYPES:
+        target = map_of_type(model_type).target
+        assert not target.get("layer"), f"{model_type}: a decoder layer of other blocks than its mixer and MLP"
+        kinds = {*target["mixers"].values(), target["mlp"]}
+        assert kinds <= set(BRANCH_OUTPUTS), f"{model_type}: no branch output for {kinds - set(BRANCH_OUTPUTS)}"
+        assert target["mlp"] in MLP_WIDTHS, f"{model_type}: no MLP width for {target['mlp']}"
+    assert {*BRANCH_OUTPUTS, *PLAIN_NORMS, *MLP_WIDTHS} <= set(REGISTRY)
+
+
 def test_only_the_model_types_it_knows_are_widened(tmp_path):
     from gguf2ov.cli.widen import widen_target
 

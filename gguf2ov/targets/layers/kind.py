@@ -22,6 +22,11 @@ config alone (`c`, always a TargetConfig, `targets/config.py`; `i`, the layer's 
 Every other hook has a default that states nothing. Helpers that several kinds use live in
 `pieces.py`; a kind module defines no other public name (tests/targets/test_kinds.py holds it), so
 a misspelt hook is an error, not a hook that silently never runs.
+
+One thing about kinds lives outside them: how `gguf2ov widen-target` makes a kind's layer a no-op and
+pads its MLP (`tools/widen.py`: BRANCH_OUTPUTS, PLAIN_NORMS, MLP_WIDTHS), a tool for speed measurements,
+not the build. A model type widened must have every kind it is built of there
+(tests/tools/test_widen.py holds it).
 """
 
 from typing import ClassVar
