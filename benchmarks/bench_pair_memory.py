@@ -82,16 +82,21 @@ def draft_with_head(size: str, head: str) -> Path:
 
 
 def draft_with_vocab(size: str) -> Path:
-    """The pair's draft GGUF with the target's tokenizer metadata (llama.cpp loads no model without one;
-    a real DFlash GGUF carries its target's): every tensor and key of the draft as it is, but its
+    """The pair's draft GGUF with the target's tokenizer metadata (`with_vocab`)."""
+    pair = inputs(size)
+    return with_vocab(pair["draft_gguf"], pair["target_gguf"])
+
+
+def with_vocab(draft_gguf: Path, target_gguf: Path) -> Path:
+    """A draft GGUF with its target's tokenizer metadata (llama.cpp loads no model without one; a real DFlash
+    GGUF carries its target's), written once beside it: every tensor and key of the draft as it is, but its
     tokenizer.ggml.* keys, which are the target's (the draft's own mask token kept)."""
     import gguf
 
-    pair = inputs(size)
-    out = pair["draft_gguf"].with_name(pair["draft_gguf"].stem + "-vocab.gguf")
+    out = draft_gguf.with_name(draft_gguf.stem + f"-vocab-{target_gguf.stem}.gguf")
     if out.is_file():
         return out
-    draft, target = gguf.GGUFReader(str(pair["draft_gguf"])), gguf.GGUFReader(str(pair["target_gguf"]))
+    draft, target = gguf.GGUFReader(str(draft_gguf)), gguf.GGUFReader(str(target_gguf))
     writer = gguf.GGUFWriter(str(out) + ".partial", arch="dflash")
     mask = "tokenizer.ggml.mask_token_id"
     fields = [f for k, f in draft.fields.items() if not k.startswith("tokenizer.ggml.") or k == mask]

@@ -691,3 +691,98 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# -- a VLM's mmproj of real geometry ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class VisionGeometry:
+    """A gemma4v vision tower and projector, as llama.cpp's converter writes its mmproj (F16 weights, F32
+    norms and position table): the names, types and metadata of fixtures/tiny-gemma4/mmproj-F16.gguf (llama.cpp's
+    own file), at this geometry."""
+
+    name: str
+    hidden: int           # clip.vision.embedding_length
+    ffn: int              # clip.vision.feed_forward_length
+    layers: int           # clip.vision.block_count
+    heads: int
+    text_hidden: int      # clip.vision.projection_dim: the text model's width
+    positions: int = 10240  # the position table's rows (transformers' position_embedding_size)
+    patch: int = 16
+    note: str = ""
+
+    def key(self) -> str:
+        blob = json.dumps({"v": BUILDER_VERSION, **{k: v for k, v in asdict(self).items() if k != "note"}},
+                          sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:10]
+
+    def tensors(self) -> dict:
+        """GGUF name -> (ne, F16 or F32), in the fixture's order."""
+        h, f, d = self.hidden, self.ffn, self.hidden // self.heads
+        out = {"mm.input_projection.weight": ((h, self.text_hidden), "F16")}
+        for i in range(self.layers):
+            p = f"v.blk.{i}."
+            out |= {p + "ln1.weight": ((h,), "F32"), p + "ffn_down.weight": ((f, h), "F16"),
+                    p + "ffn_gate.weight": ((h, f), "F16"), p + "ffn_up.weight": ((h, f), "F16"),
+                    p + "attn_post_norm.weight": ((h,), "F32"), p + "ffn_post_norm.weight": ((h,), "F32"),
+                    p + "ln2.weight": ((h,), "F32"), p + "attn_k_norm.weight": ((d,), "F32"),
+                    p + "attn_k.weight": ((h, h), "F16"), p + "attn_out.weight": ((h, h), "F16"),
+                    p + "attn_q_norm.weight": ((d,), "F32"), p + "attn_q.weight": ((h, h), "F16"),
+                    p + "attn_v.weight": ((h, h), "F16")}
+        return out | {"v.patch_embd.weight": ((self.patch, self.patch, 3, h), "F16"),
+                      "v.position_embd.weight": ((h, self.positions, 2), "F32")}
+
+
+# google/gemma-4-31B-it's vision tower, as far as public material states it: a ~550 M-parameter encoder; here
+# SigLIP-so400m's widths (1152 wide, 27 layers of 16 heads, MLP 4304), which third-party configs give Gemma's
+# encoders, projecting to the 31B's 5376 (not read from the hub: an estimate of its size, not its config)
+VISION_GEOMETRIES = {g.name: g for g in [
+    VisionGeometry("gemma-4-31b-vision", hidden=1152, ffn=4304, layers=27, heads=16, text_hidden=5376,
+                   note="Gemma 4 31B's vision tower (an estimate: SigLIP-so400m's widths)"),
+]}
+
+
+def ensure_mmproj(geom: VisionGeometry, cache_dir: Path = CACHE) -> dict:
+    """A random mmproj of `geom`, cached as mmproj-NAME-KEY-F16.gguf: llama.cpp's gemma4v metadata (the fixture's,
+    with this geometry's widths), random F16 weights of std 0.02 and F32 norms of 1 + noise."""
+    import gguf
+
+    path = Path(cache_dir) / f"mmproj-{geom.name}-{geom.key()}-F16.gguf"
+    if path.is_file():
+        return {"path": str(path), "bytes": path.stat().st_size, "cached": True}
+    start = time.perf_counter()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fixture = gguf.GGUFReader(str(Path(__file__).resolve().parents[1] / "fixtures" / "tiny-gemma4" / "mmproj-F16.gguf"))
+    widths = {"clip.vision.embedding_length": geom.hidden, "clip.vision.feed_forward_length": geom.ffn,
+              "clip.vision.block_count": geom.layers, "clip.vision.attention.head_count": geom.heads,
+              "clip.vision.projection_dim": geom.text_hidden, "clip.vision.patch_size": geom.patch,
+              "general.name": geom.name}
+    writer = gguf.GGUFWriter(str(path) + ".partial", arch="clip")
+    for field in fixture.fields.values():
+        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
+            continue
+        kind = field.types[0]
+        value = widths.get(field.name, field.contents())
+        writer.add_key_value(field.name, value, kind, sub_type=field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None)
+    rng = np.random.default_rng(int(geom.key(), 16))
+    tensors = geom.tensors()
+    dtypes = {"F16": np.float16, "F32": np.float32}
+    for name, (ne, kind) in tensors.items():
+        shape = tuple(reversed(ne))
+        writer.add_tensor_info(name, shape, np.dtype(dtypes[kind]), int(np.prod(ne)) * np.dtype(dtypes[kind]).itemsize,
+                               gguf.GGMLQuantizationType[kind])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    for name, (ne, kind) in tensors.items():
+        shape = tuple(reversed(ne))
+        if kind == "F32":
+            values = (1 + 0.05 * rng.standard_normal(shape)).astype(np.float32)
+        else:
+            values = (0.02 * rng.standard_normal(shape, dtype=np.float32)).astype(np.float16)
+        writer.write_tensor_data(values)
+    writer.close()
+    Path(str(path) + ".partial").replace(path)
+    return {"path": str(path), "bytes": path.stat().st_size, "cached": False,
+            "build_seconds": round(time.perf_counter() - start, 1),
+            "parameters": sum(int(np.prod(ne)) for ne, _ in tensors.values())}
