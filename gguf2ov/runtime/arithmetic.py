@@ -107,8 +107,10 @@ def _expert_block(model, matmul):
     entry = matmul.input_value(0)
     while entry.get_node().get_type_name() != "Tile":
         entry = entry.get_node().input_value(0)
-    tokens = entry.get_node().input_value(0)  # [T, H], the Reshape of the block's input
-    entry = tokens.get_node().input_value(0)
+    tokens = entry.get_node().input_value(0)  # [T, H]: the block's input flattened, and normed there in Gemma 4
+    entry = tokens
+    while entry.get_partial_shape().rank.get_length() != 3:  # up the input's own path to the [B, L, H] states
+        entry = next(v for v in entry.get_node().input_values() if not _weight_nodes(v))
     exit_, frontier = None, [matmul]
     while exit_ is None:
         node = frontier.pop(0)
