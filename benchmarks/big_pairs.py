@@ -92,7 +92,7 @@ def _timed(argv: list, log: Path) -> dict:
     with open(log, "w") as out:
         p = subprocess.run(["/usr/bin/time", "-f", "%e %M", "-o", str(time_file), *map(str, argv)], stdout=out,
                            stderr=subprocess.STDOUT, env=CHECKOUT_ENV)
-    seconds, peak = (time_file.read_text().split() + ["0", "0"])[-2:]
+    seconds, peak = (time_file.read_text().split() + ["0", "0"])[:2]  # "%e %M": wall seconds, peak KiB
     return {"exit_code": p.returncode, "wall_s": round(time.perf_counter() - start, 1), "peak_rss_gib":
             round(int(peak) / 2**20, 2), "load": load_average(), "log": str(log)}
 

@@ -114,9 +114,10 @@ def test_recorded_acceptance(fix2, fixtures_dir):
 
 
 @pytest.mark.slow
-def test_the_draft_is_accepted_in_genai_and_its_convolutions_matter(fix2, fixtures_dir, tmp_path):
+def test_the_draft_is_accepted_in_genai_and_its_convolutions_matter(fix2, fixtures_dir, tmp_path, v1_accepted):
     """The PyTorch reference traced by optimum, attached in GenAI to the v1 fixture's target; then
-    the same weights with identity convolutions."""
+    the same weights with identity convolutions. The bar is the v1 draft's acceptance measured here, on
+    the same kernels: counts recorded on one CPU differ by a token or two on another."""
     from gguf2ov.tools.dflash2_torch import export_with_optimum, load_dflash2
 
     model = load_dflash2(fix2 / "draft-ref")
@@ -126,9 +127,8 @@ def test_the_draft_is_accepted_in_genai_and_its_convolutions_matter(fix2, fixtur
         conv.reset_to_identity()
     export_with_optimum(model, tmp_path / "identity")
     identity = _accept(fixtures_dir, fix2, tmp_path / "identity").overall
-    v1 = json.loads((fixtures_dir / "fixture.json").read_text())["acceptance"]
     assert full.identical and identity.identical
-    assert full.accepted_tokens >= v1["accepted"], (full.accepted_tokens, v1)
+    assert full.accepted_tokens >= v1_accepted, (full.accepted_tokens, v1_accepted)
     assert identity.accepted_tokens < full.accepted_tokens - 50
 
 

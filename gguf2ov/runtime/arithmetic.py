@@ -124,6 +124,13 @@ def _expert_block(model, matmul):
     return hidden, exit_.output(0)
 
 
+def _input_width(matmul) -> int:
+    """The width a MatMul's input rows have: the weight's reduced dimension (the input's own last one can be
+    dynamic, as in a traced draft's convolutions)."""
+    shape = matmul.input_value(1).get_shape()
+    return int(shape[-1] if matmul.get_transpose_b() or len(shape) == 1 else shape[-2])
+
+
 def _probe(model, matmul, expert: bool):
     """A model of one weight form: its MatMul alone (x [M, K] @ the weight as stored), or for an expert
     weight its whole block. Returns (model, input width)."""
@@ -135,8 +142,7 @@ def _probe(model, matmul, expert: bool):
     if expert:
         hidden, out = _expert_block(model, matmul)
         return ov.Model([ops.result(out)], [hidden], "expert_block"), hidden.get_partial_shape()[2].get_length()
-    shape = matmul.input_value(0).get_partial_shape()
-    width = shape[shape.rank.get_length() - 1].get_length()
+    width = _input_width(matmul)
     x = ops.parameter([-1, width], np.float32, name="x")
     y = ops.matmul(x, copy_weight(matmul.input_value(1)), matmul.get_transpose_a(), matmul.get_transpose_b())
     return ov.Model([ops.result(y)], [x], "matmul"), width
@@ -184,8 +190,7 @@ def matmul_forms(xml, device: str, properties: dict) -> tuple[list[MatMulForm], 
     groups: dict[tuple, list] = {}
     for op, size, expert in _weight_matmuls(model):
         form = weight_form(op.input_value(1))
-        shape = op.input_value(0).get_partial_shape()
-        key = (form, expert, shape[shape.rank.get_length() - 1].get_length())
+        key = (form, expert, _input_width(op))
         groups.setdefault(key, []).append((op, size))
     runtime_options, options = model_runtime_options(xml), dict(properties)
     cpu = device.split(".")[0].upper() == "CPU"
