@@ -19,12 +19,15 @@ the load average before each measurement.
 
 Cases: `fixture-wide`, the trained fixture pair with its target widened to 409 M parameters (no-op layers
 and zero-padded MLPs, the same function: `write_widened_checkpoint`) and written as Q4_K_M by llama.cpp's
-converter and llama-quantize, the fixture's Q4_K_M draft; random-weight Q4_K_M targets of real
-geometries (`scale_gguf.ensure_target_gguf`): `qwen3-1.7b`, `qwen3-8b` (dense), `qwen3.5-2b`,
+converter and llama-quantize, the fixture's Q4_K_M draft; `padded-8b` and `padded-1.7b`, the trained fixture
+pair, target and draft, padded to Qwen3-8B's and Qwen3-1.7B's geometries with the trained functions (how, and
+how that was checked: `padded_pair.py`), both written as Q4_K_M by llama.cpp's tools; random-weight Q4_K_M
+targets of real geometries (`scale_gguf.ensure_target_gguf`): `qwen3-1.7b`, `qwen3-8b` (dense), `qwen3.5-2b`,
 `qwen3.5-9b` (hybrid), `qwen3-30b-a3b` (MoE), the 8B and 9B with a random draft of their DFlash
 geometry (the pair's cost; random weights accept nothing).
 
     python -m benchmarks.bench_side_by_side fixture-wide [--rounds 3] [--forms split,folded] [--memory]
+    python -m benchmarks.bench_side_by_side padded-8b --rounds 3 --forms folded,int4 --lock FILE
     python -m benchmarks.bench_side_by_side qwen3-8b --lock FILE   # heavy: each measurement under a shared flock
 
 Writes results/side-by-side-CASE.json and .md.
@@ -55,6 +58,7 @@ GRIDS = {"split": ["--grid", "split"], "folded": ["--grid", "folded"], "compact"
 # the draft each case's pair uses (random weights for the real geometries: the pair's cost, not its gain)
 DRAFTS = {"qwen3-8b": "qwen3-8b-dflash", "qwen3.5-9b": "qwen3.5-9b-dflash", "gpt-oss-20b": "gpt-oss-20b-dflash"}
 WIDE = {"extra_layers": 28, "intermediate_size": 16384}
+PADDED = ("padded-8b", "padded-1.7b")  # the trained fixture pair padded to these geometries (padded_pair.py)
 LOCK = {"path": None}
 
 
@@ -87,13 +91,20 @@ def case_inputs(case: str) -> dict:
     if case == "fixture-wide":
         return {"target": fixture_wide(), "draft": FIXTURE / "draft-Q4_K_M.gguf", "prompts": FIXTURE / "prompts.txt",
                 "tokenizer": None, "trained": True}
+    if case in PADDED:
+        from benchmarks.padded_pair import GEOMETRIES as PADDED_GEOMETRIES
+        from benchmarks.padded_pair import ensure_pair
+
+        pair = ensure_pair(PADDED_GEOMETRIES[case])
+        return {"target": pair["target"], "draft": pair["draft"], "prompts": FIXTURE / "prompts.txt", "tokenizer": None,
+                "trained": True}
     from benchmarks.bench_target_build import tokenizer_dir
     from benchmarks.random_target import GEOMETRIES
     from benchmarks.scale_gguf import GEOMETRIES as DRAFT_GEOMETRIES
     from benchmarks.scale_gguf import ensure_gguf, ensure_target_gguf
 
     if case not in GEOMETRIES:
-        raise SystemExit(f"unknown case {case!r}: fixture-wide or one of {', '.join(GEOMETRIES)}")
+        raise SystemExit(f"unknown case {case!r}: fixture-wide, {', '.join(PADDED)} or one of {', '.join(GEOMETRIES)}")
     geom = GEOMETRIES[case]
     draft = Path(ensure_gguf(DRAFT_GEOMETRIES[DRAFTS[case]])["path"]) if case in DRAFTS else None
     prompts = CACHE / "side-by-side-prompts.txt"
@@ -197,23 +208,28 @@ def verify_cost_f32(target: str) -> dict:
     return verify_cost(target, ks=KS, properties={"INFERENCE_PRECISION_HINT": "f32"})
 
 
-SPEC_LINE = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds")
+SPEC_SUMMARY = (re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds"), re.compile(r"n_drafted\s*=\s*(\d+)"),
+                re.compile(r"n_accept\s*=\s*(\d+)"))
 
 
 def llama_pair(target: Path, draft: Path, prompts: list[str], k: int, tokens: int) -> dict:
     """llama-speculative-simple --spec-type draft-dflash over the prompts: decoded tokens / decode seconds,
-    and the drafted and accepted tokens it reports."""
+    and the drafted and accepted tokens it reports. A run whose summary lines are missing is run again: its log
+    thread sometimes loses the last lines at exit (3 of 14 runs of the fixture pair, exit status 0)."""
     before, decoded, seconds, drafted, accepted, peak = load(), 0, 0.0, 0, 0, 0
     for prompt in prompts:
-        p, rss = timed([tool("llama-speculative-simple"), "-m", target, "-md", draft, "--spec-type", "draft-dflash",
-                        "--spec-draft-n-max", k, "-p", prompt, "-n", tokens, "--temp", 0, "-t", THREADS, "-c", 2048])
-        if p.returncode:
-            return {"error": p.stderr[-500:], "load_before": before}
-        out = p.stdout + p.stderr
-        n, s = SPEC_LINE.search(out).groups()
-        decoded, seconds = decoded + int(n), seconds + float(s)
-        drafted += int(re.search(r"n_drafted\s*=\s*(\d+)", out).group(1))
-        accepted += int(re.search(r"n_accept\s*=\s*(\d+)", out).group(1))
+        for _ in range(3):
+            p, rss = timed([tool("llama-speculative-simple"), "-m", target, "-md", draft, "--spec-type", "draft-dflash",
+                            "--spec-draft-n-max", k, "-p", prompt, "-n", tokens, "--temp", 0, "-t", THREADS, "-c", 2048])
+            if p.returncode:
+                return {"error": p.stderr[-500:], "load_before": before}
+            found = [r.search(p.stdout + p.stderr) for r in SPEC_SUMMARY]
+            if all(found):
+                break
+        else:
+            return {"error": f"no summary in three runs: {p.stderr[-300:]}", "load_before": before}
+        (n, s), (d,), (a,) = (m.groups() for m in found)
+        decoded, seconds, drafted, accepted = decoded + int(n), seconds + float(s), drafted + int(d), accepted + int(a)
         peak = max(peak, rss or 0)
     return {"tokens_per_s": round(decoded / seconds, 2), "accepted": accepted, "drafted": drafted,
             "peak_rss_kib": peak, "load_before": before}

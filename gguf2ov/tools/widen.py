@@ -231,19 +231,27 @@ def widen_tensors(state: dict[str, np.ndarray], widening: Widening, extra_layers
     for j in range(extra_layers):
         src, dst = j % n_layers, n_layers + j
         kinds = (target.mixers[src], target.mlp)
-        zeroed = "|".join(BRANCH_OUTPUTS[k] for k in kinds)
-        plain = "|".join(PLAIN_NORMS[k] for k in kinds if k in PLAIN_NORMS) or r"(?!)"
         for name in layers.get(src, []):
             m = LAYER_TENSOR.match(name)
-            value = out[name].copy()
-            if re.match(zeroed, m["rest"]):
-                value[...] = 0  # the residual branches: zero output makes the layer a no-op
-            elif re.match(plain, m["rest"]):
-                value[...] = 1
-            elif m["rest"].endswith("norm.weight"):
-                value[...] = 1 - target.options["norm_offset"]  # scales by 1
-            out[f"{m['prefix']}{dst}.{m['rest']}"] = value
+            norm_offset = target.options["norm_offset"]
+            out[f"{m['prefix']}{dst}.{m['rest']}"] = noop_copy(m["rest"], out[name], kinds, norm_offset)
     return out
+
+
+def noop_copy(rest: str, value: np.ndarray, kinds, norm_offset: float) -> np.ndarray:
+    """A layer tensor (`rest`: its name inside the layer) copied into a layer of `kinds` (its mixer's and its MLP's,
+    as `BRANCH_OUTPUTS` names them) that adds nothing to the residual stream: the tensors writing the branches are
+    zero, the norms scale by 1 (a model whose norms scale by (norm_offset + w): w = 1 - norm_offset)."""
+    zeroed = "|".join(BRANCH_OUTPUTS[k] for k in kinds)
+    plain = "|".join(PLAIN_NORMS[k] for k in kinds if k in PLAIN_NORMS) or r"(?!)"
+    value = value.copy()
+    if re.match(zeroed, rest):
+        value[...] = 0  # the residual branches: zero output makes the layer a no-op
+    elif re.match(plain, rest):
+        value[...] = 1
+    elif rest.endswith("norm.weight"):
+        value[...] = 1 - norm_offset  # scales by 1
+    return value
 
 
 def parameter_count(state: dict[str, np.ndarray], config: dict) -> int:
