@@ -349,6 +349,8 @@ def main(argv=None) -> int:
     p.add_argument("--k", type=int, default=7, help="the pair's proposals per step")
     p.add_argument("--max-new-tokens", type=int, default=100, help="per prompt, in the pair runs")
     p.add_argument("--no-pair", action="store_true")
+    p.add_argument("--no-decode", action="store_true",
+                   help="skip GenAI's tg128 decodes (the pair run still times each target alone)")
     p.add_argument("--memory", action="store_true", help="also the smallest memory limit of each engine (bisected)")
     p.add_argument("--lock", help="a lock file taken around each heavy measurement (flock)")
     p.add_argument("--verify-cost", help=argparse.SUPPRESS)
@@ -378,8 +380,9 @@ def main(argv=None) -> int:
         r["llama_bench"] = llama_bench(inputs["target"])
         for f, target in targets.items():
             say(f"round {i + 1}: GenAI decode and verify, {f}")
-            r[f"decode_default_{f}"] = genai_decode(target, None)
-            r[f"decode_f32_{f}"] = genai_decode(target, "f32")
+            if not args.no_decode:
+                r[f"decode_default_{f}"] = genai_decode(target, None)
+                r[f"decode_f32_{f}"] = genai_decode(target, "f32")
             r[f"verify_{f}"] = genai_verify(target)
         if pair:
             say(f"round {i + 1}: the pair in llama.cpp")
@@ -399,8 +402,8 @@ def main(argv=None) -> int:
 def write(report: dict) -> None:
     stem = RESULTS / f"side-by-side-{report['case']}"
     stem.parent.mkdir(parents=True, exist_ok=True)
-    stem.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
-    stem.with_suffix(".md").write_text(markdown(report))
+    (stem.parent / f"{stem.name}.json").write_text(json.dumps(report, indent=1) + "\n")  # "padded-1.7b": no suffix
+    (stem.parent / f"{stem.name}.md").write_text(markdown(report))
 
 
 if __name__ == "__main__":
