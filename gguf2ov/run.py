@@ -93,6 +93,7 @@ class RunResult:
     def summary(self) -> list[str]:
         built = self.results.get("target")  # a target built in a form that trades against its file's grid
         trade = [f"target: {built.weight_format}: {built.trade}"] if getattr(built, "trade", None) else []
+        trade += [f"target: {built.alternative}"] if getattr(built, "alternative", None) else []
         return trade + [f"verdict: {self.verdict}", f"report: {Path(self.out_dir) / 'report.md'}"]
 
 

@@ -66,6 +66,7 @@ class TargetExportResult:
     vision: dict | None = None  # a VLM folder's image encoder (targets/vision.py's vision_config, and its mmproj)
     nncf_groups: dict[int, int] = field(default_factory=dict)  # NNCF int4 group size -> weights compressed at it
     trade: str | None = None  # what the form trades against the GGUF's own grid (variants.Format.trade)
+    alternative: str | None = None  # the other form it could take, by name (variants.Format.alternative)
     run_time_memory: dict | None = None  # the plan (runtime.memory.MemoryPlan.record): bytes per form, whether it fits
     memory_line: str = ""               # the plan's one line
     memory_table: Table | None = None
@@ -106,6 +107,8 @@ class TargetExportResult:
             lines.append(f"kept in NNCF's backup int8: {_backup_text(self.nncf_backup, self.nncf_backup_why)}")
         if self.trade:
             lines.append(f"{self.weight_format}: {self.trade}")
+        if self.alternative:
+            lines.append(self.alternative)
         passed = sum(c.status == "pass" for c in self.checks)
         lines.append(f"target checks: {passed}/{len(self.checks)} pass")
         if self.memory_line:
@@ -186,6 +189,7 @@ def export_target(forms, out_dir, tokenizer_from, overwrite: bool = False, progr
         nonfinite=dict(forms.nonfinite), seconds=time.perf_counter() - start,
         nncf_groups=options["nncf_groups"],
         trade=(variant.format.trade or None) if target.kind == "gguf" else None,
+        alternative=(variant.format.alternative or None) if target.kind == "gguf" else None,
         vision=None if vision is None else {**vision_config(vision), "mmproj": str(vision.path),
                                             "max_soft_tokens": image_max_tokens},
         run_time_memory=plan.record(), memory_line=plan.line(), memory_table=plan.table())

@@ -84,6 +84,16 @@ def test_a_gguf_target_states_its_config_and_generation_ids(tmp_path, q4_k_m, fi
         "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 1}
 
 
+def test_the_exact_grid_names_the_lean_form_and_what_it_trades(tmp_path, q4_k_m, fixtures_dir, capsys):
+    """A target built in the file's exact grid (the default) names the lean form, the flag that builds it and
+    what it trades; a checkpoint's target, which has no grid to keep, does not."""
+    assert main(["target", str(q4_k_m), "-o", str(tmp_path / "t"), "--tokenizer", str(fixtures_dir / "target-hf")]) == 0
+    out = capsys.readouterr().out
+    assert "the lean form, --weight-format int4 (run: --target-format int4), trades the file's exact function" in out
+    assert main(["target", str(fixtures_dir / "target-hf"), "-o", str(tmp_path / "c"), "--weight-format", "int8"]) == 0
+    assert "the lean form" not in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("grid", ["split", "folded", "compact"])
 def test_the_gguf_format_carries_the_files_grid_embedding_included(tmp_path, q4_k_m, fixtures_dir, grid):
     """Every weight equals the dequantized GGUF to float32 rounding in each form (and within 1e-3 of its
