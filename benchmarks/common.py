@@ -31,6 +31,14 @@ def meminfo_kib(field: str) -> int | None:
     return None
 
 
+def rss_anon() -> int:
+    """This process's private resident memory (RssAnon), in bytes."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
 def machine_info() -> dict:
     """The CPU, cores, memory and load a result was measured with."""
     model = None

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import RESULTS, machine_info
+from benchmarks.common import RESULTS, machine_info, rss_anon
 
 FC_SHAPE, FC_COUNT = (4096, 4096), 8
 EXPERTS, EXPERT_WIDTH = 16, 2048
@@ -122,22 +122,15 @@ def build(case: str, xml: Path) -> int:
     return n
 
 
-def _anon() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("RssAnon:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
 def child(xml: str) -> dict:
     """In a fresh process: read (mmap), compile with the f32 hint, run once; RssAnon after each."""
     import openvino as ov
 
     core = ov.Core()
     model = core.read_model(xml)
-    read = _anon()
+    read = rss_anon()
     compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-    compiled_anon = _anon()
+    compiled_anon = rss_anon()
     port = compiled.input(0)
     if port.get_element_type().get_type_name() == "i64":
         inputs = np.arange(8, dtype=np.int64).reshape(1, 8)
@@ -147,7 +140,7 @@ def child(xml: str) -> dict:
     compiled(inputs)
     layers = sorted({op.get_rt_info()["layerType"].astype(str) for op in compiled.get_runtime_model().get_ordered_ops()}
                     & {"FullyConnected", "GatherMatmul", "Gather", "MatMul"})
-    return {"compiled": compiled_anon - read, "inferred": _anon() - read, "layers": layers}
+    return {"compiled": compiled_anon - read, "inferred": rss_anon() - read, "layers": layers}
 
 
 def measure(case: str, folder: Path) -> dict:
