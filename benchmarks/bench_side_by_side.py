@@ -125,9 +125,8 @@ def fixture_wide() -> Path:
     say("widening the fixture target and writing it as Q4_K_M with llama.cpp's converter and llama-quantize")
     write_widened_checkpoint(FIXTURE / "target-hf", out / "hf", WIDE["extra_layers"], WIDE["intermediate_size"])
     f32 = convert(out / "hf", out / "target-f32.gguf", "f32")
-    quantize(f32, out / "partial.gguf", "Q4_K_M")
+    quantize(f32, gguf, "Q4_K_M")
     f32.unlink()
-    (out / "partial.gguf").rename(gguf)
     return gguf
 
 

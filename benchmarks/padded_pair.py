@@ -542,9 +542,8 @@ def ensure_pair(geom: PaddedGeometry, cache: Path = CACHE, checks: bool = True) 
         for name, source, quantized in (("target", target16, target), ("draft", draft16, draft)):
             start = time.perf_counter()
             record["files"][source.name] = source.stat().st_size
-            quantize(source, folder / "partial.gguf", "Q4_K_M")
+            quantize(source, quantized, "Q4_K_M")
             source.unlink()
-            (folder / "partial.gguf").rename(quantized)
             record["files"][quantized.name] = quantized.stat().st_size
             record["seconds"][f"quantize {name}"] = round(time.perf_counter() - start, 1)
         record["types"] = real_layer_types(target, geom)
@@ -566,9 +565,8 @@ def fixture_target_gguf(cache: Path = CACHE) -> Path:
     if not out.is_file():
         cache.mkdir(parents=True, exist_ok=True)
         f16 = convert(FIXTURE / "target-hf", cache / "tiny-dflash-target-F16.gguf", "f16")
-        quantize(f16, cache / "tiny-dflash-target.partial.gguf", "Q4_K_M")
+        quantize(f16, out, "Q4_K_M")
         f16.unlink()
-        (cache / "tiny-dflash-target.partial.gguf").rename(out)
     return out
 
 

@@ -91,11 +91,14 @@ def convert(hf: Path, out: Path, outtype: str, *flags: str, shim: str = CONVERT_
 
 
 def quantize(src: Path, out: Path, mix: str = "Q4_K_M", threads: int = 2) -> Path:
-    """llama-quantize; to F32 it dequantizes a quantized file (--allow-requantize)."""
+    """llama-quantize; to F32 it dequantizes a quantized file (--allow-requantize). The file is written beside
+    `out` and renamed to it when whole, so that an interrupted run leaves no file a cache would take."""
     flags = ["--allow-requantize"] if mix == "F32" else []
-    subprocess.run([str(tool("llama-quantize")), *flags, str(src), str(out), mix, str(threads)], check=True,
+    out = Path(out)
+    partial = out.with_name(out.name + ".partial")
+    subprocess.run([str(tool("llama-quantize")), *flags, str(src), str(partial), mix, str(threads)], check=True,
                    capture_output=True)
-    return Path(out)
+    return partial.replace(out)
 
 
 def build(jobs: int = 2) -> dict:

@@ -228,12 +228,12 @@ def widen_tensors(state: dict[str, np.ndarray], widening: Widening, extra_layers
                 value = np.concatenate([pad(half, -2) for half in np.split(value, 2, axis=-2)], axis=-2)
         out[name] = np.ascontiguousarray(value)
 
+    norm_offset = target.options["norm_offset"]
     for j in range(extra_layers):
         src, dst = j % n_layers, n_layers + j
         kinds = (target.mixers[src], target.mlp)
         for name in layers.get(src, []):
             m = LAYER_TENSOR.match(name)
-            norm_offset = target.options["norm_offset"]
             out[f"{m['prefix']}{dst}.{m['rest']}"] = noop_copy(m["rest"], out[name], kinds, norm_offset)
     return out
 
