@@ -83,7 +83,7 @@ class MemoryPlan:
         return next(f for f in self.forms if f.form == form)
 
     def fits(self, f: FormMemory) -> bool:
-        return f.refused is None and f.total * (1 + MARGIN) <= self.available
+        return f.refused is None and self.needed(f) <= self.available
 
     @property
     def fits_chosen(self) -> bool:
@@ -111,9 +111,17 @@ class MemoryPlan:
                 f"{human_bytes(f.total)}; {human_bytes(self.available)} available on this {self.device}")
         if self.fits_chosen:
             return head + ": fits"
+        # the margin named where it alone decides, so that a need below what is available does not read as a fit
+        within = f" with the {MARGIN:.0%} kept for the plan's error" if f.total <= self.available else ""
         other = self.alternative()
-        return head + (f": does not fit; {other.form} would ({human_bytes(other.total)}: {self.flag(other.form)})"
-                       if other else ": does not fit, nor does any other form")
+        return head + (f": does not fit{within}; {other.form} would ({human_bytes(other.total)}: "
+                       f"{self.flag(other.form)})" if other else
+                       f": does not fit{within}, nor does any other form; it needs "
+                       f"{human_bytes(self.needed(f))} available")
+
+    def needed(self, f: FormMemory) -> int:
+        """The memory available under which the plan says `f` fits."""
+        return int(f.total * (1 + MARGIN))
 
     def table(self) -> Table:
         rows = [[f.form + (" *" if f.form == self.chosen else ""),
@@ -227,7 +235,7 @@ def cache_bytes(config, tokens: int, precision: str = DEFAULT_CACHE, draft_token
     total = 0
     for i, kind in layer_kinds(config):
         for op in kind.paged(config, i):
-            if "heads" in op and op.get("cache") is None:
+            if "heads" in op and op.get("cache", i) == i:  # a layer reading another's cache holds none
                 heads, size = op["heads"]
                 window = op.get("window") or 0
                 kept = min(tokens, window) if window else tokens
@@ -319,10 +327,11 @@ def target_candidates(chosen_forms) -> dict:
     return candidates
 
 
-def plan_target(forms, vision=None, draft=(), context=None) -> MemoryPlan:
+def plan_target(forms, vision=None, draft=(), context=None, available: int | None = None) -> MemoryPlan:
     """The run-time memory of the target `forms` builds, in its form and the others its source can take, with a
-    VLM folder's vision model (`vision`: its targets.vision.VisionSource) and drafts (`DraftPlan`s) beside it."""
+    VLM folder's vision model (`vision`: its targets.vision.VisionSource) and drafts (`DraftPlan`s) beside it,
+    against `available` bytes (None: what this machine has)."""
     from ..targets.vision import vision_ir_bytes
 
     return plan_memory(target_candidates(forms), form_label(forms), context or DEFAULT_CONTEXT, draft=draft,
-                       vision=vision_ir_bytes(vision) if vision is not None else 0)
+                       vision=vision_ir_bytes(vision) if vision is not None else 0, available=available)

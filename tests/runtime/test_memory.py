@@ -49,8 +49,31 @@ def test_a_target_that_does_not_fit_is_named_with_the_form_that_would(tmp_path, 
                  str(tmp_path / "t.json")]) == 0
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.startswith("run-time memory:"))
-    assert f"does not fit; {smallest.form} would" in line and plan.flag(smallest.form) in line
+    assert "does not fit" in line and f"; {smallest.form} would" in line and plan.flag(smallest.form) in line
     assert json.loads((tmp_path / "t.json").read_text())["run_time_memory"]["fits"] is False
+
+
+def test_a_need_below_what_is_available_that_the_margin_refuses_says_so():
+    """Where the plan's need is below the memory available and only the margin kept for its error refuses it, the
+    line says that, and with no other form that fits, how much memory the form needs available."""
+    from gguf2ov.gguf.read import open_gguf
+    from gguf2ov.ir.variants import TARGET_GROUP_FALLBACK, TARGET_GROUP_SIZE, Variant
+    from gguf2ov.report import human_bytes
+    from gguf2ov.runtime.memory import plan_target
+    from gguf2ov.targets.graph import target_forms
+    from gguf2ov.targets.source import open_target_gguf
+
+    forms = target_forms(open_target_gguf(open_gguf(f"{FIXTURES}/tiny-moe/target-Q4_K_M.gguf")),
+                         Variant("int4", TARGET_GROUP_SIZE, group_fallback=TARGET_GROUP_FALLBACK))
+    chosen = plan_target(forms)
+    need = chosen.of(chosen.chosen).total
+    assert need == min(f.total for f in chosen.forms if not f.refused)  # the lean form: nothing smaller to name
+    plan = plan_target(forms, available=need + 1)
+    line = plan.line()
+    assert not plan.fits_chosen and f"needs about {human_bytes(need)}" in line
+    assert "does not fit with the 10% kept for the plan's error, nor does any other form" in line
+    assert line.endswith(f"it needs {human_bytes(plan.needed(plan.of(plan.chosen)))} available")
+    assert plan_target(forms, available=plan.needed(plan.of(plan.chosen))).fits_chosen
 
 
 def test_run_stops_before_any_work_when_the_pair_would_not_fit(tmp_path, monkeypatch, capsys):
@@ -99,3 +122,20 @@ def test_the_plan_holds_against_what_genai_holds_on_the_fixture_pairs(fixture, t
         measured = got["peak_anon"] + got["libraries"]
         assert abs(planned_private - got["peak_anon"]) <= 0.15 * measured, (case, planned_private, got)
         assert 0.5 * LIBRARY_BYTES <= got["libraries"] <= LIBRARY_BYTES, (case, got["libraries"])
+
+
+def test_the_kv_cache_counts_every_layer_that_holds_its_own():
+    """Gemma 4's attention names the cache each layer reads: its own, or a donor's for a layer that shares one.
+    Each layer with its own cache holds keys and values for the context (u8 with an f32 scale and zero point per
+    head and token), a sharing layer nothing."""
+    from gguf2ov.gguf.read import open_gguf
+    from gguf2ov.runtime.memory import cache_bytes
+    from gguf2ov.targets.decoder import layer_kinds
+    from gguf2ov.targets.source import open_target_gguf
+
+    config = open_target_gguf(open_gguf(f"{FIXTURES}/tiny-gemma4/target-Q4_K_M.gguf")).config
+    attention = [op for i, kind in layer_kinds(config) for op in kind.paged(config, i) if "heads" in op]
+    own = [op for op in attention if op["cache"] == op["layer"]]
+    assert 0 < len(own) < len(attention)  # the fixture has layers of both
+    tokens = min(op["window"] for op in attention if op["window"])  # within every window
+    assert cache_bytes(config, tokens) == sum(2 * tokens * op["heads"][0] * (op["heads"][1] + 8) for op in own)
