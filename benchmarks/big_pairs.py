@@ -15,7 +15,7 @@ Steps, each a fresh process, their records merged into results/big-pairs.json:
     build     `gguf2ov target TARGET.gguf --weight-format FORM [--mmproj]` under /usr/bin/time, and the draft's
               `gguf2ov export --weight-format gguf --target` (its head as `run` chooses it)
     decode    the pipeline with the draft attached (K = 7) and without it, one greedy generation of
-              NEW_TOKENS each: tokens/s, and the pair's peak private memory plus libraries
+              NEW_TOKENS each: tokens/s after the first token (which carries the weights' repacking), and the pair's peak private memory plus libraries
     limit     the smallest memory limit the pair's decode completes under, bisected to 0.5 GiB
     llamacpp  llama-speculative-simple --spec-type draft-dflash on the two GGUFs (the draft carrying the target's
               vocabulary) and llama-bench's tg of the target alone: tokens/s, peak RSS, and with `limit` its
@@ -26,6 +26,7 @@ Steps, each a fresh process, their records merged into results/big-pairs.json:
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import time
@@ -128,10 +129,15 @@ def decode_child(target: str, draft: str | None) -> dict:
     t = time.perf_counter()
     result = pipe.generate(PROMPT, generation_config=cfg) if ir.kind == "vlm" else pipe.generate([PROMPT], cfg)
     seconds = time.perf_counter() - t
-    tokens = int(result.perf_metrics.get_num_generated_tokens())
+    metrics = result.perf_metrics
+    tokens = int(metrics.get_num_generated_tokens())
+    # the first token carries the plugin's repacking of the weights (at the first inference): the decode speed is
+    # the tokens after it
+    ttft = metrics.get_ttft().mean / 1000
     return {"built_s": round(built, 1), "generate_s": round(seconds, 2), "tokens": tokens,
-            "tok_s": round(tokens / seconds, 3), "peak_anon": peak.stop(), "libraries": _library_bytes(),
-            "end": _status()}
+            "tok_s": round(tokens / seconds, 3), "first_token_s": round(ttft, 2),
+            "decode_tok_s": round((tokens - 1) / (seconds - ttft), 3) if tokens > 1 else None, "peak_anon": peak.stop(),
+            "libraries": _library_bytes(), "end": _status()}
 
 
 def decode(pair: str, form: str, limit: bool) -> dict:
@@ -140,14 +146,21 @@ def decode(pair: str, form: str, limit: bool) -> dict:
     record = {}
     for case, argv in (("alone", me + ["-"]), ("pair", me + [str(draft)])):
         memlimit.evict([target, draft])
+        start = time.perf_counter()
         p = subprocess.run(argv, capture_output=True, text=True, env=CHECKOUT_ENV)
         record[case] = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else {"error": p.stderr[-1500:]}
+        record[case]["wall_s"] = round(time.perf_counter() - start, 1)
         record[case]["load"] = load_average()
     if limit and "error" not in record["pair"]:
-        measured = (record["pair"]["peak_anon"] + record["pair"]["libraries"]) / GIB
+        got = record["pair"]
+        measured = (got["peak_anon"] + got["libraries"]) / GIB
+        # below its peak private memory the pair cannot complete (no swap): the bisection starts there; the decode
+        # above is its unlimited run, and a try that takes twice its time fails
+        unlimited = {"completed": True, "seconds": got["wall_s"], "peak_rss_kib": got["end"]["VmHWM"] // 1024}
         r = memlimit.smallest_limit(me + [str(draft)], name=f"{pair}-{form}", probes=[round(measured * 1.1 * 2) / 2],
-                                    lo_gib=round(measured * 0.7), hi_gib=22.0, log_dir=WORK / "limit-logs",
-                                    env=CHECKOUT_ENV, evict_paths=[target, draft])
+                                    lo_gib=math.floor(got["peak_anon"] / GIB * 2) / 2, hi_gib=22.0,
+                                    log_dir=WORK / "limit-logs", env=CHECKOUT_ENV, evict_paths=[target, draft],
+                                    unlimited=unlimited, timeout_factor=2.0)
         record["smallest_limit_gib"], record["largest_failing_gib"] = r["smallest_limit_gib"], r["largest_failing_gib"]
     return record
 
