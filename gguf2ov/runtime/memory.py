@@ -114,10 +114,13 @@ class MemoryPlan:
         # the margin named where it alone decides, so that a need below what is available does not read as a fit
         within = f" with the {MARGIN:.0%} kept for the plan's error" if f.total <= self.available else ""
         other = self.alternative()
-        return head + (f": does not fit{within}; {other.form} would ({human_bytes(other.total)}: "
-                       f"{self.flag(other.form)})" if other else
-                       f": does not fit{within}, nor does any other form; it needs "
-                       f"{human_bytes(self.needed(f))} available")
+        if other:
+            return head + (f": does not fit{within}; {other.form} would ({human_bytes(other.total)}: "
+                           f"{self.flag(other.form)})")
+        text = dataclasses.replace(f, vision=0)
+        return head + (f": does not fit{within}, nor does any other form; it needs {human_bytes(self.needed(f))} "
+                       "available" + (f"; the text model alone would ({human_bytes(text.total)}: without --mmproj)"
+                                      if f.vision and self.fits(text) else ""))
 
     def needed(self, f: FormMemory) -> int:
         """The memory available under which the plan says `f` fits."""

@@ -139,3 +139,16 @@ def test_the_kv_cache_counts_every_layer_that_holds_its_own():
     assert 0 < len(own) < len(attention)  # the fixture has layers of both
     tokens = min(op["window"] for op in attention if op["window"])  # within every window
     assert cache_bytes(config, tokens) == sum(2 * tokens * op["heads"][0] * (op["heads"][1] + 8) for op in own)
+
+
+def test_a_vlm_that_does_not_fit_names_its_text_model_where_that_would():
+    """A VLM folder's pair that fits in no form, where the text model alone would, says so: the vision model is
+    what tips it over."""
+    from gguf2ov.runtime.memory import FormMemory, MemoryPlan
+
+    vlm = FormMemory("int4_asym_g128", weights=16 << 30, cache=1 << 30, draft=2 << 30, vision=3 << 30)
+    plan = MemoryPlan("CPU", available=22 << 30, context=80, chosen=vlm.form, forms=(vlm,), with_draft=True)
+    line = plan.line()
+    assert "does not fit, nor does any other form" in line and line.endswith("(19.2 GiB: without --mmproj)")
+    text = FormMemory("int4_asym_g128", weights=16 << 30, cache=1 << 30, draft=2 << 30)
+    assert "--mmproj" not in MemoryPlan("CPU", 20 << 30, 80, text.form, (text,), True).line()
