@@ -15,7 +15,8 @@ Steps, each a fresh process, their records merged into results/big-pairs.json:
     build     `gguf2ov target TARGET.gguf --weight-format FORM [--mmproj]` under /usr/bin/time, and the draft's
               `gguf2ov export --weight-format gguf --target` (its head as `run` chooses it)
     decode    the pipeline with the draft attached (K = 7) and without it, one greedy generation of
-              NEW_TOKENS each: tokens/s after the first token (which carries the weights' repacking), and the pair's peak private memory plus libraries
+              NEW_TOKENS each: tokens/s after the first token (which carries the weights' repacking), and the
+              pair's peak private memory plus libraries
     limit     the smallest memory limit the pair's decode completes under, bisected to 0.5 GiB
     llamacpp  llama-speculative-simple --spec-type draft-dflash on the two GGUFs (the draft carrying the target's
               vocabulary) and llama-bench's tg of the target alone: tokens/s, peak RSS, and with `limit` its
