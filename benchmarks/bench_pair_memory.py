@@ -38,7 +38,7 @@ from pathlib import Path
 
 from benchmarks import memlimit
 from benchmarks.bench_target_build import DRAFT_OF, GGUF2OV, PROMPT, SIZES, WORK, built_draft, built_target
-from benchmarks.common import CHECKOUT_ENV, RESULTS, load_average, machine_info, package_versions
+from benchmarks.common import CHECKOUT_ENV, RESULTS, load_average, machine_info, package_versions, process_status
 from benchmarks.llamacpp.tools import tool
 from benchmarks.random_target import GEOMETRIES
 from benchmarks.scale_gguf import GEOMETRIES as DRAFTS
@@ -121,15 +121,6 @@ def with_vocab(draft_gguf: Path, target_gguf: Path) -> Path:
 
 # -- what runs in a fresh process ----------------------------------------------------------------------
 
-def _status() -> dict:
-    fields = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("RssAnon", "RssFile", "VmRSS", "VmHWM"):
-            fields[key] = int(value.split()[0]) * 1024
-    return fields
-
-
 class _Peak:
     """RssAnon sampled every 20 ms on a thread: the peak between snapshots."""
 
@@ -140,7 +131,7 @@ class _Peak:
 
     def _run(self):
         while not self._stop.is_set():
-            self.peak = max(self.peak, _status()["RssAnon"])
+            self.peak = max(self.peak, process_status()["RssAnon"])
             time.sleep(0.02)
 
     def stop(self) -> int:
@@ -154,16 +145,16 @@ def pair_phases(target: str, draft: str | None) -> dict:
     from gguf2ov.runtime.genai import make_pipeline
     from gguf2ov.runtime.target import TargetIR
 
-    peak, phases, start = _Peak(), {"start": _status()}, time.perf_counter()
+    peak, phases, start = _Peak(), {"start": process_status()}, time.perf_counter()
     pipe = make_pipeline(TargetIR.open(target), "CPU", {}, draft_dir=draft, num_assistant_tokens=K if draft else None)
-    phases["built"] = _status() | {"seconds": round(time.perf_counter() - start, 1)}
+    phases["built"] = process_status() | {"seconds": round(time.perf_counter() - start, 1)}
     cfg = pipe.get_generation_config()
     cfg.max_new_tokens, cfg.ignore_eos, cfg.do_sample = NEW_TOKENS, True, False
     if draft is not None:
         cfg.num_assistant_tokens, cfg.assistant_confidence_threshold = K, 0.0
     result = pipe.generate([PROMPT], cfg)
-    phases["generated"] = _status() | {"seconds": round(time.perf_counter() - start, 1),
-                                       "tokens": result.perf_metrics.get_num_generated_tokens()}
+    phases["generated"] = process_status() | {"seconds": round(time.perf_counter() - start, 1),
+                                              "tokens": result.perf_metrics.get_num_generated_tokens()}
     return {"phases": phases, "peak_anon": peak.stop()}
 
 
@@ -176,12 +167,12 @@ def draft_phases(draft: str, block: int = 16, context: int = 32) -> dict:
     from gguf2ov.runtime.draft_ir import block_feeds
 
     config = read_draft_config(Path(draft))
-    peak, phases = _Peak(), {"start": _status()}
+    peak, phases = _Peak(), {"start": process_status()}
     model = ov.Core().read_model(str(Path(draft) / "openvino_model.xml"))
     names = {n for p in model.inputs for n in p.get_names()}
     compiled = ov.Core().compile_model(model, "CPU")
     del model
-    phases["built"] = _status()
+    phases["built"] = process_status()
     rng = np.random.default_rng(0)
     feeds = block_feeds(rng.standard_normal((block, config.hidden_size), dtype=np.float32),
                         rng.standard_normal((context, len(config.target_layer_ids) * config.hidden_size),
@@ -190,7 +181,7 @@ def draft_phases(draft: str, block: int = 16, context: int = 32) -> dict:
         feeds["input_ids"] = np.full((1, block), config.mask_token_id, np.int64)
     request = compiled.create_infer_request()
     request.infer({k: v for k, v in feeds.items() if k in names})
-    phases["generated"] = _status()
+    phases["generated"] = process_status()
     return {"phases": phases, "peak_anon": peak.stop()}
 
 

@@ -101,7 +101,7 @@ from pathlib import Path
 
 from benchmarks import memlimit
 from benchmarks.common import (CACHE, CHECKOUT_ENV, RESULTS, folder_bytes, load_average, machine_info,
-                               package_versions)
+                               package_versions, process_status)
 from benchmarks.llamacpp.tools import convert, quantize, tool
 from benchmarks.random_target import EXPORTS, GEOMETRIES, ensure_checkpoint
 from benchmarks.scale_gguf import GEOMETRIES as DRAFTS
@@ -300,12 +300,7 @@ def process_memory() -> dict:
     """This process's private (RssAnon) and file-backed (RssFile) resident bytes now, and its peak RSS (VmHWM):
     after a first generation, what the compiled model holds as its own and what it reads from the IR's pages."""
     fields = {"RssAnon": "anon_bytes", "RssFile": "file_bytes", "VmHWM": "peak_rss_bytes"}
-    out = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in fields:
-            out[fields[key]] = int(value.split()[0]) * 1024
-    return out
+    return {fields[key]: value for key, value in process_status(tuple(fields)).items()}
 
 
 def run_finished(attempt: dict) -> None:

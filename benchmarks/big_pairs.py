@@ -36,7 +36,7 @@ from pathlib import Path
 from benchmarks import memlimit
 from benchmarks.bench_pair_memory import with_vocab
 from benchmarks.bench_target_build import GGUF2OV
-from benchmarks.common import CHECKOUT_ENV, RESULTS, load_average, machine_info, package_versions
+from benchmarks.common import CHECKOUT_ENV, RESULTS, load_average, machine_info, package_versions, process_status
 from benchmarks.llamacpp.tools import tool
 from benchmarks.random_target import GEOMETRIES
 from benchmarks.scale_gguf import GEOMETRIES as DRAFTS
@@ -114,7 +114,7 @@ def build(pair: str, form: str) -> dict:
 
 def decode_child(target: str, draft: str | None) -> dict:
     """In a fresh process: the pipeline (with the draft), one greedy generation; peak private memory sampled."""
-    from benchmarks.bench_pair_memory import _Peak, _status
+    from benchmarks.bench_pair_memory import _Peak
     from benchmarks.memory_plan import _library_bytes
     from gguf2ov.runtime.genai import make_pipeline
     from gguf2ov.runtime.target import TargetIR
@@ -138,7 +138,7 @@ def decode_child(target: str, draft: str | None) -> dict:
     return {"built_s": round(built, 1), "generate_s": round(seconds, 2), "tokens": tokens,
             "tok_s": round(tokens / seconds, 3), "first_token_s": round(ttft, 2),
             "decode_tok_s": round((tokens - 1) / (seconds - ttft), 3) if tokens > 1 else None, "peak_anon": peak.stop(),
-            "libraries": _library_bytes(), "end": _status()}
+            "libraries": _library_bytes(), "end": process_status()}
 
 
 def decode(pair: str, form: str, limit: bool) -> dict:

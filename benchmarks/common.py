@@ -31,12 +31,15 @@ def meminfo_kib(field: str) -> int | None:
     return None
 
 
-def rss_anon() -> int:
-    """This process's private resident memory (RssAnon), in bytes."""
+def process_status(fields=("RssAnon", "RssFile", "VmRSS", "VmHWM")) -> dict:
+    """This process's resident memory from /proc/self/status, in bytes: private (RssAnon), file-backed (RssFile),
+    now (VmRSS) and at its peak (VmHWM)."""
+    out = {}
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("RssAnon:"):
-            return int(line.split()[1]) * 1024
-    return 0
+        key, _, value = line.partition(":")
+        if key in fields:
+            out[key] = int(value.split()[0]) * 1024
+    return out
 
 
 def machine_info() -> dict:

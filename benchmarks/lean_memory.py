@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import CHECKOUT_ENV, REPO, rss_anon
+from benchmarks.common import CHECKOUT_ENV, REPO, process_status
 
 
 def child(xml: str) -> dict:
@@ -30,9 +30,9 @@ def child(xml: str) -> dict:
 
     core = ov.Core()
     model = core.read_model(xml)
-    read = rss_anon()
+    read = process_status()["RssAnon"]
     compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-    after_compile = rss_anon()
+    after_compile = process_status()["RssAnon"]
     request = compiled.create_infer_request()
     for start, n in ((0, 8), (8, 1)):
         request.infer({"input_ids": np.arange(start + 1, start + n + 1, dtype=np.int64)[None],
@@ -45,7 +45,7 @@ def child(xml: str) -> dict:
         port = {"FullyConnected": 1, "GatherMatmul": 1, "Gather": 0}.get(kind)
         if port is not None and (kind != "Gather" or op.input_value(0).get_element_type().get_type_name() != "i32"):
             weights[f"{kind} {op.input_value(port).get_element_type().get_type_name()}"] += 1
-    return {"read": read, "compiled": after_compile - read, "inferred": rss_anon() - read, "weights": dict(weights)}
+    return {"read": read, "compiled": after_compile - read, "inferred": process_status()["RssAnon"] - read, "weights": dict(weights)}
 
 
 def _build(argv: list[str]) -> int:

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import RESULTS, machine_info, rss_anon
+from benchmarks.common import RESULTS, machine_info, process_status
 
 FC_SHAPE, FC_COUNT = (4096, 4096), 8
 EXPERTS, EXPERT_WIDTH = 16, 2048
@@ -128,9 +128,9 @@ def child(xml: str) -> dict:
 
     core = ov.Core()
     model = core.read_model(xml)
-    read = rss_anon()
+    read = process_status()["RssAnon"]
     compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-    compiled_anon = rss_anon()
+    compiled_anon = process_status()["RssAnon"]
     port = compiled.input(0)
     if port.get_element_type().get_type_name() == "i64":
         inputs = np.arange(8, dtype=np.int64).reshape(1, 8)
@@ -140,7 +140,7 @@ def child(xml: str) -> dict:
     compiled(inputs)
     layers = sorted({op.get_rt_info()["layerType"].astype(str) for op in compiled.get_runtime_model().get_ordered_ops()}
                     & {"FullyConnected", "GatherMatmul", "Gather", "MatMul"})
-    return {"compiled": compiled_anon - read, "inferred": rss_anon() - read, "layers": layers}
+    return {"compiled": compiled_anon - read, "inferred": process_status()["RssAnon"] - read, "layers": layers}
 
 
 def measure(case: str, folder: Path) -> dict:
